@@ -1,0 +1,4 @@
+//! kopper: one operator binary, several controllers for multi-tenant clusters.
+
+pub mod controllers;
+pub mod runtime;

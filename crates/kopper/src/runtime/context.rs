@@ -1,0 +1,62 @@
+//! What every reconcile gets: cheap, shared handles and nothing that must be looked up again.
+
+use std::sync::Arc;
+
+use kube::runtime::events::{Recorder, Reporter};
+
+use super::metrics::Metrics;
+
+/// Handles shared by all controllers. Built once at start-up; cloning the `Arc` is the only
+/// cost a reconcile pays to reach the client, the event recorder or the metrics.
+#[derive(Clone)]
+pub struct Context {
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub settings: Arc<Settings>,
+}
+
+/// Operator-wide settings the controllers read. Parsed from flags once; a reconcile never
+/// reads the environment itself.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Field manager used for server-side apply, e.g. `kopper`.
+    pub field_manager: String,
+    /// Annotation that asks the pod labeler for a label (seed 001).
+    pub pod_label_annotation: String,
+    /// Label the pod labeler writes, holding the pod's own name.
+    pub pod_name_label: String,
+    /// Whether a ConfigMapSync may read from a namespace other than its own.
+    pub allow_cross_namespace_sources: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            field_manager: "kopper".into(),
+            pod_label_annotation: "kopper.dev/add-pod-name-label".into(),
+            pod_name_label: "kopper.dev/pod-name".into(),
+            allow_cross_namespace_sources: false,
+        }
+    }
+}
+
+impl Context {
+    pub fn new(client: kube::Client, metrics: Arc<Metrics>, settings: Settings) -> Self {
+        let recorder =
+            Recorder::new(client.clone(), Reporter { controller: "kopper".into(), instance: None });
+        Self { client, recorder, metrics, settings: Arc::new(settings) }
+    }
+}
+
+/// Every controller's error enum implements this, so metrics and Warning Events can name a
+/// bounded category instead of a free-form message.
+pub trait ErrorCategory {
+    /// A short, fixed string such as `kube_api`, `invalid_spec`, `conflict`.
+    fn category(&self) -> &'static str;
+    /// Permanent errors (bad spec) are reported in status and wait for the object to change;
+    /// transient ones are retried with exponential backoff.
+    fn is_permanent(&self) -> bool {
+        false
+    }
+}

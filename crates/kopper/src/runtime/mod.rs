@@ -1,0 +1,7 @@
+//! The shared runtime every controller stands on.
+
+pub mod context;
+pub mod metrics;
+
+pub use context::{Context, ErrorCategory, Settings};
+pub use metrics::Metrics;
