@@ -133,6 +133,9 @@ fn non_resource(app: &App, req: &Request, segments: &[&str]) -> ApiResult<Option
             state.registry.resource_list(group, version)
         }
         ["api" | "apis", ..] => return Ok(None),
+        ["openapi", "v3", rest @ ..] => {
+            crate::openapi::document(&state().registry, rest).ok_or_else(ApiError::no_such_resource)?
+        }
         _ => return Err(ApiError::no_such_resource()),
     };
     Ok(Some(json_response(StatusCode::OK, &document)))
@@ -246,6 +249,15 @@ fn injected(status: u16, t: &Target) -> ApiError {
 async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<Response> {
     let sim = &app.sim;
     match verb {
+        "get" | "list" if let Some(api_version) = crate::table::requested(req.header(header::ACCEPT)) => {
+            let found = if verb == "get" {
+                api::get(&sim.lock(), t)?
+            } else {
+                api::list(&sim.lock(), t, &list_options(req, t)?)?
+            };
+            let include = crate::table::IncludeObject::from_param(req.param("includeObject"));
+            Ok(json_response(StatusCode::OK, &crate::table::render(&t.rt, &found, include, api_version)))
+        }
         "get" => respond(req, StatusCode::OK, api::get(&sim.lock(), t)?),
         "list" => {
             let opts = list_options(req, t)?;

@@ -12,12 +12,14 @@ pub mod convert;
 pub mod error;
 mod http;
 mod kubeconfig;
+mod openapi;
 pub mod patch;
 pub mod registry;
 mod seed;
 pub mod selector;
 mod server;
 pub mod store;
+mod table;
 pub mod validation;
 mod watch;
 
