@@ -249,14 +249,13 @@ fn injected(status: u16, t: &Target) -> ApiError {
 async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<Response> {
     let sim = &app.sim;
     match verb {
-        "get" | "list" if let Some(api_version) = crate::table::requested(req.header(header::ACCEPT)) => {
+        "get" | "list" if let Some(table) = table_request(req) => {
             let found = if verb == "get" {
                 api::get(&sim.lock(), t)?
             } else {
                 api::list(&sim.lock(), t, &list_options(req, t)?)?
             };
-            let include = crate::table::IncludeObject::from_param(req.param("includeObject"));
-            Ok(json_response(StatusCode::OK, &crate::table::render(&t.rt, &found, include, api_version)))
+            Ok(json_response(StatusCode::OK, &crate::table::render(&t.rt, &found, table)))
         }
         "get" => respond(req, StatusCode::OK, api::get(&sim.lock(), t)?),
         "list" => {
@@ -416,7 +415,13 @@ fn watch_options(req: &Request, t: &Target) -> ApiResult<watch::WatchOptions> {
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout,
         metadata_only: req.wants_metadata_only(),
+        table: table_request(req),
     })
+}
+
+/// `kubectl get` asks for rows and columns (`Accept: application/json;as=Table;…`).
+fn table_request(req: &Request) -> Option<crate::table::TableRequest> {
+    crate::table::TableRequest::from_request(req.header(header::ACCEPT), req.param("includeObject"))
 }
 
 fn authorize(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> {

@@ -30,8 +30,23 @@ impl IncludeObject {
     }
 }
 
+/// A request for a Table: which apiVersion the client takes, and what rows carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableRequest {
+    pub api_version: &'static str,
+    pub include: IncludeObject,
+}
+
+impl TableRequest {
+    /// From the `Accept` header and `?includeObject=`; `None` when no Table is asked for.
+    pub fn from_request(accept: &str, include_object: Option<&str>) -> Option<Self> {
+        let api_version = requested_version(accept)?;
+        Some(Self { api_version, include: IncludeObject::from_param(include_object) })
+    }
+}
+
 /// The Table apiVersion an `Accept` header asks for, if it asks for a Table at all.
-pub fn requested(accept: &str) -> Option<&'static str> {
+fn requested_version(accept: &str) -> Option<&'static str> {
     accept.split(',').find_map(|range| {
         let params: Vec<&str> = range.split(';').map(str::trim).collect();
         let is = |p: &str| params.contains(&p);
@@ -49,14 +64,15 @@ pub fn requested(accept: &str) -> Option<&'static str> {
 }
 
 /// Renders a list (anything with `items`) or a single object as a Table.
-pub fn render(rt: &ResourceType, found: &Value, include: IncludeObject, api_version: &str) -> Value {
+pub fn render(rt: &ResourceType, found: &Value, request: TableRequest) -> Value {
     let printer = Printer::for_type(rt);
     let now = Utc::now();
     let objects: Vec<&Value> = match found.get("items").and_then(Value::as_array) {
         Some(items) => items.iter().collect(),
         None => vec![found],
     };
-    let rows: Vec<Value> = objects.into_iter().map(|object| row(&printer, object, include, now)).collect();
+    let rows: Vec<Value> =
+        objects.into_iter().map(|object| row(&printer, object, request.include, now)).collect();
     let mut metadata = json!({});
     if let Some(list_meta) = found.get("items").and(found.get("metadata")) {
         for key in ["resourceVersion", "continue", "remainingItemCount"] {
@@ -69,7 +85,7 @@ pub fn render(rt: &ResourceType, found: &Value, include: IncludeObject, api_vers
     }
     json!({
         "kind": "Table",
-        "apiVersion": api_version,
+        "apiVersion": request.api_version,
         "metadata": metadata,
         "columnDefinitions": printer.columns().iter().map(Column::definition).collect::<Vec<_>>(),
         "rows": rows,
@@ -646,6 +662,10 @@ mod tests {
     use super::*;
     use crate::registry::Registry;
 
+    fn request(include: IncludeObject) -> TableRequest {
+        TableRequest { api_version: "meta.k8s.io/v1", include }
+    }
+
     fn registry_type(group: &str, resource: &str) -> std::sync::Arc<ResourceType> {
         Registry::with_builtins().get(group, "v1", resource).unwrap()
     }
@@ -653,9 +673,12 @@ mod tests {
     #[test]
     fn kubectl_get_accept_header_asks_for_a_v1_table() {
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-        assert_eq!(requested(accept), Some("meta.k8s.io/v1"));
-        assert_eq!(requested("application/json"), None);
-        assert_eq!(requested("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"), None);
+        let request = TableRequest::from_request(accept, None).unwrap();
+        assert_eq!(request.api_version, "meta.k8s.io/v1");
+        assert_eq!(request.include, IncludeObject::Metadata);
+        assert_eq!(TableRequest::from_request("application/json", None), None);
+        let metadata_only = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+        assert_eq!(TableRequest::from_request(metadata_only, None), None);
     }
 
     #[test]
@@ -663,8 +686,7 @@ mod tests {
         let list = json!({"kind": "NamespaceList", "metadata": {"resourceVersion": "7"}, "items": [
             {"metadata": {"name": "default", "creationTimestamp": "2020-01-01T00:00:00Z"}, "status": {"phase": "Active"}}
         ]});
-        let table =
-            render(&registry_type("", "namespaces"), &list, IncludeObject::Metadata, "meta.k8s.io/v1");
+        let table = render(&registry_type("", "namespaces"), &list, request(IncludeObject::Metadata));
         let names: Vec<&str> = table["columnDefinitions"]
             .as_array()
             .unwrap()
@@ -681,7 +703,7 @@ mod tests {
     #[test]
     fn secrets_show_type_and_key_count() {
         let secret = json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "", "b": ""}});
-        let table = render(&registry_type("", "secrets"), &secret, IncludeObject::None, "meta.k8s.io/v1");
+        let table = render(&registry_type("", "secrets"), &secret, request(IncludeObject::None));
         assert_eq!(table["rows"][0]["cells"], json!(["s", "Opaque", 2, "<unknown>"]));
         assert!(table["rows"][0].get("object").is_none());
     }
@@ -691,7 +713,7 @@ mod tests {
         let binding = json!({"metadata": {"name": "b"}, "roleRef": {"kind": "ClusterRole", "name": "view"},
             "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}, {"kind": "User", "name": "alice"}]});
         let rt = registry_type("rbac.authorization.k8s.io", "rolebindings");
-        let cells = &render(&rt, &binding, IncludeObject::None, "meta.k8s.io/v1")["rows"][0]["cells"];
+        let cells = &render(&rt, &binding, request(IncludeObject::None))["rows"][0]["cells"];
         assert_eq!(cells[1], "ClusterRole/view");
         assert_eq!(cells[3], "alice");
         assert_eq!(cells[5], "ns/sa");
