@@ -557,7 +557,11 @@ mod jsonpath {
         Field(String),
         Index(usize),
         All,
-        Filter { path: Vec<String>, value: String },
+        /// `[?(@.a.b==value)]`: elements whose field equals a JSON literal or quoted string.
+        Filter {
+            path: Vec<String>,
+            value: Value,
+        },
     }
 
     pub fn first<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
@@ -584,12 +588,7 @@ mod jsonpath {
                     items
                         .iter()
                         .filter(|item| {
-                            let found = path.iter().try_fold(*item, |v, key| v.get(key.as_str()));
-                            match found {
-                                Some(Value::String(s)) => s == wanted,
-                                Some(other) => other.to_string() == *wanted,
-                                None => false,
-                            }
+                            path.iter().try_fold(*item, |v, key| v.get(key.as_str())) == Some(wanted)
                         })
                         .collect()
                 })
@@ -643,7 +642,13 @@ mod jsonpath {
         if let Some(filter) = inner.strip_prefix("?(").and_then(|f| f.strip_suffix(')')) {
             let (lhs, rhs) = filter.split_once("==")?;
             let path = lhs.trim().strip_prefix("@.")?.split('.').map(str::to_owned).collect();
-            let value = unquote(rhs.trim()).to_owned();
+            let rhs = rhs.trim();
+            let value = match unquote(rhs) {
+                unquoted if unquoted.len() < rhs.len() => Value::String(unquoted.to_owned()),
+                literal => {
+                    serde_json::from_str(literal).unwrap_or_else(|_| Value::String(literal.to_owned()))
+                }
+            };
             return Some(Step::Filter { path, value });
         }
         Some(Step::Field(unquote(inner).to_owned()))
