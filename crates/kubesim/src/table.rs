@@ -439,16 +439,17 @@ fn event_cells(o: &Value, events_v1: bool, now: DateTime<Utc>) -> Vec<Value> {
         "" => kind,
         name => format!("{kind}/{name}"),
     };
-    let source = if events_v1 {
-        str_at(o, "/reportingController").to_owned()
-    } else {
-        let component = str_at(o, "/source/component");
-        let component = if component.is_empty() { str_at(o, "/reportingComponent") } else { component };
-        match str_at(o, "/source/host") {
-            "" => component.to_owned(),
-            host => format!("{component}, {host}"),
-        }
-    };
+    let first_non_empty = |a: &'_ str, b: &str| if a.is_empty() { b.to_owned() } else { a.to_owned() };
+    let source_field = field("/source", "/deprecatedSource");
+    let component = first_non_empty(
+        str_at(o, &format!("{source_field}/component")),
+        str_at(o, &field("/reportingComponent", "/reportingController")),
+    );
+    let source =
+        match first_non_empty(str_at(o, &format!("{source_field}/host")), str_at(o, "/reportingInstance")) {
+            instance if instance.is_empty() => component,
+            instance => format!("{component}, {instance}"),
+        };
     vec![
         json!(last),
         json!(str_at(o, "/type")),
@@ -722,6 +723,24 @@ mod tests {
         assert_eq!(cells[1], "ClusterRole/view");
         assert_eq!(cells[3], "alice");
         assert_eq!(cells[5], "ns/sa");
+    }
+
+    #[test]
+    fn events_print_the_same_from_both_event_apis() {
+        let core = json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "p"},
+            "reason": "Started", "type": "Normal", "message": "hi ", "count": 2,
+            "source": {"component": "kubelet", "host": "node-1"}});
+        let v1 = json!({"metadata": {"name": "e"}, "regarding": {"kind": "Pod", "name": "p"},
+            "reason": "Started", "type": "Normal", "note": "hi ", "deprecatedCount": 2,
+            "deprecatedSource": {"component": "kubelet", "host": "node-1"}});
+        let core_row = render(&registry_type("", "events"), &core, request(IncludeObject::None));
+        let v1_row = render(&registry_type("events.k8s.io", "events"), &v1, request(IncludeObject::None));
+        let cells = &core_row["rows"][0]["cells"];
+        assert_eq!(cells, &v1_row["rows"][0]["cells"]);
+        assert_eq!(cells[3], "pod/p");
+        assert_eq!(cells[5], "kubelet, node-1");
+        assert_eq!(cells[6], "hi");
+        assert_eq!(cells[8], 2);
     }
 
     #[test]
