@@ -72,7 +72,7 @@ pub fn render(rt: &ResourceType, found: &Value, request: TableRequest) -> Value 
         None => vec![found],
     };
     let rows: Vec<Value> =
-        objects.into_iter().map(|object| row(&printer, object, request.include, now)).collect();
+        objects.into_iter().map(|object| row(rt, &printer, object, request.include, now)).collect();
     let mut metadata = json!({});
     if let Some(list_meta) = found.get("items").and(found.get("metadata")) {
         for key in ["resourceVersion", "continue", "remainingItemCount"] {
@@ -92,12 +92,27 @@ pub fn render(rt: &ResourceType, found: &Value, request: TableRequest) -> Value 
     })
 }
 
-fn row(printer: &Printer, object: &Value, include: IncludeObject, now: DateTime<Utc>) -> Value {
+fn row(
+    rt: &ResourceType,
+    printer: &Printer,
+    object: &Value,
+    include: IncludeObject,
+    now: DateTime<Utc>,
+) -> Value {
     let mut row = json!({"cells": printer.cells(object, now)});
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => row["object"] = crate::convert::partial_metadata(object),
-        IncludeObject::Object => row["object"] = object.clone(),
+        IncludeObject::Object => {
+            // List items come without their type; kubectl decodes row objects by it
+            // (`--sort-by`), so each carries it as kube-apiserver's do.
+            let mut full = object.clone();
+            if let Some(fields) = full.as_object_mut() {
+                fields.entry("apiVersion").or_insert_with(|| rt.api_version().into());
+                fields.entry("kind").or_insert_with(|| rt.kind.clone().into());
+            }
+            row["object"] = full;
+        }
     }
     row
 }
@@ -704,6 +719,15 @@ mod tests {
         assert_eq!(table["rows"][0]["cells"][1], "Active");
         assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
         assert_eq!(table["metadata"]["resourceVersion"], "7");
+    }
+
+    #[test]
+    fn full_row_objects_carry_their_type() {
+        let list = json!({"items": [{"metadata": {"name": "a"}, "data": {"k": "v"}}]});
+        let table = render(&registry_type("", "configmaps"), &list, request(IncludeObject::Object));
+        let object = &table["rows"][0]["object"];
+        assert_eq!((object["apiVersion"].as_str(), object["kind"].as_str()), (Some("v1"), Some("ConfigMap")));
+        assert_eq!(object["data"]["k"], "v");
     }
 
     #[test]

@@ -257,6 +257,8 @@ async fn get_prints_the_columns_kube_apiserver_prints() {
     assert!(namespaces.starts_with("NAME"), "{namespaces}");
     assert_eq!(row(&namespaces, "NAME"), ["NAME", "STATUS", "AGE"]);
     assert_eq!(row(&namespaces, "default")[1], "Active");
+    let sorted = k.ok(&["get", "namespaces", "--sort-by=.metadata.name"]).await;
+    assert_eq!(row(&sorted, "kube-system")[1], "Active");
 
     k.with_manifest("create", CONFIGMAP, &[]).await;
     let configmaps = k.ok(&["get", "cm"]).await;
