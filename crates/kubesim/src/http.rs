@@ -225,10 +225,30 @@ fn verb_of(req: &Request, t: &Target, watch_path: bool) -> ApiResult<&'static st
     Ok(verb)
 }
 
+/// The error an injected fault answers with: the reason and message kube-apiserver sends
+/// with that code, so clients classify it as they would a real one.
 fn injected(status: u16, t: &Target) -> ApiError {
     let name = t.name.as_deref().unwrap_or_default();
+    let (group, resource) = (t.rt.group.as_str(), t.rt.resource.as_str());
     match status {
-        409 => ApiError::stale(&t.rt.group, &t.rt.resource, name),
+        400 => ApiError::bad_request("injected by kubesim"),
+        403 => {
+            let message = format!(
+                "{} \"{name}\" is forbidden: injected by kubesim",
+                crate::error::qualified(group, resource)
+            );
+            ApiError::forbidden(group, resource, name, message)
+        }
+        404 => ApiError::not_found(group, resource, name),
+        409 => ApiError::stale(group, resource, name),
+        410 => ApiError::gone("injected by kubesim"),
+        422 => ApiError::invalid(
+            group,
+            &t.rt.kind,
+            name,
+            format!("{} \"{name}\" is invalid: injected by kubesim", t.rt.kind),
+            Vec::new(),
+        ),
         429 => {
             let mut e = ApiError::new(429, "TooManyRequests", "Too many requests, please try again later.");
             e.retry_after = Some(1);
