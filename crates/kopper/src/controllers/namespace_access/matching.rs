@@ -180,15 +180,17 @@ mod tests {
 
     #[test]
     fn invalid_selector_operator_is_an_error() {
-        let mut bad = NamespaceSelection::default();
-        bad.selector = Some(LabelSelector {
-            match_labels: None,
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: "team".into(),
-                operator: "Near".into(),
-                values: None,
-            }]),
-        });
+        let bad = NamespaceSelection {
+            selector: Some(LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "team".into(),
+                    operator: "Near".into(),
+                    values: None,
+                }]),
+            }),
+            ..NamespaceSelection::default()
+        };
         assert!(NamespaceMatcher::new(&bad).is_err());
     }
 }

@@ -6,15 +6,14 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Keeps RoleBindings in every namespace it selects: created when a namespace appears or
-/// starts to match, updated when this policy changes, restored when edited or deleted, and
-/// removed when the namespace stops matching or this policy is deleted.
+/// Which RoleBindings every selected namespace gets, and which namespaces are selected.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "kopper.dev",
     version = "v1alpha1",
     kind = "NamespaceAccess",
     plural = "namespaceaccesses",
+    doc = "Keeps RoleBindings in every namespace it selects: created when a namespace appears or starts to match, updated when this policy changes, restored when edited or deleted, and removed when the namespace stops matching or this policy is deleted. A RoleBinding of the same name that kopper did not create is never touched; it is reported in status.",
     shortname = "nsa",
     status = "NamespaceAccessStatus",
     printcolumn = r#"{"name":"Namespaces","type":"integer","jsonPath":".status.matchedNamespaces","description":"Namespaces this policy selects"}"#,
@@ -174,4 +173,71 @@ pub struct BindingConflict {
     pub reason: String,
     /// Who holds the name.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::Value;
+
+    use super::*;
+
+    fn schema() -> Value {
+        let crd = serde_json::to_value(NamespaceAccess::crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    }
+
+    #[test]
+    fn crd_is_cluster_scoped_with_status_and_short_name() {
+        let crd = NamespaceAccess::crd();
+        assert_eq!(crd.spec.group, "kopper.dev");
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["nsa".to_owned()]));
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+        assert!(version.additional_printer_columns.as_ref().unwrap().len() >= 4);
+    }
+
+    #[test]
+    fn schema_requires_bindings_with_role_and_subjects() {
+        let spec = &schema()["properties"]["spec"];
+        assert_eq!(spec["required"], serde_json::json!(["bindings"]));
+        let binding = &spec["properties"]["bindings"]["items"];
+        let mut required: Vec<&str> =
+            binding["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        required.sort_unstable();
+        assert_eq!(required, ["name", "roleRef", "subjects"]);
+        assert_eq!(spec["properties"]["bindings"]["x-kubernetes-list-type"], "map");
+        assert_eq!(spec["properties"]["bindings"]["x-kubernetes-list-map-keys"], serde_json::json!(["name"]));
+        assert_eq!(spec["properties"]["bindings"]["minItems"], 1);
+    }
+
+    #[test]
+    fn schema_limits_kinds_to_what_rbac_accepts() {
+        let binding = &schema()["properties"]["spec"]["properties"]["bindings"]["items"]["properties"];
+        assert_eq!(
+            binding["roleRef"]["properties"]["kind"]["enum"],
+            serde_json::json!(["ClusterRole", "Role"])
+        );
+        let subject_kind = &binding["subjects"]["items"]["properties"]["kind"]["enum"];
+        assert_eq!(*subject_kind, serde_json::json!(["Group", "User", "ServiceAccount"]));
+    }
+
+    #[test]
+    fn schema_pattern_accepts_templates_and_rejects_bad_names() {
+        let binding = &schema()["properties"]["spec"]["properties"]["bindings"]["items"]["properties"];
+        let pattern = regex::Regex::new(binding["name"]["pattern"].as_str().unwrap()).unwrap();
+        assert!(pattern.is_match("ad-kubernetes-{namespace}"));
+        assert!(pattern.is_match("team-{labels.example.com/team}-edit"));
+        assert!(!pattern.is_match("Team_{namespace}"));
+        assert!(!pattern.is_match("a/b"));
+    }
+
+    #[test]
+    fn name_globs_are_validated_by_the_schema() {
+        let include = &schema()["properties"]["spec"]["properties"]["namespaces"]["properties"]["include"];
+        assert_eq!(include["items"]["pattern"], "^[a-z0-9*?-]+$");
+        assert_eq!(include["items"]["maxLength"], 63);
+    }
 }
