@@ -46,7 +46,8 @@ impl Cluster {
     }
 
     fn start_operator(&mut self) {
-        let ctx = Arc::new(Context::new(self.client.clone(), Arc::new(Metrics::default()), Settings::default()));
+        let ctx =
+            Arc::new(Context::new(self.client.clone(), Arc::new(Metrics::default()), Settings::default()));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(namespace_access::run(ctx, async move {
             let _ = stopped.await;
@@ -89,7 +90,12 @@ impl Cluster {
     }
 
     /// Waits until the binding exists and `check` accepts it.
-    async fn binding_where(&self, namespace: &str, name: &str, check: impl Fn(&RoleBinding) -> bool) -> RoleBinding {
+    async fn binding_where(
+        &self,
+        namespace: &str,
+        name: &str,
+        check: impl Fn(&RoleBinding) -> bool,
+    ) -> RoleBinding {
         let api = self.bindings(namespace);
         eventually(&format!("RoleBinding {namespace}/{name}"), || async {
             api.get_opt(name).await.unwrap().filter(|binding| check(binding))
@@ -106,7 +112,11 @@ impl Cluster {
     }
 
     /// Waits until the policy's status satisfies `check`.
-    async fn status_where(&self, policy: &str, check: impl Fn(&namespace_access::NamespaceAccessStatus) -> bool) -> namespace_access::NamespaceAccessStatus {
+    async fn status_where(
+        &self,
+        policy: &str,
+        check: impl Fn(&namespace_access::NamespaceAccessStatus) -> bool,
+    ) -> namespace_access::NamespaceAccessStatus {
         let api = self.policies();
         eventually(&format!("status of {policy}"), || async {
             api.get(policy).await.unwrap().status.filter(|status| check(status))
@@ -154,7 +164,11 @@ fn is_seed_binding(namespace: &str) -> impl Fn(&RoleBinding) -> bool + '_ {
     move |binding| {
         binding.role_ref.kind == "ClusterRole"
             && binding.role_ref.name == "edit"
-            && binding.subjects.iter().flatten().any(|s| s.kind == "Group" && s.name == format!("ad-kubernetes-{namespace}"))
+            && binding
+                .subjects
+                .iter()
+                .flatten()
+                .any(|s| s.kind == "Group" && s.name == format!("ad-kubernetes-{namespace}"))
     }
 }
 
@@ -179,13 +193,17 @@ async fn seed_policy_gives_every_namespace_its_own_editors() {
     cluster.namespace("after", json!({})).await;
 
     for namespace in ["before", "after"] {
-        let binding = cluster.binding_where(namespace, &format!("ad-kubernetes-{namespace}"), is_seed_binding(namespace)).await;
+        let binding = cluster
+            .binding_where(namespace, &format!("ad-kubernetes-{namespace}"), is_seed_binding(namespace))
+            .await;
         assert_eq!(binding.labels()["app.kubernetes.io/managed-by"], "kopper");
         assert_eq!(binding.labels()["kopper.dev/namespace-access"], "ad-kubernetes");
         assert_eq!(binding.owner_references()[0].kind, "NamespaceAccess");
     }
     let status = cluster
-        .status_where("ad-kubernetes", |s| ready(s) == Some(("True", "BindingsReady")) && s.bindings_ready == 2)
+        .status_where("ad-kubernetes", |s| {
+            ready(s) == Some(("True", "BindingsReady")) && s.bindings_ready == 2
+        })
         .await;
     assert_eq!(status.matched_namespaces, 2, "system namespaces are not selected");
     assert!(cluster.bindings("kube-system").get_opt("ad-kubernetes-kube-system").await.unwrap().is_none());
@@ -265,7 +283,11 @@ async fn user_binding_with_a_managed_name_is_left_alone_and_reported() {
     assert_eq!(event.type_.as_deref(), Some("Warning"));
 
     let after = cluster.bindings("team-1").get("ad-kubernetes-team-1").await.unwrap();
-    assert_eq!(after.resource_version(), mine.resource_version(), "kopper never writes a binding it did not make");
+    assert_eq!(
+        after.resource_version(),
+        mine.resource_version(),
+        "kopper never writes a binding it did not make"
+    );
 }
 
 #[tokio::test]
@@ -274,7 +296,8 @@ async fn older_policy_wins_a_contested_name_and_the_other_reports_it() {
     cluster.namespace("team-1", json!({})).await;
     cluster.apply_policy(SEED_SAMPLE).await;
     cluster.binding_where("team-1", "ad-kubernetes-team-1", is_seed_binding("team-1")).await;
-    let rival = SEED_SAMPLE.replace("name: ad-kubernetes\n", "name: rival\n").replace("name: edit", "name: admin");
+    let rival =
+        SEED_SAMPLE.replace("name: ad-kubernetes\n", "name: rival\n").replace("name: edit", "name: admin");
     cluster.apply_policy(&rival).await;
 
     let status = cluster.status_where("rival", |s| s.conflict_count == 1).await;
@@ -287,7 +310,8 @@ async fn older_policy_wins_a_contested_name_and_the_other_reports_it() {
 #[tokio::test]
 async fn missing_label_is_reported_with_the_field_not_retried() {
     let cluster = Cluster::start().await;
-    let policy = TEAM_POLICY.replace("selector: {matchExpressions: [{key: team, operator: Exists}]}", "include: [\"shop\"]");
+    let policy = TEAM_POLICY
+        .replace("selector: {matchExpressions: [{key: team, operator: Exists}]}", "include: [\"shop\"]");
     cluster.namespace("shop", json!({})).await;
     cluster.apply_policy(&policy).await;
 
