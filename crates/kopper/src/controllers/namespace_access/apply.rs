@@ -37,30 +37,19 @@ pub async fn list_bindings(client: &Client, namespace: &str) -> Result<Vec<RoleB
     Ok(api.list(&ListParams::default()).await?.items)
 }
 
+/// Performs every action, so one failure does not hold back the others.
 pub async fn execute(client: &Client, field_manager: &str, namespace: &str, actions: Vec<Action>) -> Applied {
     let api: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
     let mut applied = Applied::default();
     for action in actions {
-        let name = action.binding_name().to_owned();
-        let (verb, policy, result) = match action {
-            Action::Create(desired) => {
-                ("create", Some(desired.policy.clone()), create(&api, field_manager, &desired).await)
+        let (verb, name, policy) = (action.verb(), action.binding_name().to_owned(), action.policy());
+        match (perform(&api, field_manager, action).await, policy) {
+            (Ok(()), _) => {
+                tracing::info!(namespace, binding = %name, verb, "RoleBinding written");
+                applied.writes += 1;
             }
-            Action::Update(desired) => {
-                ("apply", Some(desired.policy.clone()), apply(&api, field_manager, &desired).await)
-            }
-            Action::Replace { desired, uid } => {
-                let result = match delete(&api, &name, uid).await {
-                    Ok(()) => create(&api, field_manager, &desired).await,
-                    Err(err) => Err(err),
-                };
-                ("replace", Some(desired.policy.clone()), result)
-            }
-            Action::Delete { name, uid } => ("delete", None, delete(&api, &name, uid).await),
-        };
-        match (result, policy) {
-            (Ok(()), _) => applied.writes += 1,
             (Err(kube::Error::Api(status)), Some(policy)) if status.is_forbidden() || status.is_invalid() => {
+                tracing::warn!(namespace, binding = %name, verb, reason = %status.message, "RoleBinding refused");
                 applied.refused.push(Problem {
                     policy,
                     namespace: namespace.to_owned(),
@@ -76,6 +65,18 @@ pub async fn execute(client: &Client, field_manager: &str, namespace: &str, acti
         }
     }
     applied
+}
+
+async fn perform(api: &Api<RoleBinding>, field_manager: &str, action: Action) -> Result<(), kube::Error> {
+    match action {
+        Action::Create(desired) => create(api, field_manager, &desired).await,
+        Action::Update(desired) => apply(api, field_manager, &desired).await,
+        Action::Replace { desired, uid } => {
+            delete(api, &desired.binding.name, uid).await?;
+            create(api, field_manager, &desired).await
+        }
+        Action::Delete { name, uid } => delete(api, &name, uid).await,
+    }
 }
 
 /// Creates rather than applies a new binding: if someone else created one of that name

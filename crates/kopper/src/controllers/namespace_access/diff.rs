@@ -30,6 +30,25 @@ pub enum Action {
 }
 
 impl Action {
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Self::Create(_) => "create",
+            Self::Update(_) => "apply",
+            Self::Replace { .. } => "replace",
+            Self::Delete { .. } => "delete",
+        }
+    }
+
+    /// The policy the binding is written for; deletions serve no policy.
+    pub fn policy(&self) -> Option<String> {
+        match self {
+            Self::Create(desired) | Self::Update(desired) | Self::Replace { desired, .. } => {
+                Some(desired.policy.clone())
+            }
+            Self::Delete { .. } => None,
+        }
+    }
+
     pub fn binding_name(&self) -> &str {
         match self {
             Self::Create(desired) | Self::Update(desired) | Self::Replace { desired, .. } => {
@@ -103,16 +122,7 @@ pub fn plan(namespace: &str, desired: &Desired, existing: &[RoleBinding]) -> Pla
             BindingState::WrongRole => plan
                 .actions
                 .push(Action::Replace { desired: wanted.clone(), uid: current.and_then(|b| b.uid()) }),
-            BindingState::Foreign => plan.conflicts.push(Problem {
-                policy: wanted.policy.clone(),
-                namespace: namespace.to_owned(),
-                name: name.clone(),
-                kind: ProblemKind::NotManagedByKopper,
-                message: format!(
-                    "RoleBinding {namespace}/{name} exists and was not created by kopper \
-                     (no label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE})"
-                ),
-            }),
+            BindingState::Foreign => plan.conflicts.push(foreign_conflict(namespace, wanted)),
             BindingState::Terminating | BindingState::UpToDate => {}
         }
     }
@@ -125,6 +135,20 @@ pub fn plan(namespace: &str, desired: &Desired, existing: &[RoleBinding]) -> Pla
         }
     }
     plan
+}
+
+/// The problem reported when a binding kopper did not make holds a name a policy wants.
+pub fn foreign_conflict(namespace: &str, wanted: &DesiredBinding) -> Problem {
+    Problem {
+        policy: wanted.policy.clone(),
+        namespace: namespace.to_owned(),
+        name: wanted.binding.name.clone(),
+        kind: ProblemKind::NotManagedByKopper,
+        message: format!(
+            "RoleBinding {namespace}/{} exists and was not created by kopper (no label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE})",
+            wanted.binding.name
+        ),
+    }
 }
 
 fn same_role(a: &RoleRef, b: &RoleRef) -> bool {

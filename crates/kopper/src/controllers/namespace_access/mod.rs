@@ -189,6 +189,10 @@ async fn reconcile_namespace(
         .await
         .map_err(|source| Error::ListBindings { namespace: name.clone(), source })?;
     let plan = diff::plan(&name, &desired, &existing);
+    for conflict in &plan.conflicts {
+        // Reported in the policy's status and as an Event by the status controller.
+        tracing::debug!(namespace = %name, binding = %conflict.name, policy = %conflict.policy, "left alone: not kopper's");
+    }
     let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &name, plan.actions).await;
     for _ in 0..applied.writes {
         ctx.metrics.wrote(BINDING_CONTROLLER);
@@ -276,7 +280,9 @@ impl Shared {
             .filter_map(|binding| Some(((binding.namespace()?, binding.name_any()), binding)))
             .collect();
         let refused: Vec<Problem> = {
-            let all = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut all = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Namespaces deleted since their last pass leave nothing behind.
+            all.retain(|namespace, _| self.namespaces.get(&ObjectRef::new(namespace)).is_some());
             all.values().flatten().cloned().collect()
         };
         let observed =

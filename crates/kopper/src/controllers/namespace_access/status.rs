@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::desired::{Policies, Problem, ProblemKind, desired_bindings};
-use super::diff::{BindingState, state_of};
+use super::desired::{Policies, Problem, desired_bindings};
+use super::diff::{BindingState, foreign_conflict, state_of};
 use super::policy::FieldError;
 use super::template::NamespaceFacts;
 use super::types::{BindingConflict, NamespaceAccessStatus};
@@ -73,13 +73,7 @@ pub fn report_for(policy: &str, observed: &Observed<'_>) -> Outcome {
             let existing = observed.bindings.get(&(name.clone(), wanted.binding.name.clone()));
             match state_of(existing.map(Arc::as_ref), wanted) {
                 BindingState::UpToDate => report.ready += 1,
-                BindingState::Foreign => report.conflicts.push(Problem {
-                    policy: policy.to_owned(),
-                    namespace: name.clone(),
-                    name: wanted.binding.name.clone(),
-                    kind: ProblemKind::NotManagedByKopper,
-                    message: "exists and was not created by kopper".into(),
-                }),
+                BindingState::Foreign => report.conflicts.push(foreign_conflict(&name, wanted)),
                 _ => {}
             }
         }
@@ -235,6 +229,7 @@ pub fn notices(previous: Option<&NamespaceAccessStatus>, next: &NamespaceAccessS
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::namespace_access::desired::ProblemKind;
     use crate::controllers::namespace_access::testing::{namespace, policy, policy_yaml};
 
     struct World {
