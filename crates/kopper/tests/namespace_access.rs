@@ -359,3 +359,36 @@ async fn injected_server_errors_are_retried_until_the_binding_exists() {
     cluster.binding_where("team-1", "ad-kubernetes-team-1", is_seed_binding("team-1")).await;
     assert!(cluster.sim.counters().get("create", "rolebindings") >= 3);
 }
+
+#[tokio::test]
+async fn refused_binding_is_reported_and_retried_when_something_changes() {
+    let cluster = Cluster::start().await;
+    cluster.apply_policy(SEED_SAMPLE).await;
+    cluster.status_where("ad-kubernetes", |s| ready(s).is_some()).await;
+    cluster.sim.faults().fail_next(kubesim::Fault {
+        verb: Some("create".into()),
+        resource: Some("rolebindings".into()),
+        count: 3,
+        status: 403,
+    });
+    cluster.namespace("team-1", json!({})).await;
+
+    let status = cluster.status_where("ad-kubernetes", |s| ready(s) == Some(("False", "Refused"))).await;
+    assert!(status.conditions[0].message.contains("team-1/ad-kubernetes-team-1"), "{:?}", status.conditions);
+    let event = cluster.event_with_reason("ad-kubernetes", "Refused").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    // A refusal waits for a change rather than being retried hot; each change retries it.
+    let api = cluster.bindings("team-1");
+    let mut touches = 0;
+    eventually("binding after the refusals run out", || {
+        touches += 1;
+        let (cluster, api, touch) = (&cluster, &api, touches);
+        async move {
+            cluster.label_namespace("team-1", json!({"touched": touch.to_string()})).await;
+            api.get_opt("ad-kubernetes-team-1").await.unwrap()
+        }
+    })
+    .await;
+    cluster.status_where("ad-kubernetes", |s| ready(s) == Some(("True", "BindingsReady"))).await;
+}

@@ -48,7 +48,7 @@ pub async fn execute(client: &Client, field_manager: &str, namespace: &str, acti
                 tracing::info!(namespace, binding = %name, verb, "RoleBinding written");
                 applied.writes += 1;
             }
-            (Err(kube::Error::Api(status)), Some(policy)) if status.is_forbidden() || status.is_invalid() => {
+            (Err(kube::Error::Api(status)), Some(policy)) if is_refusal(&status) => {
                 tracing::warn!(namespace, binding = %name, verb, reason = %status.message, "RoleBinding refused");
                 applied.refused.push(Problem {
                     policy,
@@ -65,6 +65,12 @@ pub async fn execute(client: &Client, field_manager: &str, namespace: &str, acti
         }
     }
     applied
+}
+
+/// 403 (kopper may not grant that role, or may not write there) and 422 (the object is
+/// invalid) will not change by retrying. Judged by code, whatever reason string the server sent.
+fn is_refusal(status: &kube::core::Status) -> bool {
+    matches!(status.code, 403 | 422)
 }
 
 async fn perform(api: &Api<RoleBinding>, field_manager: &str, action: Action) -> Result<(), kube::Error> {
