@@ -4,32 +4,35 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use futures::channel::mpsc;
-use futures::{Future, StreamExt};
+use futures::{Future, Stream, StreamExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::BINDING_CONTROLLER;
 use crate::runtime::Metrics;
 use crate::runtime::metrics::CacheLabels;
 
-/// Wakes a controller's `reconcile_all_on`. A full channel already holds a pending wake-up,
-/// so extra ones are dropped: a burst of changes costs one pass.
+/// Wakes a controller's `reconcile_all_on`. The channel holds one wake-up; while it is
+/// pending, further ones are dropped, so a burst of changes costs one pass.
 #[derive(Clone)]
 pub struct Trigger(mpsc::Sender<()>);
 
 impl Trigger {
-    pub fn new() -> (Self, mpsc::Receiver<()>) {
+    pub fn new() -> (Self, impl Stream<Item = ()> + Send + 'static) {
         let (sender, receiver) = mpsc::channel(1);
-        (Self(sender), receiver)
+        let wake_ups = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|()| ((), receiver))
+        });
+        (Self(sender), wake_ups)
     }
 
     pub fn fire(&self) {
         // Full means a wake-up is pending; closed means the controller has stopped.
-        let _ = self.0.clone().try_send(());
+        let _ = self.0.try_send(());
     }
 }
 
@@ -124,5 +127,55 @@ pub struct CacheStopped(String);
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
         self.store.wait_until_ready().await.map_err(|_| CacheStopped(K::kind(&()).into_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+    use crate::controllers::namespace_access::NamespaceAccess;
+    use crate::controllers::namespace_access::testing::policy;
+
+    fn generation(generation: i64) -> NamespaceAccess {
+        let mut policy = policy("seed", 1);
+        policy.metadata.generation = Some(generation);
+        policy
+    }
+
+    #[test]
+    fn status_writes_do_not_wake_the_namespaces() {
+        let mut relevant = spec_changed::<NamespaceAccess>();
+        assert!(!relevant(&Event::Init));
+        assert!(!relevant(&Event::InitApply(generation(1))));
+        assert!(relevant(&Event::InitDone));
+        assert!(!relevant(&Event::Apply(generation(1))), "same generation: only status or metadata changed");
+        assert!(relevant(&Event::Apply(generation(2))), "spec changed");
+        assert!(relevant(&Event::Delete(generation(2))));
+        assert!(relevant(&Event::Apply(generation(2))), "recreated after delete");
+    }
+
+    #[test]
+    fn initial_list_wakes_once_when_complete() {
+        assert!(!any_change(&Event::InitApply(generation(1))));
+        assert!(any_change(&Event::<NamespaceAccess>::InitDone));
+        assert!(any_change(&Event::Apply(generation(1))));
+    }
+
+    #[tokio::test]
+    async fn burst_of_triggers_costs_one_pending_wake_up() {
+        let (trigger, woken) = Trigger::new();
+        let mut woken = std::pin::pin!(woken);
+        for _ in 0..10 {
+            trigger.fire();
+        }
+        drop(trigger);
+        let mut wake_ups = 0;
+        while woken.next().await.is_some() {
+            wake_ups += 1;
+        }
+        assert_eq!(wake_ups, 1);
     }
 }
