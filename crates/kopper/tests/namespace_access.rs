@@ -34,10 +34,14 @@ struct Operator {
 
 impl Cluster {
     async fn start() -> Self {
+        Self::start_with_crd(NamespaceAccess::crd()).await
+    }
+
+    async fn start_with_crd(crd: CustomResourceDefinition) -> Self {
         let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
         let client = sim.client();
         Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &NamespaceAccess::crd())
+            .create(&PostParams::default(), &crd)
             .await
             .unwrap();
         let mut cluster = Self { sim, client, operator: None };
@@ -391,4 +395,31 @@ async fn refused_binding_is_reported_and_retried_when_something_changes() {
     })
     .await;
     cluster.status_where("ad-kubernetes", |s| ready(s) == Some(("True", "BindingsReady"))).await;
+}
+
+#[tokio::test]
+async fn unreadable_policy_is_reported_and_does_not_stop_the_others() {
+    // A schema that accepts anything, as an older or hand-edited CRD might.
+    let mut crd = NamespaceAccess::crd();
+    let schema = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    crd.spec.versions[0].schema.as_mut().unwrap().open_api_v3_schema =
+        Some(serde_json::from_value(schema).unwrap());
+    let cluster = Cluster::start_with_crd(crd).await;
+    let resource = kube::api::ApiResource::erase::<NamespaceAccess>(&());
+    let broken: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "NamespaceAccess",
+        "metadata": {"name": "broken"}, "spec": {"bindings": "not a list"},
+    }))
+    .unwrap();
+    Api::<kube::api::DynamicObject>::all_with(cluster.client.clone(), &resource)
+        .create(&PostParams::default(), &broken)
+        .await
+        .unwrap();
+
+    cluster.namespace("team-1", json!({})).await;
+    cluster.apply_policy(SEED_SAMPLE).await;
+    cluster.binding_where("team-1", "ad-kubernetes-team-1", is_seed_binding("team-1")).await;
+    cluster.status_where("ad-kubernetes", |s| ready(s) == Some(("True", "BindingsReady"))).await;
+    let event = cluster.event_with_reason("broken", "InvalidObject").await;
+    assert!(event.note.unwrap_or_default().contains("cannot be read"));
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::core::DeserializeGuard;
 use kube::{Resource, ResourceExt};
 
 use super::policy::{CompiledPolicy, FieldError, RenderedBinding};
@@ -41,8 +42,15 @@ impl Policies {
         compiled
     }
 
-    pub fn from_store(policies: &[Arc<NamespaceAccess>]) -> Self {
-        Self::compile(policies.iter().map(|policy| policy.as_ref()))
+    /// Policies as the cache holds them, including objects that could not be read at all:
+    /// those are held like invalid ones, so one broken object changes nothing.
+    pub fn from_store(policies: &[Arc<DeserializeGuard<NamespaceAccess>>]) -> Self {
+        let mut compiled = Self::compile(policies.iter().filter_map(|policy| policy.0.as_ref().ok()));
+        for unreadable in policies.iter().filter_map(|policy| policy.0.as_ref().err()) {
+            let error = FieldError::new("object", format!("cannot be read: {}", unreadable.error));
+            compiled.invalid.insert(unreadable.metadata.name.clone().unwrap_or_default(), vec![error]);
+        }
+        compiled
     }
 }
 
@@ -376,5 +384,22 @@ bindings:
         assert_eq!(desired.bindings["team-blue-edit"].binding.subjects[0].name, "team-blue");
         assert!(desired_bindings(facts("blue-prod", &labels), &policies).bindings.is_empty());
         assert!(desired_bindings(facts("shared", &BTreeMap::new()), &policies).bindings.is_empty());
+    }
+
+    #[test]
+    fn unreadable_policy_is_held_and_the_others_still_apply() {
+        let unreadable: DeserializeGuard<NamespaceAccess> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopper.dev/v1alpha1", "kind": "NamespaceAccess",
+            "metadata": {"name": "broken"}, "spec": {"bindings": "not a list"},
+        }))
+        .unwrap();
+        assert!(unreadable.0.is_err());
+        let readable = DeserializeGuard(Ok(policy("seed", 1)));
+        let policies = Policies::from_store(&[Arc::new(unreadable), Arc::new(readable)]);
+        assert!(policies.invalid["broken"][0].message.starts_with("cannot be read"));
+        let labels = BTreeMap::new();
+        let desired = desired_bindings(facts("team-1", &labels), &policies);
+        assert!(desired.held_policies.contains("broken"));
+        assert!(desired.bindings.contains_key("ad-kubernetes-team-1"));
     }
 }

@@ -27,9 +27,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
+use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -84,8 +86,12 @@ impl ErrorCategory for Error {
 }
 
 /// What both controllers read.
+/// Policies are read through a guard, so one object that does not deserialize is reported
+/// instead of failing every list and watch.
+type GuardedPolicy = DeserializeGuard<NamespaceAccess>;
+
 struct Shared {
-    policies: Store<NamespaceAccess>,
+    policies: Store<GuardedPolicy>,
     namespaces: Store<Namespace>,
     bindings: Store<RoleBinding>,
     /// Bindings the API server refused, per namespace, from the binding controller's last pass.
@@ -106,7 +112,7 @@ pub async fn run(
     let (wake_status, status_changes) = Trigger::new();
 
     let policies = Cache::spawn(
-        Api::<NamespaceAccess>::all(client.clone()),
+        Api::<GuardedPolicy>::all(client.clone()),
         cache::spec_changed(),
         vec![wake_namespaces, wake_status.clone()],
         ctx.metrics.clone(),
@@ -152,7 +158,7 @@ pub async fn run(
             })
             .reconcile_all_on(policy_changes)
             .graceful_shutdown_on(shutdown.clone());
-    let status_controller = Controller::new(Api::<NamespaceAccess>::all(client), watcher::Config::default())
+    let status_controller = Controller::new(Api::<GuardedPolicy>::all(client), watcher::Config::default())
         .with_config(controller::Config::default().debounce(STATUS_DEBOUNCE))
         .reconcile_all_on(status_changes)
         .graceful_shutdown_on(shutdown.clone());
@@ -208,12 +214,21 @@ async fn reconcile_namespace(
 
 /// Writes a policy's status when, and only when, it changed.
 async fn reconcile_status(
-    policy: Arc<NamespaceAccess>,
+    policy: Arc<GuardedPolicy>,
     ctx: Arc<Context>,
     shared: Arc<Shared>,
 ) -> Result<Action, Error> {
+    let policy = match &policy.0 {
+        Ok(policy) => policy,
+        Err(unreadable) => {
+            // Its status cannot be compared, so writing one could loop; an Event says why.
+            let note = format!("cannot be read, its bindings are left as they are: {}", unreadable.error);
+            publish(&ctx, &policy.object_ref(&()), EventType::Warning, "InvalidObject", note).await;
+            return Ok(Action::await_change());
+        }
+    };
     let name = policy.name_any();
-    let next = shared.status_of(&policy);
+    let next = shared.status_of(policy);
     shared.count_conflicts(&name, next.conflict_count, &ctx);
     if policy.status.as_ref() == Some(&next) {
         return Ok(Action::await_change());
@@ -229,23 +244,19 @@ async fn reconcile_status(
         .await
         .map_err(|source| Error::WriteStatus { name: name.clone(), source })?;
     ctx.metrics.wrote(STATUS_CONTROLLER);
-    publish_notices(&ctx, &policy, &next).await;
+    let reference = policy.object_ref(&());
+    for notice in notices(policy.status.as_ref(), &next) {
+        let type_ = if notice.warning { EventType::Warning } else { EventType::Normal };
+        publish(&ctx, &reference, type_, &notice.reason, notice.note).await;
+    }
     Ok(Action::await_change())
 }
 
-async fn publish_notices(ctx: &Context, policy: &NamespaceAccess, next: &NamespaceAccessStatus) {
-    let reference = policy.object_ref(&());
-    for notice in notices(policy.status.as_ref(), next) {
-        let event = Event {
-            type_: if notice.warning { EventType::Warning } else { EventType::Normal },
-            reason: notice.reason,
-            note: Some(notice.note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(error) = ctx.recorder.publish(&event, &reference).await {
-            tracing::warn!(policy = %policy.name_any(), %error, "could not publish event");
-        }
+async fn publish(ctx: &Context, reference: &ObjectReference, type_: EventType, reason: &str, note: String) {
+    let event =
+        Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+    if let Err(error) = ctx.recorder.publish(&event, reference).await {
+        tracing::warn!(object = ?reference.name, %error, "could not publish event");
     }
 }
 
@@ -270,7 +281,7 @@ impl Shared {
         // The controller's copy of this policy may be newer than the cache's.
         let mut policies = self.policies.state();
         policies.retain(|cached| cached.uid() != policy.uid());
-        policies.push(Arc::new(policy.clone()));
+        policies.push(Arc::new(DeserializeGuard(Ok(policy.clone()))));
         let policies = Policies::from_store(&policies);
         let namespaces = self.namespaces.state();
         let bindings: HashMap<(String, String), Arc<RoleBinding>> = self
