@@ -20,6 +20,7 @@ pub mod selector;
 mod server;
 pub mod store;
 mod table;
+mod typed;
 pub mod validation;
 mod watch;
 

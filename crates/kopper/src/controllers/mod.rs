@@ -1,1 +1,2 @@
 //! One module per controller.
+pub mod namespace_access;

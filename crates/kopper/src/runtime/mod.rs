@@ -1,6 +1,7 @@
 //! The shared runtime every controller stands on.
 
 pub mod context;
+pub mod controller;
 pub mod metrics;
 
 pub use context::{Context, ErrorCategory, Settings};
