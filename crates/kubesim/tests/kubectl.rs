@@ -194,17 +194,37 @@ spec:
     assert!(log.contains("application/strategic-merge-patch+json"), "{log}");
     // A merge key on `containers` is what makes kubectl order the list by name.
     assert!(log.contains("$setElementOrder/containers"), "patch did not merge containers by name:\n{log}");
+    let images = k.ok(&["get", "pod", "web", "-o", "jsonpath={.spec.containers[*].image}"]).await;
+    assert_eq!(images, "nginx:2 busybox:1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_side_apply_creates_and_updates() {
+async fn server_side_apply_updates_and_reports_conflicts_between_managers() {
     let Some(k) = Kubectl::start().await else { return };
     let applied = k.with_manifest("apply", CONFIGMAP, &["--server-side"]).await;
     assert_eq!(applied.trim(), "configmap/settings serverside-applied");
     let changed = CONFIGMAP.replace("mode: fast", "mode: slow");
-    let reapplied = k.with_manifest("apply", &changed, &["--server-side"]).await;
-    assert_eq!(reapplied.trim(), "configmap/settings serverside-applied");
+    k.with_manifest("apply", &changed, &["--server-side"]).await;
     assert_eq!(k.ok(&["get", "cm", "settings", "-o", "jsonpath={.data.mode}"]).await, "slow");
+
+    let other = CONFIGMAP.replace("mode: fast", "mode: other");
+    let conflict = k.piped(&["apply", "-f", "-", "--server-side", "--field-manager=ops"], &other).await;
+    let stderr = String::from_utf8_lossy(&conflict.stderr);
+    assert!(
+        !conflict.status.success() && stderr.contains(r#"conflict with "kubectl": .data.mode"#),
+        "{stderr}"
+    );
+    k.with_manifest("apply", &other, &["--server-side", "--field-manager=ops", "--force-conflicts"]).await;
+    let managed = [
+        "get",
+        "cm",
+        "settings",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}",
+    ];
+    assert!(k.ok(&managed).await.contains("ops"));
+    assert_eq!(k.ok(&["get", "cm", "settings", "-o", "jsonpath={.data.mode}"]).await, "other");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,12 +238,13 @@ async fn label_and_annotate_are_seen_by_selectors_and_output() {
         "configmap/settings annotated"
     );
     assert_eq!(k.ok(&["get", "cm", "-l", "tier=db", "-o", "name"]).await.trim(), "configmap/settings");
+    assert_eq!(k.ok(&["get", "cm", "-l", "tier!=db", "-o", "name"]).await.trim(), "configmap/other");
     let annotation = k.ok(&["get", "cm", "settings", "-o", "jsonpath={.metadata.annotations.owner}"]).await;
     assert_eq!(annotation, "team-a");
     let yaml = k.ok(&["get", "cm", "settings", "-o", "yaml"]).await;
     assert!(yaml.contains("tier: db"), "{yaml}");
     k.ok(&["label", "cm", "settings", "tier-"]).await;
-    assert_eq!(k.ok(&["get", "cm", "-l", "tier=db", "-o", "name"]).await.trim(), "");
+    assert_eq!(k.ok(&["get", "cm", "-l", "tier", "-o", "name"]).await.trim(), "");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
