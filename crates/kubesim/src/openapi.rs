@@ -433,6 +433,10 @@ mod tests {
     use super::*;
 
     fn registry_with_crd() -> Registry {
+        registry_with_crd_schema(json!({"type": "object", "properties": {"spec": {"type": "object"}}}))
+    }
+
+    fn registry_with_crd_schema(schema: Value) -> Registry {
         let mut registry = Registry::with_builtins();
         registry.insert(ResourceType {
             group: "stable.example.com".into(),
@@ -451,7 +455,7 @@ mod tests {
             view: crate::registry::View::Native,
             custom: Some(Arc::new(crate::registry::CustomInfo {
                 crd_name: "crontabs.stable.example.com".into(),
-                schema: json!({"type": "object", "properties": {"spec": {"type": "object"}}}),
+                schema,
                 printer_columns: vec![],
             })),
         });
@@ -470,6 +474,19 @@ mod tests {
                 .unwrap()
                 .starts_with("/openapi/v3/apis/stable.example.com/v1?hash=")
         );
+    }
+
+    #[test]
+    fn document_urls_change_with_the_crd_schema_so_cached_copies_are_not_reused() {
+        let url = |registry: &Registry| {
+            document(registry, &[]).unwrap()["paths"]["apis/stable.example.com/v1"]["serverRelativeURL"]
+                .clone()
+        };
+        let before = url(&registry_with_crd());
+        assert_eq!(before, url(&registry_with_crd()));
+        let changed =
+            registry_with_crd_schema(json!({"type": "object", "properties": {"spec": {"type": "string"}}}));
+        assert_ne!(before, url(&changed));
     }
 
     #[test]
