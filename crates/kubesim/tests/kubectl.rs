@@ -86,6 +86,9 @@ impl Kubectl {
         command
             .args(args)
             .env_clear()
+            // PATH stays: kubectl wrappers (such as the Cloud SDK's version dispatcher) find
+            // the real binary through it.
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.home.path())
             .env("KUBECONFIG", self.home.path().join("kubeconfig"))
             .stdin(Stdio::null())
