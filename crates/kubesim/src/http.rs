@@ -354,7 +354,12 @@ fn write_options(req: &Request) -> WriteOptions {
     } else {
         field_manager
     };
-    WriteOptions { dry_run: req.param("dryRun") == Some("All"), field_manager, force: req.flag("force") }
+    WriteOptions {
+        dry_run: req.param("dryRun") == Some("All"),
+        field_manager,
+        force: req.flag("force"),
+        strict: req.param("fieldValidation") == Some("Strict"),
+    }
 }
 
 fn delete_options(req: &Request) -> ApiResult<DeleteOptions> {
