@@ -688,7 +688,13 @@ pub fn patch(
             patch::merge_patch(&mut patched, &document);
             Ok(())
         }
-        PatchType::StrategicMerge if t.rt.is_custom() => Err(PatchError::Unsupported(String::new())),
+        PatchType::StrategicMerge if t.rt.is_custom() => {
+            let accepted =
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
+            Err(PatchError::Unsupported(format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
+            )))
+        }
         PatchType::StrategicMerge => {
             patch::strategic_merge_patch(&mut patched, &document, &t.rt.group, &t.rt.kind)
         }
@@ -717,39 +723,25 @@ fn parse_patch_body(kind: PatchType, body: &[u8]) -> ApiResult<Value> {
     parsed.map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))
 }
 
+/// The patch engine's error as the `Status` kube-apiserver sends: its own code, reason,
+/// message and conflict causes, with the object named in the details.
 fn patch_error(t: &Target, error: PatchError) -> ApiError {
-    match error {
-        PatchError::BadRequest(message) => ApiError::bad_request(message),
-        PatchError::Invalid(message) => ApiError::new(422, "Invalid", message),
-        PatchError::Unsupported(_) => ApiError::unsupported_media_type(
-            "application/strategic-merge-patch+json",
-            &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"],
-        ),
-        PatchError::Conflict(conflicts) => {
-            let causes: Vec<StatusCause> = conflicts
-                .iter()
-                .map(|c| StatusCause {
-                    reason: "FieldManagerConflict".into(),
-                    message: format!("conflict with \"{}\"", c.manager),
-                    field: c.field.clone(),
-                })
-                .collect();
-            let listed: Vec<String> =
-                conflicts.iter().map(|c| format!("conflict with \"{}\": {}", c.manager, c.field)).collect();
-            let noun = if conflicts.len() == 1 { "conflict" } else { "conflicts" };
-            ApiError::new(
-                409,
-                "Conflict",
-                format!("Apply failed with {} {noun}: {}", conflicts.len(), listed.join("\n")),
-            )
-            .with_details(crate::error::Details {
-                name: t.name().into(),
-                group: t.rt.group.clone(),
-                kind: t.rt.resource.clone(),
-            })
-            .with_causes(causes)
-        }
-    }
+    let causes = error
+        .causes()
+        .iter()
+        .map(|c| StatusCause {
+            reason: c["reason"].as_str().unwrap_or_default().to_owned(),
+            message: c["message"].as_str().unwrap_or_default().to_owned(),
+            field: c["field"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect();
+    ApiError::new(error.status_code(), error.reason(), error.to_string())
+        .with_details(crate::error::Details {
+            name: t.name().into(),
+            group: t.rt.group.clone(),
+            kind: t.rt.resource.clone(),
+        })
+        .with_causes(causes)
 }
 
 fn apply(
