@@ -185,19 +185,50 @@ fn decode_continue(token: &str) -> ApiResult<ObjKey> {
 }
 
 pub fn create(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> ApiResult<Value> {
-    check_known_fields(t, &body, opts)?;
-    let mut object = prepare_create(state, t, body)?;
+    let prepared = prepare_create(t, body, opts);
+    commit_create(state, t, prepared, opts)
+}
+
+/// A create's work that needs no store: decoding, defaults, validation and managedFields.
+/// Done before taking the store lock, so concurrent writers only queue for the commit.
+pub struct PreparedCreate {
+    name: String,
+    object: ApiResult<Value>,
+}
+
+pub fn prepare_create(t: &Target, body: Value, opts: &WriteOptions) -> PreparedCreate {
+    let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let object =
+        check_known_fields(t, &body, opts).and_then(|()| prepare_new_object(t, body)).map(|mut object| {
+            track_update(t, None, &mut object, &opts.field_manager);
+            object
+        });
+    PreparedCreate { name, object }
+}
+
+/// Stores a prepared create. The namespace is checked first, as kube-apiserver's admission
+/// does before validation, so its errors come before any validation error.
+pub fn commit_create(
+    state: &mut State,
+    t: &Target,
+    prepared: PreparedCreate,
+    opts: &WriteOptions,
+) -> ApiResult<Value> {
+    if let Some(ns) = &t.namespace {
+        check_namespace_accepts(state, t, ns, &prepared.name)?;
+    }
+    let object = prepared.object?;
     let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
     let key = (t.namespace.clone().unwrap_or_default(), name.clone());
     if state.get(&t.rt.storage, &key).is_some() {
         return Err(ApiError::already_exists(&t.rt.group, &t.rt.resource, &name));
     }
-    track_update(t, None, &mut object, &opts.field_manager);
     insert_new(state, t, key, object, opts.dry_run)
 }
 
-/// Everything a create does before the object is stored: defaults, checks, server fields.
-fn prepare_create(state: &State, t: &Target, body: Value) -> ApiResult<Value> {
+/// Everything a create does to the body before the object is stored: defaults, checks,
+/// server fields.
+fn prepare_new_object(t: &Target, body: Value) -> ApiResult<Value> {
     let mut object = typed_object(t, body)?;
     let meta = metadata_mut(&mut object);
     match (&t.namespace, meta.get("namespace").and_then(Value::as_str)) {
@@ -221,14 +252,10 @@ fn prepare_create(state: &State, t: &Target, body: Value) -> ApiResult<Value> {
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
         "selfLink",
+        "generation",
+        "managedFields",
     ] {
         meta.remove(server_field);
-    }
-    meta.remove("generation");
-    meta.remove("managedFields");
-    let name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
-    if let Some(ns) = &t.namespace {
-        check_namespace_accepts(state, t, ns, &name)?;
     }
     prepare_kind_on_create(t, &mut object)?;
     validate(t, None, &mut object)?;
@@ -786,7 +813,10 @@ fn apply(
             if t.subresource.is_some() {
                 return Err(t.not_found());
             }
-            let mut object = prepare_create(state, t, merged.clone())?;
+            if let Some(ns) = &t.namespace {
+                check_namespace_accepts(state, t, ns, t.name())?;
+            }
+            let mut object = prepare_new_object(t, merged.clone())?;
             if let Some(fields) = merged["metadata"].get("managedFields") {
                 metadata_mut(&mut object).insert("managedFields".into(), fields.clone());
             }

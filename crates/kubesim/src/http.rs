@@ -286,8 +286,9 @@ async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult
         }
         "watch" => watch::serve(sim.clone(), app.shutdown.clone(), t.clone(), watch_options(req, t)?),
         "create" => {
-            let body = decode_body(req)?;
-            let created = api::create(&mut sim.lock(), t, body, &write_options(req))?;
+            let opts = write_options(req);
+            let prepared = api::prepare_create(t, decode_body(req)?, &opts);
+            let created = api::commit_create(&mut sim.lock(), t, prepared, &opts)?;
             respond(req, StatusCode::CREATED, created)
         }
         "update" => {
