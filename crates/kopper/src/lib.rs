@@ -1,4 +1,43 @@
 //! kopper: one operator binary, several controllers for multi-tenant clusters.
 
+pub mod cli;
 pub mod controllers;
+pub mod crds;
+pub mod operator;
 pub mod runtime;
+
+pub use operator::run;
+
+use cli::Command;
+
+/// Runs one `kopper` subcommand; `main` only parses the command line and reports errors.
+pub async fn execute(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run(args) => {
+            runtime::telemetry::init(&args.telemetry)?;
+            run(args, wait_for_termination()).await
+        }
+        Command::Crds(args) => print_crds(args.out_dir.as_deref()),
+        Command::Demo(_args) => anyhow::bail!("`kopper demo` is not available in this build yet"),
+    }
+}
+
+fn print_crds(out_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let all = crds::all();
+    match out_dir {
+        Some(dir) => crds::write_dir(dir, &all),
+        None => {
+            print!("{}", crds::to_yaml(&all)?);
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT. If the handlers cannot be installed, kopper keeps running
+/// (it can still be killed) rather than shutting down at once.
+async fn wait_for_termination() {
+    if let Err(error) = runtime::shutdown::termination_signal().await {
+        tracing::warn!("cannot listen for SIGTERM/SIGINT: {error}");
+        std::future::pending::<()>().await;
+    }
+}
