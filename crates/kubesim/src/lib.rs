@@ -1,1 +1,24 @@
+//! kubesim: an embedded Kubernetes API server for end-to-end tests and demos.
+//!
+//! It serves the Kubernetes REST API over plain HTTP on loopback, keeps objects in memory,
+//! and behaves like kube-apiserver plus the parts of kube-controller-manager an operator
+//! depends on (garbage collector, namespace lifecycle). See the crate README for what it
+//! serves and where it knowingly differs.
 
+pub mod api;
+pub mod authz;
+mod controllers;
+pub mod convert;
+pub mod error;
+mod http;
+mod kubeconfig;
+pub mod patch;
+pub mod registry;
+mod seed;
+pub mod selector;
+mod server;
+pub mod store;
+pub mod validation;
+mod watch;
+
+pub use server::{Authorization, Config, Counters, Fault, Faults, Server, Sim};

@@ -1,0 +1,536 @@
+//! The HTTP face of kubesim: routes kube-apiserver's paths to the API functions, encodes
+//! responses and errors, and streams watches.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State as AxumState};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, DeleteOptions, ListOptions, Target, WriteOptions};
+use crate::error::{ApiError, ApiResult};
+use crate::patch::PatchType;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::server::{Authorization, Sim};
+use crate::watch;
+
+#[derive(Clone)]
+struct App {
+    sim: Arc<Sim>,
+    shutdown: CancellationToken,
+}
+
+pub fn router(sim: Arc<Sim>, shutdown: CancellationToken) -> Router {
+    Router::new().fallback(handle).layer(DefaultBodyLimit::disable()).with_state(App { sim, shutdown })
+}
+
+/// A parsed request: what it is about and how it was asked.
+struct Request {
+    method: Method,
+    path: String,
+    query: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Request {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.query.get(name).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        matches!(self.param(name), Some("true" | "1"))
+    }
+
+    fn header(&self, name: header::HeaderName) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default()
+    }
+
+    fn wants_metadata_only(&self) -> bool {
+        self.header(header::ACCEPT).contains("as=PartialObjectMetadata")
+    }
+}
+
+async fn handle(
+    AxumState(app): AxumState<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let query = uri
+        .query()
+        .map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let request = Request { method, path: uri.path().to_owned(), query, headers, body };
+    match route(&app, &request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn route(app: &App, req: &Request) -> ApiResult<Response> {
+    if req.body.len() > app.sim.config.max_body_bytes {
+        return Err(ApiError::too_large(app.sim.config.max_body_bytes));
+    }
+    let segments: Vec<&str> = req.path.split('/').filter(|s| !s.is_empty()).collect();
+    if let Some(response) = non_resource(app, req, &segments)? {
+        return Ok(response);
+    }
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(ApiError::no_such_resource()),
+    };
+    let (target, watch_path) = resolve(app, group, version, rest)?;
+    let verb = verb_of(req, &target, watch_path)?;
+    let resource = match &target.subresource {
+        Some(sub) => format!("{}/{sub}", target.rt.resource),
+        None => target.rt.resource.clone(),
+    };
+    authorize(app, req, &target, verb)?;
+    app.sim.counters.record(verb, &resource);
+    if let Some(status) = app.sim.faults.take(verb, &resource) {
+        return Err(injected(status, &target));
+    }
+    dispatch(app, req, &target, verb).await
+}
+
+/// Discovery, version and health endpoints. `Ok(None)` for resource paths.
+fn non_resource(app: &App, req: &Request, segments: &[&str]) -> ApiResult<Option<Response>> {
+    if !segments.is_empty() && !matches!(segments[0], "api" | "apis") {
+        authorize_path(app, req)?;
+    }
+    let state = || app.sim.lock();
+    let document = match segments {
+        ["version"] => json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0-kubesim", "gitCommit": "kubesim",
+            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "n/a",
+            "compiler": "rustc", "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+        }),
+        ["healthz" | "readyz" | "livez", ..] => {
+            return Ok(Some((StatusCode::OK, "ok").into_response()));
+        }
+        ["api"] => json!({
+            "kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": app_addr(req)}],
+        }),
+        ["api", "v1"] => state().registry.resource_list("", "v1"),
+        ["apis"] => state().registry.group_list(),
+        ["apis", group] => state().registry.group(group).ok_or_else(ApiError::no_such_resource)?,
+        ["apis", group, version] => {
+            let state = state();
+            if !state.registry.group_version_served(group, version) {
+                return Err(ApiError::no_such_resource());
+            }
+            state.registry.resource_list(group, version)
+        }
+        ["api" | "apis", ..] => return Ok(None),
+        _ => return Err(ApiError::no_such_resource()),
+    };
+    Ok(Some(json_response(StatusCode::OK, &document)))
+}
+
+fn app_addr(req: &Request) -> String {
+    req.header(header::HOST).to_owned()
+}
+
+/// Maps the path after `/api/v1` or `/apis/{group}/{version}` to a target. The second value
+/// is true for the legacy `/watch/` path form.
+fn resolve(app: &App, group: &str, version: &str, rest: &[&str]) -> ApiResult<(Target, bool)> {
+    let (watch_path, rest) = match rest {
+        ["watch", rest @ ..] => (true, rest),
+        _ => (false, rest),
+    };
+    let registry = &app.sim.lock().registry;
+    let lookup = |resource: &str| registry.get(group, version, resource);
+    let target = match rest {
+        ["namespaces", ns, resource, tail @ ..] if lookup(resource).is_some_and(|rt| rt.namespaced) => {
+            let rt = lookup(resource).ok_or_else(ApiError::no_such_resource)?;
+            match tail {
+                [] => Target { rt, namespace: Some((*ns).into()), name: None, subresource: None },
+                [name] => Target {
+                    rt,
+                    namespace: Some((*ns).into()),
+                    name: Some((*name).into()),
+                    subresource: None,
+                },
+                [name, sub] => subresource_target(rt, Some(ns), name, sub)?,
+                _ => return Err(ApiError::no_such_resource()),
+            }
+        }
+        [resource, tail @ ..] => {
+            let rt = lookup(resource).ok_or_else(ApiError::no_such_resource)?;
+            match tail {
+                [] => Target { rt, namespace: None, name: None, subresource: None },
+                [_, ..] if rt.namespaced => return Err(ApiError::no_such_resource()),
+                [name] => Target { rt, namespace: None, name: Some((*name).into()), subresource: None },
+                [name, sub] => subresource_target(rt, None, name, sub)?,
+                _ => return Err(ApiError::no_such_resource()),
+            }
+        }
+        [] => return Err(ApiError::no_such_resource()),
+    };
+    Ok((target, watch_path))
+}
+
+fn subresource_target(
+    rt: Arc<crate::registry::ResourceType>,
+    ns: Option<&&str>,
+    name: &str,
+    sub: &str,
+) -> ApiResult<Target> {
+    if !rt.subresources.iter().any(|s| s == sub) {
+        return Err(ApiError::no_such_resource());
+    }
+    Ok(Target {
+        rt,
+        namespace: ns.map(|n| (*n).to_owned()),
+        name: Some(name.into()),
+        subresource: Some(sub.into()),
+    })
+}
+
+fn verb_of(req: &Request, t: &Target, watch_path: bool) -> ApiResult<&'static str> {
+    let named = t.name.is_some();
+    let verb = match (&req.method, named) {
+        (&Method::GET, true) if watch_path || req.flag("watch") => "watch",
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) if watch_path || req.flag("watch") => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::POST, false) => "create",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        (method, _) => {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({method})"
+            )));
+        }
+    };
+    if t.subresource.is_some() && !matches!(verb, "get" | "update" | "patch") {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    Ok(verb)
+}
+
+fn injected(status: u16, t: &Target) -> ApiError {
+    let name = t.name.as_deref().unwrap_or_default();
+    match status {
+        409 => ApiError::stale(&t.rt.group, &t.rt.resource, name),
+        429 => {
+            let mut e = ApiError::new(429, "TooManyRequests", "Too many requests, please try again later.");
+            e.retry_after = Some(1);
+            e.with_details(crate::error::Details::default())
+        }
+        503 => {
+            ApiError::new(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+        }
+        504 => {
+            ApiError::new(504, "Timeout", "the server was unable to return a response in the time allotted")
+        }
+        other => ApiError::new(other, "InternalError", "Internal error occurred: injected by kubesim"),
+    }
+}
+
+async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<Response> {
+    let sim = &app.sim;
+    match verb {
+        "get" => respond(req, StatusCode::OK, api::get(&sim.lock(), t)?),
+        "list" => {
+            let opts = list_options(req, t)?;
+            let list = api::list(&sim.lock(), t, &opts)?;
+            respond_list(req, list)
+        }
+        "watch" => watch::serve(sim.clone(), app.shutdown.clone(), t.clone(), watch_options(req, t)?),
+        "create" => {
+            let body = decode_body(req)?;
+            let created = api::create(&mut sim.lock(), t, body, &write_options(req))?;
+            respond(req, StatusCode::CREATED, created)
+        }
+        "update" => {
+            let body = decode_body(req)?;
+            let updated = api::update(&mut sim.lock(), t, body, &write_options(req))?;
+            respond(req, StatusCode::OK, updated)
+        }
+        "patch" => {
+            let content_type = req.header(header::CONTENT_TYPE);
+            let kind = PatchType::from_content_type(content_type).ok_or_else(|| {
+                ApiError::unsupported_media_type(
+                    content_type,
+                    &[
+                        "application/json-patch+json",
+                        "application/merge-patch+json",
+                        "application/apply-patch+yaml",
+                        "application/strategic-merge-patch+json",
+                    ],
+                )
+            })?;
+            let mut state = sim.lock();
+            let existed = kind == PatchType::Apply && api::get(&state, t).is_ok();
+            let patched = api::patch(&mut state, t, kind, &req.body, &write_options(req))?;
+            let code =
+                if kind == PatchType::Apply && !existed { StatusCode::CREATED } else { StatusCode::OK };
+            respond(req, code, patched)
+        }
+        "delete" => {
+            let opts = delete_options(req)?;
+            respond(req, StatusCode::OK, api::delete(&mut sim.lock(), t, &opts)?)
+        }
+        "deletecollection" => {
+            let opts = delete_options(req)?;
+            let list = list_options(req, t)?;
+            respond(req, StatusCode::OK, api::delete_collection(&mut sim.lock(), t, &list, &opts)?)
+        }
+        _ => Err(ApiError::method_not_allowed("unsupported verb")),
+    }
+}
+
+fn decode_body(req: &Request) -> ApiResult<Value> {
+    let content_type = req.header(header::CONTENT_TYPE);
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    match media {
+        "" | "application/json" | "*/*" => serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))),
+        "application/yaml" => serde_yaml::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))),
+        other => Err(ApiError::unsupported_media_type(other, &["application/json", "application/yaml"])),
+    }
+}
+
+fn write_options(req: &Request) -> WriteOptions {
+    let field_manager = req.param("fieldManager").map(str::to_owned).unwrap_or_else(|| {
+        // kube-apiserver names an unnamed manager after the client's user agent product.
+        let agent = req.header(header::USER_AGENT);
+        let product = agent.split('/').next().unwrap_or_default();
+        product.chars().take(128).collect()
+    });
+    let field_manager = if req.method == Method::PATCH
+        && PatchType::from_content_type(req.header(header::CONTENT_TYPE)) == Some(PatchType::Apply)
+    {
+        req.param("fieldManager").unwrap_or_default().to_owned()
+    } else {
+        field_manager
+    };
+    WriteOptions { dry_run: req.param("dryRun") == Some("All"), field_manager, force: req.flag("force") }
+}
+
+fn delete_options(req: &Request) -> ApiResult<DeleteOptions> {
+    let body: Value = if req.body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&req.body).map_err(|e| {
+            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+        })?
+    };
+    let mut opts = DeleteOptions::from_body(&body);
+    if let Some(policy) = req.param("propagationPolicy") {
+        opts.propagation = DeleteOptions::from_body(&json!({"propagationPolicy": policy})).propagation;
+    }
+    if req.param("dryRun") == Some("All") {
+        opts.dry_run = true;
+    }
+    Ok(opts)
+}
+
+fn selectors(req: &Request, t: &Target) -> ApiResult<(Option<LabelSelector>, Option<FieldSelector>)> {
+    let labels = match req.param("labelSelector") {
+        Some(s) => Some(LabelSelector::parse(s).map_err(ApiError::bad_request)?),
+        None => None,
+    };
+    let fields = match req.param("fieldSelector") {
+        Some(s) => {
+            let parsed = FieldSelector::parse(s).map_err(ApiError::bad_request)?;
+            parsed
+                .check_supported(&t.rt.group, &t.rt.resource, t.rt.is_custom())
+                .map_err(ApiError::bad_request)?;
+            Some(parsed)
+        }
+        None => None,
+    };
+    Ok((labels, fields))
+}
+
+fn list_options(req: &Request, t: &Target) -> ApiResult<ListOptions> {
+    let (label_selector, field_selector) = selectors(req, t)?;
+    let limit = match req.param("limit") {
+        Some(l) => {
+            Some(l.parse::<usize>().map_err(|_| ApiError::bad_request(format!("invalid limit: {l}")))?)
+        }
+        None => None,
+    }
+    .filter(|l| *l > 0);
+    Ok(ListOptions {
+        label_selector,
+        field_selector,
+        limit,
+        continue_token: req.param("continue").map(str::to_owned),
+    })
+}
+
+fn watch_options(req: &Request, t: &Target) -> ApiResult<watch::WatchOptions> {
+    let (label_selector, field_selector) = selectors(req, t)?;
+    let resource_version = match req.param("resourceVersion") {
+        None | Some("0") => None,
+        Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "resourceVersion: Invalid value: \"{rv}\": must be a non-negative integer"
+            ))
+        })?),
+    };
+    let timeout = match req.param("timeoutSeconds") {
+        Some(s) => {
+            Duration::from_secs(s.parse().map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?)
+        }
+        None => Duration::from_secs(1800),
+    };
+    // A named watch (`/namespaces/ns/configmaps/x?watch=1`) is a watch with a name selector.
+    let name = t.name.clone();
+    Ok(watch::WatchOptions {
+        list: ListOptions { label_selector, field_selector, limit: None, continue_token: None },
+        name,
+        resource_version,
+        send_initial_events: req.flag("sendInitialEvents"),
+        bookmarks: req.flag("allowWatchBookmarks"),
+        timeout,
+        metadata_only: req.wants_metadata_only(),
+    })
+}
+
+fn authorize(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> {
+    if app.sim.config.authorization != Authorization::Rbac {
+        return Ok(());
+    }
+    let user = authenticate(req)?;
+    let attrs = crate::authz::RequestAttributes {
+        verb: verb.to_owned(),
+        api_group: t.rt.group.clone(),
+        resource: t.rt.resource.clone(),
+        subresource: t.subresource.clone(),
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+        path: req.path.clone(),
+        is_resource_request: true,
+    };
+    check_attrs(app, &user, &attrs, Some(t))
+}
+
+fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
+    if app.sim.config.authorization != Authorization::Rbac {
+        return Ok(());
+    }
+    let user = authenticate(req)?;
+    let attrs = crate::authz::RequestAttributes {
+        verb: req.method.as_str().to_lowercase(),
+        api_group: String::new(),
+        resource: String::new(),
+        subresource: None,
+        namespace: None,
+        name: None,
+        path: req.path.clone(),
+        is_resource_request: false,
+    };
+    check_attrs(app, &user, &attrs, None)
+}
+
+fn authenticate(req: &Request) -> ApiResult<crate::authz::UserInfo> {
+    let token = req.header(header::AUTHORIZATION).strip_prefix("Bearer ").unwrap_or_default().trim();
+    crate::authz::user_from_token(token).ok_or_else(ApiError::unauthorized)
+}
+
+fn check_attrs(
+    app: &App,
+    user: &crate::authz::UserInfo,
+    attrs: &crate::authz::RequestAttributes,
+    t: Option<&Target>,
+) -> ApiResult<()> {
+    let state = app.sim.lock();
+    let objects = |group: &str, resource: &str| -> Vec<Value> {
+        let key = crate::registry::StorageKey { group: group.into(), resource: resource.into() };
+        state.list(&key, None).into_iter().map(|(_, s)| s.value()).collect()
+    };
+    let rbac = "rbac.authorization.k8s.io";
+    let (roles, role_bindings, cluster_roles, cluster_role_bindings) = (
+        objects(rbac, "roles"),
+        objects(rbac, "rolebindings"),
+        objects(rbac, "clusterroles"),
+        objects(rbac, "clusterrolebindings"),
+    );
+    drop(state);
+    let snapshot = crate::authz::RbacSnapshot {
+        roles: &roles,
+        role_bindings: &role_bindings,
+        cluster_roles: &cluster_roles,
+        cluster_role_bindings: &cluster_role_bindings,
+    };
+    match crate::authz::authorize(user, attrs, &snapshot) {
+        crate::authz::Decision::Allow => Ok(()),
+        crate::authz::Decision::Deny => {
+            let message = crate::authz::forbidden_message(user, attrs);
+            Err(match t {
+                Some(t) => ApiError::forbidden(
+                    &t.rt.group,
+                    &t.rt.resource,
+                    t.name.as_deref().unwrap_or_default(),
+                    message,
+                ),
+                None => {
+                    ApiError::new(403, "Forbidden", message).with_details(crate::error::Details::default())
+                }
+            })
+        }
+    }
+}
+
+fn respond(req: &Request, code: StatusCode, object: Value) -> ApiResult<Response> {
+    let object = if req.wants_metadata_only() && object["kind"] != "Status" {
+        crate::convert::partial_metadata(&object)
+    } else {
+        object
+    };
+    Ok(json_response(code, &object))
+}
+
+fn respond_list(req: &Request, mut list: Value) -> ApiResult<Response> {
+    if req.wants_metadata_only() {
+        let items: Vec<Value> = list["items"]
+            .as_array()
+            .map(|i| i.iter().map(crate::convert::partial_metadata).collect())
+            .unwrap_or_default();
+        list = json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": list["metadata"].clone(),
+            "items": items,
+        });
+    }
+    Ok(json_response(StatusCode::OK, &list))
+}
+
+pub fn json_response(code: StatusCode, value: &Value) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Wraps a stream of already-encoded chunks as a chunked JSON response.
+pub fn streaming_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| ApiError::internal("could not build the watch response").into_response())
+}

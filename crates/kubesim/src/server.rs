@@ -1,0 +1,299 @@
+//! Starting and stopping a kubesim server, and the handles tests use to steer it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::State;
+
+/// How requests are authorized.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Authorization {
+    /// Every request is allowed, as with kube-apiserver's `AlwaysAllow`.
+    #[default]
+    AlwaysAllow,
+    /// Requests are authorized by the cluster's Roles and bindings for the bearer token's user.
+    Rbac,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on; port 0 picks a free one.
+    pub addr: SocketAddr,
+    pub authorization: Authorization,
+    /// How many changes watches can resume from before they get `410 Gone`.
+    pub watch_history: usize,
+    /// How often watches that asked for bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// Largest request body accepted (kube-apiserver: 3 MiB).
+    pub max_body_bytes: usize,
+    /// Create the namespaces every cluster has (default, kube-system, kube-public, kube-node-lease).
+    pub default_namespaces: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            authorization: Authorization::AlwaysAllow,
+            watch_history: 100_000,
+            bookmark_interval: Duration::from_secs(1),
+            max_body_bytes: 3 * 1024 * 1024,
+            default_namespaces: true,
+        }
+    }
+}
+
+/// A request failure to inject: the next `count` requests that match get `status`.
+#[derive(Debug, Clone, Default)]
+pub struct Fault {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`; any if `None`.
+    pub verb: Option<String>,
+    /// Resource plural (`configmaps`), optionally with a subresource (`pods/status`); any if `None`.
+    pub resource: Option<String>,
+    pub count: u32,
+    /// 409, 429 or 5xx.
+    pub status: u16,
+}
+
+/// Fault injection: failing requests, closing watches, delaying watch events.
+pub struct Faults {
+    pending: Mutex<Vec<Fault>>,
+    watch_delay: Mutex<Duration>,
+    /// Bumped to close every open watch; each watch holds a receiver.
+    close: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            pending: Mutex::default(),
+            watch_delay: Mutex::default(),
+            close: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
+
+impl Faults {
+    pub fn fail_next(&self, fault: Fault) {
+        lock(&self.pending).push(fault);
+    }
+
+    /// Ends every open watch stream, as an API server restart or a load balancer would.
+    pub fn close_watches(&self) {
+        self.close.send_modify(|generation| *generation += 1);
+    }
+
+    pub fn set_watch_delay(&self, delay: Duration) {
+        *lock(&self.watch_delay) = delay;
+    }
+
+    pub(crate) fn watch_delay(&self) -> Duration {
+        *lock(&self.watch_delay)
+    }
+
+    pub(crate) fn close_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.close.subscribe()
+    }
+
+    /// The status to fail this request with, if a fault matches it.
+    pub(crate) fn take(&self, verb: &str, resource: &str) -> Option<u16> {
+        let mut pending = lock(&self.pending);
+        let position = pending.iter().position(|f| {
+            f.count > 0
+                && f.verb.as_deref().is_none_or(|v| v == verb)
+                && f.resource.as_deref().is_none_or(|r| r == resource)
+        })?;
+        let fault = &mut pending[position];
+        fault.count -= 1;
+        let status = fault.status;
+        if fault.count == 0 {
+            pending.remove(position);
+        }
+        Some(status)
+    }
+}
+
+/// Requests served, per verb and resource (`resource/subresource` for subresources).
+#[derive(Default)]
+pub struct Counters {
+    counts: Mutex<BTreeMap<(String, String), u64>>,
+}
+
+impl Counters {
+    pub(crate) fn record(&self, verb: &str, resource: &str) {
+        *lock(&self.counts).entry((verb.to_owned(), resource.to_owned())).or_default() += 1;
+    }
+
+    pub fn get(&self, verb: &str, resource: &str) -> u64 {
+        lock(&self.counts).get(&(verb.to_owned(), resource.to_owned())).copied().unwrap_or(0)
+    }
+
+    /// Writes (create, update, patch, delete, deletecollection) to a resource.
+    pub fn writes(&self, resource: &str) -> u64 {
+        ["create", "update", "patch", "delete", "deletecollection"]
+            .iter()
+            .map(|v| self.get(v, resource))
+            .sum()
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<(String, String), u64> {
+        lock(&self.counts).clone()
+    }
+
+    pub fn reset(&self) {
+        lock(&self.counts).clear();
+    }
+}
+
+/// A mutex poisoned by a panicking holder still guards consistent data here: every
+/// critical section either completes or changes nothing, so recover the guard.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The shared core of one server: state, faults, counters and settings.
+pub struct Sim {
+    state: Mutex<State>,
+    pub config: Config,
+    pub faults: Faults,
+    pub counters: Counters,
+}
+
+impl Sim {
+    pub fn new(config: Config) -> Arc<Self> {
+        let (changes, _) = broadcast::channel(65_536);
+        let mut state = State::new(config.watch_history, changes);
+        if config.default_namespaces {
+            crate::seed::default_objects(&mut state, config.authorization == Authorization::Rbac);
+        }
+        Arc::new(Self {
+            state: Mutex::new(state),
+            config,
+            faults: Faults::default(),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+}
+
+/// A running kubesim: an HTTP server on loopback plus its background controllers.
+pub struct Server {
+    sim: Arc<Sim>,
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds, starts serving and returns at once; takes milliseconds.
+    pub async fn start(config: Config) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(config.addr).await?;
+        let addr = listener.local_addr()?;
+        let sim = Sim::new(config);
+        let shutdown = CancellationToken::new();
+        let app = crate::http::router(sim.clone(), shutdown.clone());
+        let serve_shutdown = shutdown.clone();
+        let http = tokio::spawn(async move {
+            let served =
+                axum::serve(listener, app).with_graceful_shutdown(serve_shutdown.cancelled_owned()).await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "kubesim HTTP server stopped");
+            }
+        });
+        let controllers = tokio::spawn(crate::controllers::run(sim.clone(), shutdown.clone()));
+        Ok(Self { sim, addr, shutdown, tasks: vec![http, controllers] })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A kubeconfig for the admin user, which kubectl and kube-rs both accept.
+    pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
+        crate::kubeconfig::for_token(&self.url(), "admin", "kubesim-admin")
+    }
+
+    /// A kubeconfig that authenticates as `user` in `groups` (for `Authorization::Rbac`).
+    pub fn kubeconfig_for_user(&self, user: &str, groups: &[&str]) -> kube::config::Kubeconfig {
+        crate::kubeconfig::for_token(&self.url(), user, &crate::authz::token_for_user(user, groups))
+    }
+
+    pub fn kubeconfig_for_service_account(&self, namespace: &str, name: &str) -> kube::config::Kubeconfig {
+        let token = crate::authz::token_for_service_account(namespace, name);
+        crate::kubeconfig::for_token(
+            &self.url(),
+            &format!("system:serviceaccount:{namespace}:{name}"),
+            &token,
+        )
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        crate::kubeconfig::write(&self.kubeconfig(), path)
+    }
+
+    /// An admin client.
+    pub fn client(&self) -> kube::Client {
+        crate::kubeconfig::client(&self.url(), "kubesim-admin")
+    }
+
+    pub fn client_for_user(&self, user: &str, groups: &[&str]) -> kube::Client {
+        crate::kubeconfig::client(&self.url(), &crate::authz::token_for_user(user, groups))
+    }
+
+    pub fn client_for_service_account(&self, namespace: &str, name: &str) -> kube::Client {
+        crate::kubeconfig::client(&self.url(), &crate::authz::token_for_service_account(namespace, name))
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.sim.faults
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.sim.counters
+    }
+
+    /// Shrinks the watch history, so that older resource versions answer `410 Gone`.
+    pub fn set_watch_history(&self, changes: usize) {
+        self.sim.lock().set_history_limit(changes);
+    }
+
+    /// Forgets all watch history, as an etcd compaction would.
+    pub fn compact(&self) {
+        self.sim.lock().compact();
+    }
+
+    /// The number of objects stored, over all resources.
+    pub fn object_count(&self) -> usize {
+        let state = self.sim.lock();
+        state.storages_with_objects().iter().map(|s| state.count(s, None)).sum()
+    }
+
+    /// Stops serving and waits for the background tasks to end.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

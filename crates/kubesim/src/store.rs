@@ -1,0 +1,340 @@
+//! In-memory object storage: one table per storage resource, a cluster-wide resource
+//! version, a bounded history of changes for watches to resume from, and the indexes the
+//! garbage collector needs.
+//!
+//! Objects are kept as serialized JSON: it is what every read and watch sends, so a change
+//! is serialized once however many watchers see it, and it is smaller than a parsed tree.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use tokio::sync::broadcast;
+
+use crate::registry::{Registry, StorageKey};
+
+/// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
+pub type ObjKey = (String, String);
+
+/// An owner reference, as far as the garbage collector cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: String,
+    pub block_owner_deletion: bool,
+}
+
+/// One stored object: its JSON and the metadata that is looked at without parsing it.
+#[derive(Debug)]
+pub struct StoredObject {
+    pub json: Bytes,
+    pub resource_version: u64,
+    pub uid: String,
+    pub labels: Option<Map<String, Value>>,
+    pub owners: Vec<Owner>,
+    pub finalizers: Vec<String>,
+    pub deleting: bool,
+}
+
+impl StoredObject {
+    /// Parses the stored JSON. Stored JSON was produced by serializing a `Value`, so this
+    /// cannot fail short of memory corruption; an empty object is returned rather than panic.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or_else(|_| Value::Object(Map::new()))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl ChangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change, as watches see it.
+#[derive(Debug)]
+pub struct Change {
+    pub storage: StorageKey,
+    pub key: ObjKey,
+    pub change: ChangeType,
+    pub object: Arc<StoredObject>,
+    /// The object before a modification, so a filtered watch can tell when it stopped or
+    /// started matching.
+    pub previous: Option<Arc<StoredObject>>,
+}
+
+impl Change {
+    pub fn resource_version(&self) -> u64 {
+        self.object.resource_version
+    }
+}
+
+/// Everything kubesim stores. Guarded by one mutex in [`crate::Sim`]; every operation on it
+/// is synchronous and short.
+pub struct State {
+    resource_version: u64,
+    tables: HashMap<StorageKey, BTreeMap<ObjKey, Arc<StoredObject>>>,
+    uids: HashMap<String, (StorageKey, ObjKey)>,
+    dependents: HashMap<String, HashSet<(StorageKey, ObjKey)>>,
+    history: VecDeque<Arc<Change>>,
+    history_limit: usize,
+    /// The resource version before the oldest change still in history.
+    history_floor: u64,
+    pub registry: Registry,
+    changes: broadcast::Sender<Arc<Change>>,
+}
+
+impl State {
+    pub fn new(history_limit: usize, changes: broadcast::Sender<Arc<Change>>) -> Self {
+        Self {
+            resource_version: 1,
+            tables: HashMap::new(),
+            uids: HashMap::new(),
+            dependents: HashMap::new(),
+            history: VecDeque::new(),
+            history_limit: history_limit.max(1),
+            history_floor: 1,
+            registry: Registry::with_builtins(),
+            changes,
+        }
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
+    }
+
+    pub fn get(&self, storage: &StorageKey, key: &ObjKey) -> Option<Arc<StoredObject>> {
+        self.tables.get(storage)?.get(key).cloned()
+    }
+
+    /// Objects of a storage, in name order, optionally in one namespace.
+    pub fn list(&self, storage: &StorageKey, namespace: Option<&str>) -> Vec<(ObjKey, Arc<StoredObject>)> {
+        let Some(table) = self.tables.get(storage) else { return Vec::new() };
+        match namespace {
+            Some(ns) => table
+                .range((ns.to_owned(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            None => table.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        }
+    }
+
+    /// Number of objects in a storage, optionally in one namespace.
+    pub fn count(&self, storage: &StorageKey, namespace: Option<&str>) -> usize {
+        match namespace {
+            Some(_) => self.list(storage, namespace).len(),
+            None => self.tables.get(storage).map_or(0, BTreeMap::len),
+        }
+    }
+
+    pub fn storages_with_objects(&self) -> Vec<StorageKey> {
+        self.tables.iter().filter(|(_, t)| !t.is_empty()).map(|(k, _)| k.clone()).collect()
+    }
+
+    pub fn locate_uid(&self, uid: &str) -> Option<&(StorageKey, ObjKey)> {
+        self.uids.get(uid)
+    }
+
+    pub fn dependents_of(&self, uid: &str) -> Vec<(StorageKey, ObjKey)> {
+        self.dependents.get(uid).map(|d| d.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// The next resource version a write would get.
+    pub fn next_resource_version(&mut self) -> u64 {
+        self.resource_version += 1;
+        self.resource_version
+    }
+
+    /// Stores `object` (already carrying `resourceVersion` = `rv`) and tells watchers.
+    pub fn put(&mut self, storage: &StorageKey, key: ObjKey, object: &Value, rv: u64) -> Arc<StoredObject> {
+        let stored = Arc::new(summarize(object, rv));
+        let previous = self.tables.entry(storage.clone()).or_default().insert(key.clone(), stored.clone());
+        let change = match &previous {
+            Some(old) => {
+                self.unindex(storage, &key, old);
+                ChangeType::Modified
+            }
+            None => ChangeType::Added,
+        };
+        self.index(storage, &key, &stored);
+        self.record(Change { storage: storage.clone(), key, change, object: stored.clone(), previous });
+        stored
+    }
+
+    /// Removes an object; `last` is its final state, stamped with the deletion's version.
+    pub fn remove(&mut self, storage: &StorageKey, key: &ObjKey, last: &Value, rv: u64) {
+        let Some(old) = self.tables.get_mut(storage).and_then(|t| t.remove(key)) else { return };
+        self.unindex(storage, key, &old);
+        let object = Arc::new(summarize(last, rv));
+        self.record(Change {
+            storage: storage.clone(),
+            key: key.clone(),
+            change: ChangeType::Deleted,
+            object,
+            previous: Some(old),
+        });
+    }
+
+    /// Drops a whole table without events (used when a CRD's last object is gone).
+    pub fn drop_table(&mut self, storage: &StorageKey) {
+        self.tables.remove(storage);
+    }
+
+    fn index(&mut self, storage: &StorageKey, key: &ObjKey, stored: &StoredObject) {
+        self.uids.insert(stored.uid.clone(), (storage.clone(), key.clone()));
+        for owner in &stored.owners {
+            self.dependents.entry(owner.uid.clone()).or_default().insert((storage.clone(), key.clone()));
+        }
+    }
+
+    fn unindex(&mut self, storage: &StorageKey, key: &ObjKey, stored: &StoredObject) {
+        self.uids.remove(&stored.uid);
+        for owner in &stored.owners {
+            if let Some(set) = self.dependents.get_mut(&owner.uid) {
+                set.remove(&(storage.clone(), key.clone()));
+                if set.is_empty() {
+                    self.dependents.remove(&owner.uid);
+                }
+            }
+        }
+    }
+
+    fn record(&mut self, change: Change) {
+        let change = Arc::new(change);
+        self.history.push_back(change.clone());
+        while self.history.len() > self.history_limit {
+            if let Some(dropped) = self.history.pop_front() {
+                self.history_floor = dropped.resource_version();
+            }
+        }
+        // No receivers is fine: nobody is watching.
+        let _ = self.changes.send(change);
+    }
+
+    /// Changes after `since`, or `None` when history no longer reaches back that far.
+    pub fn changes_since(&self, since: u64) -> Option<Vec<Arc<Change>>> {
+        if since < self.history_floor {
+            return None;
+        }
+        let start = self.history.partition_point(|c| c.resource_version() <= since);
+        Some(self.history.iter().skip(start).cloned().collect())
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.changes.subscribe()
+    }
+
+    /// Shrinks the history at run time (tests use it to force `410 Gone`).
+    pub fn set_history_limit(&mut self, limit: usize) {
+        self.history_limit = limit.max(1);
+        while self.history.len() > self.history_limit {
+            if let Some(dropped) = self.history.pop_front() {
+                self.history_floor = dropped.resource_version();
+            }
+        }
+    }
+
+    /// Forgets all history, as an etcd compaction at the current revision would.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.history_floor = self.resource_version;
+    }
+}
+
+fn summarize(object: &Value, rv: u64) -> StoredObject {
+    let meta = &object["metadata"];
+    let owners = meta["ownerReferences"]
+        .as_array()
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| {
+                    Some(Owner {
+                        uid: r["uid"].as_str()?.to_owned(),
+                        block_owner_deletion: r["blockOwnerDeletion"].as_bool().unwrap_or(false),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let finalizers = meta["finalizers"]
+        .as_array()
+        .map(|f| f.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    StoredObject {
+        // Serializing a `Value` cannot fail (its keys are strings).
+        json: Bytes::from(serde_json::to_vec(object).unwrap_or_default()),
+        resource_version: rv,
+        uid: meta["uid"].as_str().unwrap_or_default().to_owned(),
+        labels: meta["labels"].as_object().filter(|l| !l.is_empty()).cloned(),
+        owners,
+        finalizers,
+        deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state(limit: usize) -> State {
+        State::new(limit, broadcast::channel(16).0)
+    }
+
+    fn cm() -> StorageKey {
+        StorageKey { group: String::new(), resource: "configmaps".into() }
+    }
+
+    fn put(state: &mut State, ns: &str, name: &str) -> u64 {
+        let rv = state.next_resource_version();
+        let obj = json!({"metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}"), "resourceVersion": rv.to_string()}});
+        state.put(&cm(), (ns.into(), name.into()), &obj, rv);
+        rv
+    }
+
+    #[test]
+    fn list_in_namespace_sees_only_that_namespace() {
+        let mut s = state(10);
+        put(&mut s, "a", "x");
+        put(&mut s, "b", "x");
+        put(&mut s, "ab", "y");
+        let names: Vec<_> = s.list(&cm(), Some("a")).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(names, vec![("a".to_owned(), "x".to_owned())]);
+    }
+
+    #[test]
+    fn history_beyond_its_limit_is_gone() {
+        let mut s = state(2);
+        let first = put(&mut s, "a", "1");
+        let second = put(&mut s, "a", "2");
+        put(&mut s, "a", "3");
+        assert!(s.changes_since(first - 1).is_none(), "the first change fell out of history");
+        let resumed = s.changes_since(second - 1).unwrap();
+        assert_eq!(resumed.len(), 2);
+        assert_eq!(s.changes_since(s.resource_version()).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn dependents_are_indexed_by_owner_uid() {
+        let mut s = state(10);
+        let rv = s.next_resource_version();
+        let obj = json!({"metadata": {"name": "d", "namespace": "a", "uid": "d1", "ownerReferences": [{"uid": "o1"}]}});
+        s.put(&cm(), ("a".into(), "d".into()), &obj, rv);
+        assert_eq!(s.dependents_of("o1").len(), 1);
+        let rv = s.next_resource_version();
+        s.remove(&cm(), &("a".into(), "d".into()), &obj, rv);
+        assert!(s.dependents_of("o1").is_empty());
+        assert!(s.locate_uid("d1").is_none());
+    }
+}

@@ -1,0 +1,185 @@
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use serde_json::json;
+
+use crate::common::{TestCluster, wait_for};
+
+fn config_map(name: &str, labels: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap()
+}
+
+/// The next event's type and object name, passing over bookmarks.
+async fn next<S>(stream: &mut S) -> (String, String)
+where
+    S: futures::Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Unpin,
+{
+    loop {
+        let event = next_event(stream).await;
+        if !matches!(event, WatchEvent::Bookmark(_)) {
+            return describe(event);
+        }
+    }
+}
+
+async fn next_event<S>(stream: &mut S) -> WatchEvent<ConfigMap>
+where
+    S: futures::Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Unpin,
+{
+    tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+        .await
+        .expect("an event within the deadline")
+        .expect("no stream error")
+        .expect("stream still open")
+}
+
+fn describe(event: WatchEvent<ConfigMap>) -> (String, String) {
+    match event {
+        WatchEvent::Added(o) => ("ADDED".into(), o.metadata.name.unwrap_or_default()),
+        WatchEvent::Modified(o) => ("MODIFIED".into(), o.metadata.name.unwrap_or_default()),
+        WatchEvent::Deleted(o) => ("DELETED".into(), o.metadata.name.unwrap_or_default()),
+        WatchEvent::Bookmark(_) => ("BOOKMARK".into(), String::new()),
+        WatchEvent::Error(e) => (format!("ERROR {}", e.code), e.message),
+    }
+}
+
+fn event(kind: &str, name: &str) -> (String, String) {
+    (kind.to_owned(), name.to_owned())
+}
+
+#[tokio::test]
+async fn watch_from_a_list_resource_version_sees_each_later_change_in_order() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    api.create(&PostParams::default(), &config_map("before", json!({}))).await.unwrap();
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    api.create(&PostParams::default(), &config_map("a", json!({}))).await.unwrap();
+    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v"}}))).await.unwrap();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    assert_eq!(next(&mut stream).await, event("ADDED", "a"));
+    assert_eq!(next(&mut stream).await, event("MODIFIED", "a"));
+    assert_eq!(next(&mut stream).await, event("DELETED", "a"));
+}
+
+#[tokio::test]
+async fn watch_from_zero_starts_with_the_current_objects() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    api.create(&PostParams::default(), &config_map("existing", json!({}))).await.unwrap();
+    let mut stream = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();
+    assert_eq!(next(&mut stream).await, event("ADDED", "existing"));
+}
+
+#[tokio::test]
+async fn label_selected_watch_sees_objects_enter_and_leave_the_selection() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = api.watch(&WatchParams::default().labels("app=x"), &rv).await.unwrap().boxed();
+    api.create(&PostParams::default(), &config_map("other", json!({}))).await.unwrap();
+    api.create(&PostParams::default(), &config_map("a", json!({}))).await.unwrap();
+    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "x"}}})))
+        .await
+        .unwrap();
+    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": null}}})))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut stream).await, event("ADDED", "a"));
+    assert_eq!(next(&mut stream).await, event("DELETED", "a"));
+}
+
+#[tokio::test]
+async fn watch_from_a_resource_version_older_than_history_is_gone() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let Some(sim) = cluster.sim() else { return };
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let old = api.create(&PostParams::default(), &config_map("a", json!({}))).await.unwrap();
+    sim.set_watch_history(2);
+    for i in 0..5 {
+        api.create(&PostParams::default(), &config_map(&format!("b{i}"), json!({}))).await.unwrap();
+    }
+    let rv = old.metadata.resource_version.unwrap();
+    let mut stream = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let (kind, message) = next(&mut stream).await;
+    assert_eq!(kind, "ERROR 410");
+    assert!(message.contains("too old resource version"), "{message}");
+}
+
+#[tokio::test]
+async fn bookmarks_carry_the_latest_resource_version() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    if cluster.sim().is_none() {
+        return; // a real cluster sends bookmarks about once a minute
+    }
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let params = WatchParams { bookmarks: true, ..WatchParams::default() };
+    let mut stream = api.watch(&params, &rv).await.unwrap().boxed();
+    let created = api.create(&PostParams::default(), &config_map("a", json!({}))).await.unwrap();
+    let created_rv: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
+    assert_eq!(next(&mut stream).await, event("ADDED", "a"));
+    let bookmark = next_event(&mut stream).await;
+    let WatchEvent::Bookmark(b) = bookmark else { panic!("expected a bookmark, got {bookmark:?}") };
+    let after: u64 = b.metadata.resource_version.parse().unwrap();
+    assert!(after >= created_rv, "bookmark {after} is not behind the last event {created_rv}");
+}
+
+#[tokio::test]
+async fn watch_ends_after_its_timeout() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let params = WatchParams { bookmarks: false, ..WatchParams::default() }.timeout(1);
+    let mut stream = api.watch(&params, &rv).await.unwrap().boxed();
+    let ended = tokio::time::timeout(Duration::from_secs(10), stream.try_next()).await.expect("stream ends");
+    assert!(matches!(ended, Ok(None)), "{ended:?}");
+}
+
+#[tokio::test]
+async fn reflector_recovers_from_closed_watches_and_compaction() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let Some(sim) = cluster.sim() else { return };
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api.clone(), watcher::Config::default())).applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    api.create(&PostParams::default(), &config_map("a", json!({}))).await.unwrap();
+    wait_for("the first object in the cache", || async { (reader.state().len() == 1).then_some(()) }).await;
+    sim.faults().close_watches();
+    sim.compact();
+    api.create(&PostParams::default(), &config_map("b", json!({}))).await.unwrap();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    wait_for("the cache to converge after the watch was closed", || async {
+        let names: Vec<String> = reader.state().iter().filter_map(|c| c.metadata.name.clone()).collect();
+        (names == vec!["b".to_owned()]).then_some(())
+    })
+    .await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn streaming_list_ends_initial_events_with_a_bookmark() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    api.create(&PostParams::default(), &config_map("a", json!({}))).await.unwrap();
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().streaming_lists();
+    let stream = reflector(writer, watcher(api.clone(), config)).applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    wait_for("streamed initial state", || async { (reader.state().len() == 1).then_some(()) }).await;
+    api.create(&PostParams::default(), &config_map("b", json!({}))).await.unwrap();
+    wait_for("a later change", || async { (reader.state().len() == 2).then_some(()) }).await;
+    task.abort();
+}
