@@ -11,7 +11,7 @@ use crate::runtime::Settings;
 
 #[derive(Debug, Parser)]
 #[command(name = "kopper", version, about = "A Kubernetes operator for multi-tenant clusters")]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

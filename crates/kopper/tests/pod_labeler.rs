@@ -1,0 +1,112 @@
+//! End-to-end behaviour of the pod labeler (seed 001) on kubesim.
+
+mod common;
+
+use common::{Cluster, DEADLINE, Operator, create_pod, free_admin_addr, label_of, metric, pod, wait_for};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
+const LABEL: &str = "kopper.dev/pod-name";
+
+async fn set_annotation(cluster: &Cluster, name: &str, value: Option<&str>) {
+    let patch = Patch::Merge(json!({ "metadata": { "annotations": { ANNOTATION: value } } }));
+    cluster.pods("default").patch(name, &PatchParams::default(), &patch).await.unwrap();
+}
+
+async fn wait_for_label(cluster: &Cluster, name: &str, key: &str, expected: Option<&str>) {
+    let pods = cluster.pods("default");
+    let what = format!("label {key} of pod {name} to be {expected:?}");
+    wait_for(DEADLINE, &what, || async { label_of(&pods, name, key).await.as_deref() == expected }).await;
+}
+
+#[tokio::test]
+async fn annotated_pod_gets_its_name_as_label() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn label_is_removed_when_annotation_is_removed() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[("app", "web")])).await;
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+
+    set_annotation(&cluster, "web-1", None).await;
+
+    wait_for_label(&cluster, "web-1", LABEL, None).await;
+    assert_eq!(label_of(&cluster.pods("default"), "web-1", "app").await.as_deref(), Some("web"));
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn annotation_other_than_true_removes_the_label() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "false")], &[(LABEL, "web-1")])).await;
+
+    wait_for_label(&cluster, "web-1", LABEL, None).await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn label_and_annotation_keys_come_from_flags() {
+    let cluster = Cluster::start().await;
+    let flags = [
+        "--controllers",
+        "pod-labeler",
+        "--pod-label-annotation",
+        "padok.fr/add-pod-name-label",
+        "--pod-name-label",
+        "padok.fr/pod-name",
+    ];
+    let operator = Operator::start(cluster.run_args(&flags));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[("padok.fr/add-pod-name-label", "true")], &[]))
+        .await;
+
+    wait_for_label(&cluster, "web-1", "padok.fr/pod-name", Some("web-1")).await;
+    assert_eq!(label_of(&cluster.pods("default"), "web-1", LABEL).await, None);
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn failed_patches_are_retried_until_the_label_is_set() {
+    let cluster = Cluster::start().await;
+    let fault = kubesim::Fault {
+        verb: Some("patch".into()),
+        resource: Some("pods".into()),
+        count: 2,
+        status: 500,
+        ..kubesim::Fault::default()
+    };
+    cluster.sim.faults().fail_next(fault);
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    assert!(cluster.sim.counters().get("patch", "pods") >= 3, "the two failed patches were retried");
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pods_that_need_no_change_are_not_written() {
+    let cluster = Cluster::start().await;
+    let pods = cluster.pods("default");
+    create_pod(&pods, &pod("plain", &[], &[])).await;
+    create_pod(&pods, &pod("done", &[(ANNOTATION, "true")], &[(LABEL, "done")])).await;
+    create_pod(&pods, &pod("other", &[(ANNOTATION, "no")], &[])).await;
+    let admin = free_admin_addr();
+    let operator =
+        Operator::start(cluster.run_args(&["--controllers", "pod-labeler", "--admin-addr", &admin]));
+
+    let reconciles = r#"kopper_reconciles_total{controller="pod-labeler"}"#;
+    wait_for(DEADLINE, "three reconciles", || async { metric(&admin, reconciles).await >= Some(3.0) }).await;
+
+    assert_eq!(cluster.sim.counters().get("patch", "pods"), 0);
+    operator.stop().await.unwrap();
+}
