@@ -30,6 +30,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// Share of each delay that is randomised, so objects that failed together do not retry in
 /// lockstep against an API server that is already struggling.
 const BACKOFF_JITTER: f64 = 0.2;
+/// How often a controller's store is asked whether its first list has arrived.
+const READINESS_POLL: Duration = Duration::from_millis(100);
 
 /// Runs `controller` until its graceful-shutdown trigger fires: records metrics
 /// (`ctx.metrics.reconciled`/`failed`), wraps each reconcile in a tracing span naming the object
@@ -138,6 +140,13 @@ where
     ctx.metrics.cached_objects.get_or_create(&labels).set(size);
 }
 
+/// Marks `name` synced once its store has had its first list.
+///
+/// `Store::wait_until_ready` is backed by a oneshot channel that remembers only the last
+/// waiter's waker, and the controller's own runner waits on it too; a single long-lived
+/// wait here can be left unwoken. So the store is asked afresh at a short interval: the
+/// answer is immediate once the list has arrived, and the runner re-registers itself each
+/// time it is polled, in the same task that processes the list.
 fn spawn_readiness_watch<K>(name: &'static str, store: Store<K>, ctx: &Context)
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
@@ -145,8 +154,12 @@ where
     let readiness = ctx.readiness.clone();
     readiness.register(name);
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            readiness.mark_synced(name);
+        loop {
+            match tokio::time::timeout(READINESS_POLL, store.wait_until_ready()).await {
+                Ok(Ok(())) => return readiness.mark_synced(name),
+                Ok(Err(_writer_dropped)) => return,
+                Err(_elapsed) => {}
+            }
         }
     });
 }
