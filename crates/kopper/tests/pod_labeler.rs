@@ -82,7 +82,6 @@ async fn failed_patches_are_retried_until_the_label_is_set() {
         resource: Some("pods".into()),
         count: 2,
         status: 500,
-        ..kubesim::Fault::default()
     };
     cluster.sim.faults().fail_next(fault);
     let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
