@@ -77,12 +77,8 @@ async fn label_and_annotation_keys_come_from_flags() {
 #[tokio::test]
 async fn failed_patches_are_retried_until_the_label_is_set() {
     let cluster = Cluster::start().await;
-    let fault = kubesim::Fault {
-        verb: Some("patch".into()),
-        resource: Some("pods".into()),
-        count: 2,
-        status: 500,
-    };
+    let fault =
+        kubesim::Fault { verb: Some("patch".into()), resource: Some("pods".into()), count: 2, status: 500 };
     cluster.sim.faults().fail_next(fault);
     let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
     create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
