@@ -3,6 +3,7 @@
 pub mod cli;
 pub mod controllers;
 pub mod crds;
+pub mod demo;
 pub mod operator;
 pub mod runtime;
 
@@ -18,7 +19,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             run(args, wait_for_termination()).await
         }
         Command::Crds(args) => print_crds(args.out_dir.as_deref()),
-        Command::Demo(_args) => anyhow::bail!("`kopper demo` is not available in this build yet"),
+        Command::Demo(args) => demo::run(args).await,
     }
 }
 
