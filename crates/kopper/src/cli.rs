@@ -129,8 +129,9 @@ pub struct RunArgs {
     #[arg(long, env = "KOPPER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
 
-    /// How often the leader renews its lease; must be shorter than --lease-duration.
-    #[arg(long, env = "KOPPER_RENEW_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    /// How often the leader renews its lease; at most 80% of --lease-duration. A leader that
+    /// cannot renew for 80% of the lease duration stops, before a standby may take over.
+    #[arg(long, env = "KOPPER_RENEW_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub renew_interval: Duration,
 
     /// How long in-flight reconciles may run after SIGTERM/SIGINT before kopper exits anyway.

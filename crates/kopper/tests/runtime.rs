@@ -11,6 +11,8 @@ use common::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
 
 const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
 
@@ -117,6 +119,26 @@ async fn shutdown_releases_the_lease_at_once() {
     replica.stop().await.unwrap();
 
     assert_eq!(lease_holder(&cluster, "kopper-test").await, None);
+}
+
+#[tokio::test]
+async fn leader_stops_with_an_error_when_another_replica_takes_its_lease() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let replica = Operator::start(cluster.run_args(&replica_flags("a.test/pod-name", &admin)));
+    wait_for(DEADLINE, "the lease to be held", || async {
+        lease_holder(&cluster, "kopper-test").await.is_some()
+    })
+    .await;
+
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
+    let patch = Patch::Merge(json!({ "spec": { "holderIdentity": "intruder" } }));
+    leases.patch("kopper-test", &PatchParams::default(), &patch).await.unwrap();
+
+    let result =
+        tokio::time::timeout(DEADLINE, replica.handle).await.expect("the leader kept running").unwrap();
+    let message = format!("{:#}", result.unwrap_err());
+    assert!(message.contains("lost the leader lease"), "{message}");
 }
 
 #[tokio::test]

@@ -15,9 +15,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::shutdown::Shutdown;
+
+/// Share of the lease duration after the last renewal at which the leader gives up.
+const RENEW_DEADLINE_SHARE: f64 = 0.8;
+/// Pause between renewal attempts after one failed.
+const RENEW_RETRY: Duration = Duration::from_secs(1);
 
 /// Where the lease lives and how this replica takes part.
 #[derive(Clone, Debug)]
@@ -32,7 +37,9 @@ pub struct LeaseConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
-    #[error("--renew-interval ({renew:?}) must be shorter than --lease-duration ({duration:?})")]
+    #[error(
+        "--renew-interval ({renew:?}) must be well under --lease-duration ({duration:?}): at most 80% of it"
+    )]
     RenewNotShorterThanDuration { renew: Duration, duration: Duration },
     #[error("--lease-duration must be at least one second")]
     DurationTooShort,
@@ -47,13 +54,20 @@ impl LeaseConfig {
         if self.duration < Duration::from_secs(1) {
             return Err(LeaderError::DurationTooShort);
         }
-        if self.renew_interval >= self.duration {
+        if self.renew_interval >= self.renew_deadline() {
             return Err(LeaderError::RenewNotShorterThanDuration {
                 renew: self.renew_interval,
                 duration: self.duration,
             });
         }
         Ok(())
+    }
+
+    /// How long after its last successful renewal the leader gives up: before the lease can
+    /// expire, so that a standby cannot take the lease while this replica still believes it
+    /// leads.
+    fn renew_deadline(&self) -> Duration {
+        self.duration.mul_f64(RENEW_DEADLINE_SHARE)
     }
 
     fn duration_seconds(&self) -> i32 {
@@ -172,48 +186,57 @@ fn is_conflict(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409)
 }
 
+/// The result of one renewal attempt.
+enum Renewal {
+    Renewed,
+    /// Another replica holds the lease now.
+    Taken,
+    /// Our write lost a race (409) but the lease still names us; try again shortly.
+    Contended,
+}
+
 impl Leadership {
     /// Renews the lease every renew interval, and returns only when leadership is lost:
-    /// another replica holds the lease, or renewals kept failing until the lease expired.
+    /// another replica holds the lease, or renewals kept failing for most of the lease
+    /// duration. Failed renewals are retried at a shorter interval.
     pub async fn keep(&self) -> LeaderError {
         let mut last_renewed = tokio::time::Instant::now();
+        let mut wait = self.config.renew_interval;
         loop {
-            tokio::time::sleep(self.config.renew_interval).await;
-            match self.renew().await {
-                Ok(true) => last_renewed = tokio::time::Instant::now(),
-                Ok(false) => return LeaderError::Taken(self.config.name.clone()),
-                Err(cause) if last_renewed.elapsed() >= self.deadline() => {
+            tokio::time::sleep(wait).await;
+            let outcome = self.renew().await;
+            if let Ok(Renewal::Renewed) = outcome {
+                last_renewed = tokio::time::Instant::now();
+                wait = self.config.renew_interval;
+                continue;
+            }
+            let expired = last_renewed.elapsed() >= self.config.renew_deadline();
+            match outcome {
+                Ok(Renewal::Taken) => return LeaderError::Taken(self.config.name.clone()),
+                Err(cause) if expired => {
                     return LeaderError::RenewFailed { name: self.config.name.clone(), cause };
                 }
+                Ok(_) if expired => return LeaderError::Taken(self.config.name.clone()),
                 Err(error) => {
                     warn!(lease = %self.config.name, "renewing the leader lease failed, retrying: {error}")
                 }
+                Ok(_) => debug!(lease = %self.config.name, "renewal raced with another write, retrying"),
             }
+            wait = self.config.renew_interval.min(RENEW_RETRY);
         }
     }
 
-    /// Gives up before the lease expires, leaving a margin so that a standby cannot take the
-    /// lease while this replica still believes it leads.
-    fn deadline(&self) -> Duration {
-        self.config.duration.saturating_sub(self.config.renew_interval / 2)
-    }
-
-    /// `Ok(false)` when the lease now names another holder.
-    async fn renew(&self) -> Result<bool, kube::Error> {
-        for _ in 0..3 {
-            match try_claim(&self.api, &self.config).await {
-                Ok(None) => return Ok(true),
-                Ok(Some(_)) => {
-                    let current = self.api.get_opt(&self.config.name).await?;
-                    let holder = current.and_then(|lease| lease.spec).and_then(|spec| spec.holder_identity);
-                    if holder.as_deref() != Some(self.config.identity.as_str()) {
-                        return Ok(false);
-                    }
-                }
-                Err(error) => return Err(error),
-            }
+    async fn renew(&self) -> Result<Renewal, kube::Error> {
+        if try_claim(&self.api, &self.config).await?.is_none() {
+            return Ok(Renewal::Renewed);
         }
-        Ok(true)
+        let current = self.api.get_opt(&self.config.name).await?;
+        let holder = current.and_then(|lease| lease.spec).and_then(|spec| spec.holder_identity);
+        if holder.as_deref() == Some(self.config.identity.as_str()) {
+            Ok(Renewal::Contended)
+        } else {
+            Ok(Renewal::Taken)
+        }
     }
 
     /// Clears the holder so that a standby takes over at its next poll instead of waiting for
@@ -314,14 +337,15 @@ mod tests {
     }
 
     #[test]
-    fn renew_interval_must_be_shorter_than_the_lease() {
+    fn renew_interval_must_leave_room_to_retry_before_the_lease_expires() {
         let config = LeaseConfig {
             name: "l".into(),
             namespace: "default".into(),
             identity: "me".into(),
-            duration: Duration::from_secs(5),
-            renew_interval: Duration::from_secs(5),
+            duration: Duration::from_secs(15),
+            renew_interval: Duration::from_secs(13),
         };
         assert!(config.validate().is_err());
+        assert!(LeaseConfig { renew_interval: Duration::from_secs(5), ..config }.validate().is_ok());
     }
 }
