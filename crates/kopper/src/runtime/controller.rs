@@ -86,11 +86,7 @@ pub async fn run_controller<K, E, F, Fut>(
     };
     let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Context>| {
         let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
-        let delay = if error.is_permanent() {
-            BACKOFF_MAX
-        } else {
-            backoff_delay(failures.increment(&key), random_unit())
-        };
+        let delay = retry_delay(error.is_permanent(), failures.increment(&key), random_unit());
         warn!(
             controller = name,
             object = %key,
@@ -162,6 +158,12 @@ where
             }
         }
     });
+}
+
+/// When to retry after a failure: permanent errors wait the longest delay (a change to the
+/// object triggers a reconcile sooner through the watch); others back off exponentially.
+pub fn retry_delay(permanent: bool, attempt: u32, unit: f64) -> Duration {
+    if permanent { BACKOFF_MAX } else { backoff_delay(attempt, unit) }
 }
 
 /// Delay before retry number `attempt` (1 for the first failure): `BACKOFF_BASE * 2^(attempt-1)`
@@ -269,6 +271,12 @@ mod tests {
         let delay = backoff_delay(3, 0.999);
         assert!(delay < Duration::from_secs(2));
         assert!(delay >= Duration::from_secs(2).mul_f64(1.0 - BACKOFF_JITTER));
+    }
+
+    #[test]
+    fn permanent_errors_are_not_retried_hot() {
+        assert_eq!(retry_delay(true, 1, 0.0), BACKOFF_MAX);
+        assert_eq!(retry_delay(false, 1, 0.0), BACKOFF_BASE);
     }
 
     #[test]
