@@ -3,7 +3,9 @@
 mod common;
 
 use common::{Cluster, DEADLINE, Operator, create_pod, free_admin_addr, label_of, metric, pod, wait_for};
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 
 const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
@@ -27,6 +29,32 @@ async fn annotated_pod_gets_its_name_as_label() {
     create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
 
     wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn label_changes_are_recorded_as_events_on_the_pod() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    set_annotation(&cluster, "web-1", None).await;
+    wait_for_label(&cluster, "web-1", LABEL, None).await;
+
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    let reasons = || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter(|event| event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web-1"))
+            .filter_map(|event| event.reason)
+            .collect::<Vec<_>>()
+    };
+    wait_for(DEADLINE, "both Events", || async {
+        let reasons = reasons().await;
+        reasons.iter().any(|r| r == "PodNameLabelSet") && reasons.iter().any(|r| r == "PodNameLabelRemoved")
+    })
+    .await;
     operator.stop().await.unwrap();
 }
 
