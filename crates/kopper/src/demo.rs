@@ -28,6 +28,8 @@ const SETTLE_DEADLINE: Duration = Duration::from_secs(10);
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     crate::runtime::telemetry::init(&args.telemetry)?;
+    let ctrl_c =
+        crate::runtime::shutdown::termination_signal().context("cannot install SIGTERM/SIGINT handlers")?;
     let sim = kubesim::Server::start(kubesim::Config::default()).await.context("cannot start kubesim")?;
     let kubeconfig = args.kubeconfig_out.clone().unwrap_or_else(default_kubeconfig_path);
     sim.write_kubeconfig(&kubeconfig)
@@ -57,7 +59,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
     println!("metrics:    http://{}/metrics", args.admin_addr);
     println!("Ctrl-C stops the demo.");
-    crate::runtime::shutdown::termination_signal().await?;
+    ctrl_c.await;
 
     stop.trigger();
     operator.await.context("the operator task failed")??;

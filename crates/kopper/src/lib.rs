@@ -9,6 +9,7 @@ pub mod runtime;
 
 pub use operator::run;
 
+use anyhow::Context as _;
 use cli::Command;
 
 /// Runs one `kopper` subcommand; `main` only parses the command line and reports errors.
@@ -16,7 +17,9 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => {
             runtime::telemetry::init(&args.telemetry)?;
-            run(args, wait_for_termination()).await
+            let signal =
+                runtime::shutdown::termination_signal().context("cannot install SIGTERM/SIGINT handlers")?;
+            run(args, signal).await
         }
         Command::Crds(args) => print_crds(args.out_dir.as_deref()),
         Command::Demo(args) => demo::run(args).await,
@@ -31,14 +34,5 @@ fn print_crds(out_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
             print!("{}", crds::to_yaml(&all)?);
             Ok(())
         }
-    }
-}
-
-/// Resolves on SIGTERM or SIGINT. If the handlers cannot be installed, kopper keeps running
-/// (it can still be killed) rather than shutting down at once.
-async fn wait_for_termination() {
-    if let Err(error) = runtime::shutdown::termination_signal().await {
-        tracing::warn!("cannot listen for SIGTERM/SIGINT: {error}");
-        std::future::pending::<()>().await;
     }
 }

@@ -30,19 +30,25 @@ impl Shutdown {
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT (Ctrl-C).
-pub async fn termination_signal() -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut terminate = signal(SignalKind::terminate())?;
+/// Installs SIGTERM and SIGINT handlers now, and returns a future that resolves on the first
+/// of them. Installing eagerly matters: a signal that arrives before the handlers exist
+/// kills the process with the default action instead of shutting it down gracefully.
+#[cfg(unix)]
+pub fn termination_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
         tokio::select! {
-            result = tokio::signal::ctrl_c() => result,
-            _ = terminate.recv() => Ok(()),
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await
-    }
+    })
+}
+
+#[cfg(not(unix))]
+pub fn termination_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
