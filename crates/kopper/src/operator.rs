@@ -15,6 +15,9 @@ use crate::controllers;
 use crate::runtime::leader::{self, LeaderError, Leadership, LeaseConfig};
 use crate::runtime::{Context, Metrics, Shutdown, admin, client};
 
+/// How long the admin server may take to close its connections at shutdown.
+const ADMIN_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs the operator until `shutdown` resolves, then stops taking new work, lets in-flight
 /// reconciles finish within `--shutdown-grace-period`, releases the lease and returns `Ok`.
 /// Returns an error when the cluster cannot be reached, the admin address cannot be bound,
@@ -36,18 +39,27 @@ pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'sta
         tokio::spawn(admin::serve(listener, ctx.metrics.clone(), ctx.readiness.clone(), admin_stop.wait()));
     let stop = Shutdown::new();
     let trigger = stop.clone();
-    tokio::spawn(async move {
+    let forward_shutdown = tokio::spawn(async move {
         shutdown.await;
         info!("shutting down: no new reconciles; waiting for in-flight ones");
         trigger.trigger();
     });
 
     let result = run_controllers(&ctx, &args, &enabled, lease, &stop).await;
-    admin_stop.trigger();
-    if let Ok(Err(error)) = admin.await {
-        warn!("admin server failed: {error}");
-    }
+    forward_shutdown.abort();
+    stop_admin(admin, &admin_stop).await;
     result
+}
+
+/// Stops the admin server, giving open connections (a Prometheus scrape) a moment to end.
+async fn stop_admin(admin: tokio::task::JoinHandle<std::io::Result<()>>, admin_stop: &Shutdown) {
+    admin_stop.trigger();
+    let abort = admin.abort_handle();
+    match tokio::time::timeout(ADMIN_STOP_TIMEOUT, admin).await {
+        Ok(Ok(Err(error))) => warn!("admin server failed: {error}"),
+        Ok(_) => {}
+        Err(_elapsed) => abort.abort(),
+    }
 }
 
 async fn run_controllers(
