@@ -35,7 +35,7 @@ const READINESS_POLL: Duration = Duration::from_millis(100);
 
 /// Runs `controller` until its graceful-shutdown trigger fires: records metrics
 /// (`ctx.metrics.reconciled`/`failed`), wraps each reconcile in a tracing span naming the object
-/// (controller, namespace, name), and on error requeues with per-object exponential backoff
+/// (fields `controller`, `namespace`, `object`), and on error requeues with per-object exponential backoff
 /// (base 500ms, x2, max 5 min, jitter; reset on success); permanent errors
 /// ([`ErrorCategory::is_permanent`]) are not retried hot (requeue after the max).
 ///
@@ -65,7 +65,8 @@ pub async fn run_controller<K, E, F, Fut>(
             "reconcile",
             controller = name,
             namespace = obj.namespace().unwrap_or_default(),
-            name = obj.name_any(),
+            // Not `name`: JSON logs already use that key for the span's own name.
+            object = obj.name_any(),
         );
         let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
         let failures = reconcile_failures.clone();

@@ -16,7 +16,9 @@ pub struct TelemetryError {
 pub fn init(args: &TelemetryArgs) -> Result<(), TelemetryError> {
     let filter = EnvFilter::try_new(&args.log_level)
         .map_err(|cause| TelemetryError { level: args.log_level.clone(), cause })?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // stderr, so that output meant for people or pipes (`kopper crds`, the demo's summary)
+    // stays clean on stdout.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _already_installed = match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
