@@ -34,10 +34,15 @@ const BACKOFF_JITTER: f64 = 0.2;
 const READINESS_POLL: Duration = Duration::from_millis(100);
 
 /// Runs `controller` until its graceful-shutdown trigger fires: records metrics
-/// (`ctx.metrics.reconciled`/`failed`), wraps each reconcile in a tracing span naming the object
-/// (fields `controller`, `namespace`, `object`), and on error requeues with per-object exponential backoff
-/// (base 500ms, x2, max 5 min, jitter; reset on success); permanent errors
+/// (`ctx.metrics.reconciled`/`failed`), wraps each reconcile in a tracing span naming the
+/// object (fields `controller`, `namespace`, `object`), and on error requeues with per-object
+/// exponential backoff (base 500ms, x2, max 5 min, jitter; reset on success); permanent errors
 /// ([`ErrorCategory::is_permanent`]) are not retried hot (requeue after the max).
+///
+/// `name` must be the controller's `--controllers` name ([`ControllerName::as_str`]), so that
+/// `/readyz` waits for it.
+///
+/// [`ControllerName::as_str`]: crate::cli::ControllerName::as_str
 ///
 /// The caller builds the `Controller` (its watches, owned and watched kinds) and attaches the
 /// shutdown trigger with `graceful_shutdown_on`; concurrency comes from
