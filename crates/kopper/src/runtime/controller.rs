@@ -173,7 +173,7 @@ pub fn retry_delay(permanent: bool, attempt: u32, unit: f64) -> Duration {
 }
 
 /// Delay before retry number `attempt` (1 for the first failure): `BACKOFF_BASE * 2^(attempt-1)`
-/// capped at [`BACKOFF_MAX`], with up to [`BACKOFF_JITTER`] of it taken off according to
+/// capped at [`BACKOFF_MAX`], with up to a fifth of it taken off (jitter) according to
 /// `unit` (a number in `[0, 1)`).
 pub fn backoff_delay(attempt: u32, unit: f64) -> Duration {
     let exponent = attempt.saturating_sub(1).min(20);
