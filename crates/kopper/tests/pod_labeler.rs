@@ -102,17 +102,57 @@ async fn label_and_annotation_keys_come_from_flags() {
     operator.stop().await.unwrap();
 }
 
-#[tokio::test]
-async fn failed_patches_are_retried_until_the_label_is_set() {
+async fn label_is_set_despite_failed_patches(status: u16) {
     let cluster = Cluster::start().await;
     let fault =
-        kubesim::Fault { verb: Some("patch".into()), resource: Some("pods".into()), count: 2, status: 500 };
+        kubesim::Fault { verb: Some("patch".into()), resource: Some("pods".into()), count: 2, status };
     cluster.sim.faults().fail_next(fault);
     let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
     create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
 
     wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
     assert!(cluster.sim.counters().get("patch", "pods") >= 3, "the two failed patches were retried");
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn server_errors_on_patch_are_retried_until_the_label_is_set() {
+    label_is_set_despite_failed_patches(500).await;
+}
+
+#[tokio::test]
+async fn conflicts_on_patch_are_retried_until_the_label_is_set() {
+    label_is_set_despite_failed_patches(409).await;
+}
+
+#[tokio::test]
+async fn changes_made_while_kopper_was_down_converge_when_it_restarts() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    operator.stop().await.unwrap();
+
+    set_annotation(&cluster, "web-1", None).await;
+    create_pod(&cluster.pods("default"), &pod("web-2", &[(ANNOTATION, "true")], &[])).await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+
+    wait_for_label(&cluster, "web-1", LABEL, None).await;
+    wait_for_label(&cluster, "web-2", LABEL, Some("web-2")).await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pods_are_labelled_after_the_watch_is_closed_by_the_server() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+
+    cluster.sim.faults().close_watches();
+    create_pod(&cluster.pods("default"), &pod("web-2", &[(ANNOTATION, "true")], &[])).await;
+
+    wait_for_label(&cluster, "web-2", LABEL, Some("web-2")).await;
     operator.stop().await.unwrap();
 }
 
