@@ -65,6 +65,7 @@ pub async fn run_controller<K, E, F, Fut>(
     let controller = controller.with_config(Config::default().concurrency(ctx.settings.concurrency));
 
     let reconcile_failures = failures.clone();
+    let policy_failures = failures.clone();
     let reconciler = move |obj: Arc<K>, ctx: Arc<Context>| {
         let span = info_span!(
             "reconcile",
@@ -77,7 +78,7 @@ pub async fn run_controller<K, E, F, Fut>(
         let failures = reconcile_failures.clone();
         let store = store.clone();
         let started = Instant::now();
-        let work = reconcile(obj, ctx.clone());
+        let work = span.in_scope(|| reconcile(obj, ctx.clone()));
         async move {
             let result = work.await;
             ctx.metrics.reconciled(name, started.elapsed());
@@ -92,7 +93,7 @@ pub async fn run_controller<K, E, F, Fut>(
     };
     let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Context>| {
         let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
-        let delay = retry_delay(error.is_permanent(), failures.increment(&key), random_unit());
+        let delay = retry_delay(error.is_permanent(), policy_failures.increment(&key), random_unit());
         warn!(
             controller = name,
             object = %key,
@@ -106,7 +107,14 @@ pub async fn run_controller<K, E, F, Fut>(
 
     controller
         .run(reconciler, error_policy, ctx)
-        .for_each(|result| async move { log_outcome(name, result) })
+        .for_each(|result| {
+            // An object that left the cache will not be retried: forget its failures.
+            if let Err(ControllerError::ObjectNotFound(object)) = &result {
+                failures.reset(&object.to_string());
+            }
+            log_outcome(name, result);
+            std::future::ready(())
+        })
         .await;
     debug!(controller = name, "controller stopped");
 }
