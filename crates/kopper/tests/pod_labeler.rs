@@ -59,6 +59,26 @@ async fn label_changes_are_recorded_as_events_on_the_pod() {
 }
 
 #[tokio::test]
+async fn pod_name_too_long_for_a_label_is_reported_as_a_warning_event() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    let name = format!("web-{}", "x".repeat(70));
+    create_pod(&cluster.pods("default"), &pod(&name, &[(ANNOTATION, "true")], &[])).await;
+
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    wait_for(DEADLINE, "a Warning Event", || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items.iter().any(|event| {
+            event.reason.as_deref() == Some("PodNameLabelInvalid")
+                && event.type_.as_deref() == Some("Warning")
+        })
+    })
+    .await;
+    assert_eq!(label_of(&cluster.pods("default"), &name, LABEL).await, None);
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn label_is_removed_when_annotation_is_removed() {
     let cluster = Cluster::start().await;
     let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));

@@ -74,12 +74,22 @@ async fn reconcile(pod: Arc<PodMeta>, ctx: Arc<Context>) -> Result<Action, Error
     }
     let settings = &ctx.settings;
     let keys = Keys { annotation: &settings.pod_label_annotation, label: &settings.pod_name_label };
-    let Some(change) = label_change(&pod.name_any(), pod.annotations(), pod.labels(), keys)? else {
-        return Ok(Action::await_change());
+    let change = match label_change(&pod.name_any(), pod.annotations(), pod.labels(), keys) {
+        Ok(Some(change)) => change,
+        Ok(None) => return Ok(Action::await_change()),
+        Err(invalid) => {
+            let note = invalid.to_string();
+            publish_event(&ctx, &pod, EventType::Warning, "PodNameLabelInvalid", note).await;
+            return Err(invalid.into());
+        }
     };
     if patch_label(&ctx, &pod, keys.label, &change).await? {
         ctx.metrics.wrote(NAME);
-        publish_event(&ctx, &pod, keys.label, &change).await;
+        let (reason, note) = match &change {
+            LabelChange::Set(value) => ("PodNameLabelSet", format!("Set label {}={value}", keys.label)),
+            LabelChange::Remove => ("PodNameLabelRemoved", format!("Removed label {}", keys.label)),
+        };
+        publish_event(&ctx, &pod, EventType::Normal, reason, note).await;
     }
     Ok(Action::await_change())
 }
@@ -105,20 +115,11 @@ async fn patch_label(ctx: &Context, pod: &PodMeta, label: &str, change: &LabelCh
     }
 }
 
-/// A Normal Event on the pod, so `kubectl describe pod` shows why its labels changed.
-/// Failing to record it does not fail the reconcile: the label itself is what matters.
-async fn publish_event(ctx: &Context, pod: &PodMeta, label: &str, change: &LabelChange) {
-    let (reason, note) = match change {
-        LabelChange::Set(value) => ("PodNameLabelSet", format!("Set label {label}={value}")),
-        LabelChange::Remove => ("PodNameLabelRemoved", format!("Removed label {label}")),
-    };
-    let event = Event {
-        type_: EventType::Normal,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Label".into(),
-        secondary: None,
-    };
+/// An Event on the pod, so `kubectl describe pod` shows why its labels changed (or could
+/// not). Failing to record it does not fail the reconcile: the label itself is what matters.
+async fn publish_event(ctx: &Context, pod: &PodMeta, type_: EventType, reason: &str, note: String) {
+    let event =
+        Event { type_, reason: reason.into(), note: Some(note), action: "Label".into(), secondary: None };
     if let Err(error) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
         warn!(pod = %ObjectRef::from_obj(pod), "could not record an Event: {error}");
     }
