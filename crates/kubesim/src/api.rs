@@ -189,8 +189,7 @@ pub fn create(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -
     if state.get(&t.rt.storage, &key).is_some() {
         return Err(ApiError::already_exists(&t.rt.group, &t.rt.resource, &name));
     }
-    let now = now();
-    patch::record_update(None, &mut object, &opts.field_manager, None, &now);
+    track_update(t, None, &mut object, &opts.field_manager);
     insert_new(state, t, key, object, opts.dry_run)
 }
 
@@ -284,7 +283,13 @@ fn typed_object(t: &Target, body: Value) -> ApiResult<Value> {
     if !obj.get("metadata").is_some_and(Value::is_object) {
         obj.insert("metadata".into(), json!({}));
     }
-    Ok(Value::Object(obj))
+    let object = Value::Object(obj);
+    if !t.rt.is_custom()
+        && let Some(message) = validation::builtin_decode_error(&t.rt.group, &t.rt.resource, &object)
+    {
+        return Err(ApiError::bad_request(message));
+    }
+    crate::typed::normalize(&t.rt.group, &t.rt.kind, object).map_err(ApiError::bad_request)
 }
 
 pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
@@ -359,9 +364,6 @@ fn prepare_secret(object: &mut Value) -> ApiResult<()> {
         return Err(ApiError::bad_request(message));
     }
     validation::fold_string_data(object);
-    if object["type"].as_str().is_none_or(str::is_empty) {
-        object["type"] = "Opaque".into();
-    }
     Ok(())
 }
 
@@ -399,15 +401,23 @@ fn prepare_crd(object: &mut Value) {
 /// Runs every validation that applies; a failure is a 422 naming each bad field.
 fn validate(t: &Target, old: Option<&Value>, object: &mut Value) -> ApiResult<()> {
     let rt = &t.rt;
-    let rule = validation::name_rule(&rt.group, &rt.resource);
-    let mut causes = validation::validate_metadata(object, rule, rt.namespaced);
+    let mut causes = Vec::new();
     match &rt.custom {
-        Some(custom) if !custom.schema.is_null() => {
-            causes.extend(validation::prune_default_validate(&custom.schema, object));
+        Some(custom) => {
+            causes.extend(validation::validate_metadata(
+                object,
+                validation::NameRule::Subdomain,
+                rt.namespaced,
+            ));
+            if !custom.schema.is_null() {
+                causes.extend(validation::prune_default_validate(&custom.schema, object));
+            }
+            if let Some(old) = old {
+                causes.extend(validation::validate_metadata_update(old, object));
+            }
         }
-        Some(_) => {}
-        None if rt.group == "apiextensions.k8s.io" => causes.extend(validation::validate_crd(object)),
         None => {
+            validation::apply_builtin_defaults(&rt.group, &rt.resource, object);
             causes.extend(validation::validate_builtin(&rt.group, &rt.resource, object));
             if let Some(old) = old {
                 causes.extend(validation::validate_builtin_update(&rt.group, &rt.resource, old, object));
@@ -418,12 +428,26 @@ fn validate(t: &Target, old: Option<&Value>, object: &mut Value) -> ApiResult<()
         return Ok(());
     }
     let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-    let message = validation::invalid_message(&rt.kind, &name, &causes);
+    let message =
+        validation::invalid_message(&validation::qualified_kind(&rt.group, &rt.kind), &name, &causes);
     let causes = causes
         .into_iter()
         .map(|c| StatusCause { reason: c.reason.to_owned(), message: c.message, field: c.field })
         .collect();
     Err(ApiError::invalid(&rt.group, &rt.kind, &name, message, causes))
+}
+
+/// Records a non-apply write in managedFields, with the list semantics of the object's type.
+fn track_update(t: &Target, old: Option<&Value>, new: &mut Value, manager: &str) {
+    let now = now();
+    let sub = t.subresource.as_deref();
+    match &t.rt.custom {
+        Some(custom) => {
+            let lists = patch::SchemaListTypes::new(&custom.schema);
+            patch::record_update_with(old, new, manager, sub, &now, &lists);
+        }
+        None => patch::record_update(old, new, manager, sub, &now),
+    }
 }
 
 pub fn update(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> ApiResult<Value> {
@@ -443,7 +467,7 @@ pub fn update(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -
         return Err(ApiError::stale(&t.rt.group, &t.rt.resource, t.name()));
     }
     let mut object = prepare_update(t, &old, object)?;
-    patch::record_update(Some(&old), &mut object, &opts.field_manager, t.subresource.as_deref(), &now());
+    track_update(t, Some(&old), &mut object, &opts.field_manager);
     commit_update(state, t, &old, object, opts.dry_run)
 }
 
@@ -501,7 +525,6 @@ fn prepare_update(t: &Target, old: &Value, mut new: Value) -> ApiResult<Value> {
         }
     }
     keep_server_metadata(old, &mut new);
-    forbid_new_finalizers_while_deleting(t, old, &new)?;
     validate(t, Some(old), &mut new)?;
     Ok(new)
 }
@@ -523,28 +546,6 @@ fn keep_server_metadata(old: &Value, new: &mut Value) {
             None => meta.remove(field),
         };
     }
-}
-
-fn forbid_new_finalizers_while_deleting(t: &Target, old: &Value, new: &Value) -> ApiResult<()> {
-    if old["metadata"].get("deletionTimestamp").is_none_or(Value::is_null) {
-        return Ok(());
-    }
-    let finalizers = |v: &Value| -> Vec<String> {
-        v["metadata"]["finalizers"]
-            .as_array()
-            .map(|f| f.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default()
-    };
-    let before = finalizers(old);
-    if finalizers(new).iter().any(|f| !before.contains(f)) {
-        let message = format!(
-            "{} \"{}\" is forbidden: no new finalizers can be added if the object is being deleted",
-            crate::error::qualified(&t.rt.group, &t.rt.resource),
-            t.name()
-        );
-        return Err(ApiError::forbidden(&t.rt.group, &t.rt.resource, t.name(), message));
-    }
-    Ok(())
 }
 
 /// Stores an updated object, unless nothing but bookkeeping changed; removes it when it was
@@ -649,7 +650,7 @@ pub fn patch(
         return Err(ApiError::stale(&t.rt.group, &t.rt.resource, t.name()));
     }
     let mut object = prepare_update(t, &old, patched)?;
-    patch::record_update(Some(&old), &mut object, &opts.field_manager, t.subresource.as_deref(), &now());
+    track_update(t, Some(&old), &mut object, &opts.field_manager);
     commit_update(state, t, &old, object, opts.dry_run)
 }
 

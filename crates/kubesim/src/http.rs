@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, DeleteOptions, ListOptions, Target, WriteOptions};
+use crate::authz::{self, RequestAttributes};
 use crate::error::{ApiError, ApiResult};
 use crate::patch::PatchType;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -411,26 +412,30 @@ fn authorize(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> 
     if app.sim.config.authorization != Authorization::Rbac {
         return Ok(());
     }
-    let user = authenticate(req)?;
-    let attrs = crate::authz::RequestAttributes {
+    let is_namespace = t.rt.group.is_empty() && t.rt.resource == "namespaces";
+    // RBAC `resourceNames` apply to a list or watch narrowed to one name by field selector.
+    let selected_name = || {
+        let fields = FieldSelector::parse(req.param("fieldSelector")?).ok()?;
+        fields.required_value("metadata.name").map(str::to_owned)
+    };
+    let attrs = RequestAttributes {
         verb: verb.to_owned(),
         api_group: t.rt.group.clone(),
         resource: t.rt.resource.clone(),
         subresource: t.subresource.clone(),
-        namespace: t.namespace.clone(),
-        name: t.name.clone(),
+        namespace: if is_namespace { t.name.clone() } else { t.namespace.clone() },
+        name: t.name.clone().or_else(selected_name),
         path: req.path.clone(),
         is_resource_request: true,
     };
-    check_attrs(app, &user, &attrs, Some(t))
+    check(app, req, &attrs, Some(t))
 }
 
 fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
     if app.sim.config.authorization != Authorization::Rbac {
         return Ok(());
     }
-    let user = authenticate(req)?;
-    let attrs = crate::authz::RequestAttributes {
+    let attrs = RequestAttributes {
         verb: req.method.as_str().to_lowercase(),
         api_group: String::new(),
         resource: String::new(),
@@ -440,56 +445,46 @@ fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
         path: req.path.clone(),
         is_resource_request: false,
     };
-    check_attrs(app, &user, &attrs, None)
+    check(app, req, &attrs, None)
 }
 
-fn authenticate(req: &Request) -> ApiResult<crate::authz::UserInfo> {
+/// Authenticates the bearer token and asks RBAC, answering 401 or 403 as kube-apiserver does.
+fn check(app: &App, req: &Request, attrs: &RequestAttributes, t: Option<&Target>) -> ApiResult<()> {
     let token = req.header(header::AUTHORIZATION).strip_prefix("Bearer ").unwrap_or_default().trim();
-    crate::authz::user_from_token(token).ok_or_else(ApiError::unauthorized)
-}
-
-fn check_attrs(
-    app: &App,
-    user: &crate::authz::UserInfo,
-    attrs: &crate::authz::RequestAttributes,
-    t: Option<&Target>,
-) -> ApiResult<()> {
-    let state = app.sim.lock();
-    let objects = |group: &str, resource: &str| -> Vec<Value> {
-        let key = crate::registry::StorageKey { group: group.into(), resource: resource.into() };
+    let user = authz::user_from_token(token).ok_or_else(ApiError::unauthorized)?;
+    let rbac_objects = |state: &crate::store::State, resource: &str| -> Vec<Value> {
+        let key = crate::registry::StorageKey {
+            group: "rbac.authorization.k8s.io".into(),
+            resource: resource.into(),
+        };
         state.list(&key, None).into_iter().map(|(_, s)| s.value()).collect()
     };
-    let rbac = "rbac.authorization.k8s.io";
-    let (roles, role_bindings, cluster_roles, cluster_role_bindings) = (
-        objects(rbac, "roles"),
-        objects(rbac, "rolebindings"),
-        objects(rbac, "clusterroles"),
-        objects(rbac, "clusterrolebindings"),
-    );
-    drop(state);
-    let snapshot = crate::authz::RbacSnapshot {
+    let (roles, role_bindings, cluster_roles, cluster_role_bindings) = {
+        let state = app.sim.lock();
+        (
+            rbac_objects(&state, "roles"),
+            rbac_objects(&state, "rolebindings"),
+            rbac_objects(&state, "clusterroles"),
+            rbac_objects(&state, "clusterrolebindings"),
+        )
+    };
+    let snapshot = authz::RbacSnapshot {
         roles: &roles,
         role_bindings: &role_bindings,
         cluster_roles: &cluster_roles,
         cluster_role_bindings: &cluster_role_bindings,
     };
-    match crate::authz::authorize(user, attrs, &snapshot) {
-        crate::authz::Decision::Allow => Ok(()),
-        crate::authz::Decision::Deny => {
-            let message = crate::authz::forbidden_message(user, attrs);
-            Err(match t {
-                Some(t) => ApiError::forbidden(
-                    &t.rt.group,
-                    &t.rt.resource,
-                    t.name.as_deref().unwrap_or_default(),
-                    message,
-                ),
-                None => {
-                    ApiError::new(403, "Forbidden", message).with_details(crate::error::Details::default())
-                }
-            })
-        }
+    let verdict = authz::evaluate(&user, attrs, &snapshot);
+    if matches!(verdict.decision, authz::Decision::Allow) {
+        return Ok(());
     }
+    let message = authz::forbidden_message_with_reason(&user, attrs, verdict.reason.as_deref());
+    Err(match t {
+        Some(t) => {
+            ApiError::forbidden(&t.rt.group, &t.rt.resource, t.name.as_deref().unwrap_or_default(), message)
+        }
+        None => ApiError::new(403, "Forbidden", message).with_details(crate::error::Details::default()),
+    })
 }
 
 fn respond(req: &Request, code: StatusCode, object: Value) -> ApiResult<Response> {

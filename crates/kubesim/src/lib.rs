@@ -18,6 +18,7 @@ mod seed;
 pub mod selector;
 mod server;
 pub mod store;
+mod typed;
 pub mod validation;
 mod watch;
 

@@ -172,7 +172,7 @@ impl Sim {
         let (changes, _) = broadcast::channel(65_536);
         let mut state = State::new(config.watch_history, changes);
         if config.default_namespaces {
-            crate::seed::default_objects(&mut state, config.authorization == Authorization::Rbac);
+            crate::seed::default_objects(&mut state);
         }
         Arc::new(Self {
             state: Mutex::new(state),
@@ -225,7 +225,7 @@ impl Server {
 
     /// A kubeconfig for the admin user, which kubectl and kube-rs both accept.
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
-        crate::kubeconfig::for_token(&self.url(), "admin", "kubesim-admin")
+        crate::kubeconfig::for_token(&self.url(), crate::authz::ADMIN_USER, crate::authz::ADMIN_TOKEN)
     }
 
     /// A kubeconfig that authenticates as `user` in `groups` (for `Authorization::Rbac`).
@@ -248,7 +248,7 @@ impl Server {
 
     /// An admin client.
     pub fn client(&self) -> kube::Client {
-        crate::kubeconfig::client(&self.url(), "kubesim-admin")
+        crate::kubeconfig::client(&self.url(), crate::authz::ADMIN_TOKEN)
     }
 
     pub fn client_for_user(&self, user: &str, groups: &[&str]) -> kube::Client {

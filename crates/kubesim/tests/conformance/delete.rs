@@ -33,7 +33,8 @@ async fn finalizer_holds_the_object_until_it_is_removed() {
         )
         .await,
     );
-    assert_eq!(status.code, 403, "no new finalizers on a deleting object");
+    assert_eq!(status.code, 422, "no new finalizers on a deleting object");
+    assert!(status.message.contains("no new finalizers can be added"), "{}", status.message);
     api.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
         .await
         .unwrap();

@@ -89,7 +89,7 @@ async fn unsupported_field_selector_is_bad_request() {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
     let status = api_error(api.list(&ListParams::default().fields("data.k=v")).await);
     assert_eq!(status.code, 400);
-    assert!(status.message.contains("field label not supported"), "{}", status.message);
+    assert!(status.message.contains("\"data.k\" is not a known field selector"), "{}", status.message);
 }
 
 #[tokio::test]

@@ -1,0 +1,78 @@
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+use crate::common::{TestCluster, api_error};
+
+async fn rbac_cluster() -> Option<TestCluster> {
+    let config =
+        kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() };
+    let cluster = TestCluster::with_config(config).await;
+    // On a real cluster the users below do not exist.
+    cluster.sim()?;
+    Some(cluster)
+}
+
+#[tokio::test]
+async fn user_without_bindings_is_forbidden_with_kube_apiservers_message() {
+    let Some(mut cluster) = rbac_cluster().await else { return };
+    let ns = cluster.namespace("authz").await;
+    let alice = cluster.sim().unwrap().client_for_user("alice", &[]);
+    let status = api_error(Api::<ConfigMap>::namespaced(alice, &ns).list(&ListParams::default()).await);
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        format!(
+            "configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"{ns}\""
+        )
+    );
+}
+
+#[tokio::test]
+async fn rolebinding_to_edit_grants_access_in_its_namespace_only() {
+    let Some(mut cluster) = rbac_cluster().await else { return };
+    let team = cluster.namespace("authz").await;
+    let other = cluster.namespace("authz").await;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "team-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team"}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(cluster.client.clone(), &team)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let member = cluster.sim().unwrap().client_for_user("bob", &["team"]);
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "a"}})).unwrap();
+    Api::<ConfigMap>::namespaced(member.clone(), &team).create(&PostParams::default(), &cm).await.unwrap();
+    let status =
+        api_error(Api::<ConfigMap>::namespaced(member, &other).create(&PostParams::default(), &cm).await);
+    assert_eq!(status.code, 403);
+}
+
+#[tokio::test]
+async fn service_account_tokens_authenticate_as_the_service_account() {
+    let Some(mut cluster) = rbac_cluster().await else { return };
+    let ns = cluster.namespace("authz").await;
+    let sa = cluster.sim().unwrap().client_for_service_account(&ns, "robot");
+    let status = api_error(Api::<ConfigMap>::namespaced(sa, &ns).get("x").await);
+    assert!(
+        status.message.contains(&format!("User \"system:serviceaccount:{ns}:robot\"")),
+        "{}",
+        status.message
+    );
+}
+
+#[tokio::test]
+async fn unknown_token_is_unauthorized() {
+    let Some(cluster) = rbac_cluster().await else { return };
+    let sim = cluster.sim().unwrap();
+    let mut config = kube::Config::new(sim.url().parse().unwrap());
+    config.auth_info.token = Some("not-a-kubesim-token".to_owned().into());
+    let client = kube::Client::try_from(config).unwrap();
+    let status =
+        api_error(Api::<ConfigMap>::namespaced(client, "default").list(&ListParams::default()).await);
+    assert_eq!((status.code, status.reason.as_str()), (401, "Unauthorized"));
+}
