@@ -44,7 +44,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let applied = apply_samples(&client, &args.samples).await?;
     create_demo_workload(&client, &run_args(&args, &kubeconfig)?).await?;
     tokio::select! {
-        () = wait_until_labelled(&client) => {}
+        () = wait_until_settled(&client, &applied) => {}
         stopped = &mut operator => {
             stopped.context("the operator task failed")??;
             anyhow::bail!("the operator stopped unexpectedly");
@@ -185,26 +185,38 @@ async fn create_demo_workload(client: &kube::Client, args: &RunArgs) -> anyhow::
     Ok(())
 }
 
-/// Waits (bounded) until the demo pod carries kopper's label, so the summary shows the
-/// result rather than a race.
-async fn wait_until_labelled(client: &kube::Client) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), DEMO_NAMESPACES[0]);
+/// Waits (bounded) until kopper has acted on the demo workload: the demo pod carries its
+/// label and, when a NamespaceAccess sample was applied, every demo namespace has a
+/// RoleBinding. The summary then shows results rather than a race.
+async fn wait_until_settled(client: &kube::Client, applied: &[String]) {
+    let expect_bindings = applied.iter().any(|label| label.starts_with("NamespaceAccess "));
     let deadline = tokio::time::Instant::now() + SETTLE_DEADLINE;
     while tokio::time::Instant::now() < deadline {
-        let labelled = pods
-            .get_opt(DEMO_POD)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|pod| pod.labels().values().any(|value| value == DEMO_POD));
-        if labelled {
+        if demo_pod_labelled(client).await && (!expect_bindings || demo_namespaces_bound(client).await) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "(kopper has not labelled the demo pod within {SETTLE_DEADLINE:?}; the summary shows what it has done so far)"
+        "(kopper has not finished within {SETTLE_DEADLINE:?}; the summary shows what it has done so far)"
     );
+}
+
+async fn demo_pod_labelled(client: &kube::Client) -> bool {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), DEMO_NAMESPACES[0]);
+    let pod = pods.get_opt(DEMO_POD).await.ok().flatten();
+    pod.is_some_and(|pod| pod.labels().values().any(|value| value == DEMO_POD))
+}
+
+async fn demo_namespaces_bound(client: &kube::Client) -> bool {
+    for namespace in DEMO_NAMESPACES {
+        let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+        match bindings.list(&ListParams::default()).await {
+            Ok(list) if !list.items.is_empty() => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 async fn print_summary(client: &kube::Client, applied: &[String]) -> anyhow::Result<()> {
