@@ -102,15 +102,19 @@ async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Applies every YAML document under `dir` (namespaces first), returning `kind/name` of each.
+/// Applies every YAML document under `dir` (namespaces first), returning `kind name` of each
+/// one applied. A document that cannot be applied (say, a kind this build does not serve) is
+/// reported and skipped, so one sample cannot spoil the whole tour.
 async fn apply_samples(client: &kube::Client, dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut documents = read_documents(dir)?;
     documents.sort_by_key(|object| object.types.as_ref().is_none_or(|types| types.kind != "Namespace"));
     let mut applied = Vec::new();
     for object in documents {
         let label = describe(&object);
-        apply(client, object).await.with_context(|| format!("cannot apply sample {label}"))?;
-        applied.push(label);
+        match apply(client, object).await {
+            Ok(()) => applied.push(label),
+            Err(error) => println!("skipped sample {label}: {error:#}"),
+        }
     }
     Ok(applied)
 }

@@ -14,7 +14,8 @@ async fn demo_applies_samples_shows_the_results_and_stops_on_ctrl_c() {
     let samples = dir.path().join("samples");
     std::fs::create_dir(&samples).unwrap();
     let sample = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-x\ndata:\n  a: b\n\
-                  ---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-x\n";
+                  ---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-x\n\
+                  ---\napiVersion: example.dev/v1\nkind: Unknown\nmetadata:\n  name: nothing\n";
     std::fs::write(samples.join("sample.yaml"), sample).unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
@@ -44,6 +45,7 @@ async fn demo_applies_samples_shows_the_results_and_stops_on_ctrl_c() {
     .unwrap_or_else(|_| panic!("the demo printed no summary: {output:#?}"));
     let output = output.join("\n");
     assert!(output.contains("ConfigMap team-x/settings"), "{output}");
+    assert!(output.contains("skipped sample Unknown nothing"), "{output}");
     assert!(output.contains("team-a/hello  kopper.dev/pod-name=hello"), "{output}");
     assert!(output.contains(&kubeconfig.display().to_string()), "{output}");
     assert!(kube::config::Kubeconfig::read_from(&kubeconfig).is_ok());
