@@ -5,9 +5,13 @@ use std::path::Path;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
+use kube::CustomResourceExt;
+
+use crate::controllers::namespace_access::NamespaceAccess;
+
 /// All kopper CRDs, in a stable order. Each controller adds its kinds here.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    Vec::new()
+    vec![NamespaceAccess::crd()]
 }
 
 /// The CRDs as one multi-document YAML stream.

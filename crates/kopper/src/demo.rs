@@ -19,8 +19,9 @@ use crate::cli::{Cli, Command, DemoArgs, RunArgs};
 use crate::runtime::Shutdown;
 
 const FIELD_MANAGER: &str = "kopper-demo";
-/// Namespaces and an annotated pod created by the demo itself, so each controller has
-/// something to act on even when the samples only hold policies.
+/// Namespaces (with a `team` label for label-based policies) and an annotated pod created
+/// by the demo itself, so each controller has something to act on even when the samples
+/// only hold policies.
 const DEMO_NAMESPACES: [&str; 2] = ["team-a", "team-b"];
 const DEMO_POD: &str = "hello";
 /// How long the demo waits for kopper to act before printing what it sees.
@@ -175,7 +176,12 @@ async fn create_demo_workload(client: &kube::Client, args: &RunArgs) -> anyhow::
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for name in DEMO_NAMESPACES {
-        let namespace = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } });
+        let team = name.trim_start_matches("team-");
+        let namespace = json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": { "name": name, "labels": { "team": team } }
+        });
         namespaces.patch(name, &params, &Patch::Apply(&namespace)).await?;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), DEMO_NAMESPACES[0]);

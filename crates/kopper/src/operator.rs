@@ -90,8 +90,11 @@ async fn run_controllers(
 
     if let Err(error) = drain_on_shutdown(&mut running, leadership.as_ref(), args, stop).await {
         running.abort_all();
+        if let Some(leadership) = leadership {
+            leadership.release().await;
+        }
         ctx.metrics.leader.set(0);
-        return Err(error.into());
+        return Err(error);
     }
     running.abort_all();
     if let Some(leadership) = leadership {
@@ -111,22 +114,23 @@ async fn keep(leadership: Option<&Leadership>) -> LeaderError {
 }
 
 /// Waits for `stop`, then for in-flight reconciles (at most the grace period). Fails as soon
-/// as leadership is lost; leadership is still renewed while reconciles finish, so no other
-/// replica starts on the same objects meanwhile.
+/// as leadership is lost or a controller fails; leadership is still renewed while reconciles
+/// finish, so no other replica starts on the same objects meanwhile.
 async fn drain_on_shutdown(
-    running: &mut JoinSet<()>,
+    running: &mut JoinSet<anyhow::Result<()>>,
     leadership: Option<&Leadership>,
     args: &RunArgs,
     stop: &Shutdown,
-) -> Result<(), LeaderError> {
+) -> anyhow::Result<()> {
     let mut lost = pin!(keep(leadership));
     tokio::select! {
-        error = &mut lost => return Err(error),
+        error = &mut lost => return Err(error.into()),
+        error = first_failure(running) => return Err(error),
         () = stop.wait() => {}
     }
     let drained = tokio::time::timeout(args.shutdown_grace_period, drain(running));
     tokio::select! {
-        error = &mut lost => Err(error),
+        error = &mut lost => Err(error.into()),
         finished = drained => {
             if finished.is_err() {
                 warn!(grace = ?args.shutdown_grace_period, "reconciles still running after the grace period; stopping them");
@@ -136,8 +140,28 @@ async fn drain_on_shutdown(
     }
 }
 
-async fn drain(running: &mut JoinSet<()>) {
-    while running.join_next().await.is_some() {}
+/// Resolves with the first controller failure; never, if none fails.
+async fn first_failure(running: &mut JoinSet<anyhow::Result<()>>) -> anyhow::Error {
+    loop {
+        match running.join_next().await {
+            Some(Ok(Ok(()))) => {}
+            Some(Ok(Err(error))) => return error.context("a controller failed"),
+            Some(Err(join_error)) => return anyhow::Error::new(join_error).context("a controller panicked"),
+            None => return std::future::pending().await,
+        }
+    }
+}
+
+/// Waits for every controller to stop; failures during shutdown are logged, not returned,
+/// since the operator is stopping anyway.
+async fn drain(running: &mut JoinSet<anyhow::Result<()>>) {
+    while let Some(result) = running.join_next().await {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => warn!("a controller failed while stopping: {error:#}"),
+            Err(join_error) => warn!("a controller panicked while stopping: {join_error}"),
+        }
+    }
 }
 
 /// The lease to take, or `None` when leader election is off. `auto` means on in a pod.

@@ -142,8 +142,29 @@ async fn watch_latency(client: &kube::Client, ns: &str, watchers: usize) -> (Dur
     (pick(0.50), pick(0.99))
 }
 
+/// Median time to start a server and have it answer (baseline: one `GET /version`).
+async fn start_time() -> (Duration, Duration) {
+    let mut starts = Vec::new();
+    let mut requests = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+        let client = sim.client();
+        client.apiserver_version().await.unwrap();
+        starts.push(t.elapsed());
+        let t = Instant::now();
+        client.apiserver_version().await.unwrap();
+        requests.push(t.elapsed());
+        sim.shutdown().await;
+    }
+    starts.sort();
+    requests.sort();
+    (starts[starts.len() / 2], requests[requests.len() / 2])
+}
+
 #[tokio::main]
 async fn main() {
+    let (start, one_request) = start_time().await;
     let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
     let client = sim.client();
     namespace(&client, "bench").await;
@@ -169,6 +190,11 @@ async fn main() {
     let (p50, p99) = watch_latency(&client, "latency", WATCHERS).await;
 
     println!("kubesim benchmark ({OBJECTS} objects, {WRITERS} writers, {WATCHERS} watchers)");
+    println!(
+        "  start to first answer:        {:>10.3} ms   ({:.1}x one GET /version)",
+        ms(start),
+        ms(start) / ms(one_request).max(1e-6)
+    );
     println!("  baseline GET /version:        {baseline:>10.0} req/s");
     println!(
         "  creates (1 KiB ConfigMaps):   {writes:>10.0} writes/s   ({:.2}x the baseline round trip rate)",

@@ -50,6 +50,8 @@ pub struct WriteOptions {
     /// The `fieldManager` query parameter, or the user agent's product name.
     pub field_manager: String,
     pub force: bool,
+    /// `fieldValidation=Strict`: unknown fields are an error instead of being dropped.
+    pub strict: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -183,6 +185,7 @@ fn decode_continue(token: &str) -> ApiResult<ObjKey> {
 }
 
 pub fn create(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> ApiResult<Value> {
+    check_known_fields(t, &body, opts)?;
     let mut object = prepare_create(state, t, body)?;
     let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
     let key = (t.namespace.clone().unwrap_or_default(), name.clone());
@@ -255,6 +258,55 @@ fn insert_new(
     state.put(&t.rt.storage, key, &stored, rv);
     after_write(state, t, &stored);
     Ok(convert::from_storage(&t.rt, stored))
+}
+
+/// With `fieldValidation=Strict`, refuses fields the type or schema does not have, with
+/// kube-apiserver's `strict decoding error` message; otherwise they are dropped silently.
+fn check_known_fields(t: &Target, body: &Value, opts: &WriteOptions) -> ApiResult<()> {
+    if !opts.strict || !body.is_object() {
+        return Ok(());
+    }
+    let known = match &t.rt.custom {
+        Some(custom) if !custom.schema.is_null() => {
+            let mut pruned = body.clone();
+            validation::schema::prune(&custom.schema, &mut pruned);
+            pruned
+        }
+        Some(_) => return Ok(()),
+        None => match crate::typed::normalize(&t.rt.group, &t.rt.kind, body.clone()) {
+            Ok(known) => known,
+            Err(_) => return Ok(()), // the decode step reports type errors
+        },
+    };
+    let mut unknown = Vec::new();
+    dropped_fields(body, &known, "", &mut unknown);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    Err(ApiError::bad_request(format!("strict decoding error: {}", listed.join(", "))))
+}
+
+/// Paths of non-null fields of `sent` that `kept` does not have.
+fn dropped_fields(sent: &Value, kept: &Value, prefix: &str, out: &mut Vec<String>) {
+    match (sent, kept) {
+        (Value::Object(sent), Value::Object(kept)) => {
+            for (key, value) in sent {
+                let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+                match kept.get(key) {
+                    Some(kept_value) => dropped_fields(value, kept_value, &path, out),
+                    None if !value.is_null() => out.push(path),
+                    None => {}
+                }
+            }
+        }
+        (Value::Array(sent), Value::Array(kept)) => {
+            for (i, (s, k)) in sent.iter().zip(kept).enumerate() {
+                dropped_fields(s, k, &format!("{prefix}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The body as an object of the target's type, with apiVersion and kind filled in.
@@ -451,6 +503,7 @@ fn track_update(t: &Target, old: Option<&Value>, new: &mut Value, manager: &str)
 }
 
 pub fn update(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> ApiResult<Value> {
+    check_known_fields(t, &body, opts)?;
     let mut object = typed_object(t, body)?;
     check_body_name(t, &mut object)?;
     let Some(existing) = state.get(&t.rt.storage, &t.key()) else {
@@ -642,6 +695,7 @@ pub fn patch(
         PatchType::Apply => unreachable!("handled above"),
     }
     .map_err(|e| patch_error(t, e))?;
+    check_known_fields(t, &patched, opts)?;
     let mut patched = typed_object(t, patched)?;
     check_body_name(t, &mut patched)?;
     if let Some(rv) = patched["metadata"]["resourceVersion"].as_str()
@@ -712,6 +766,7 @@ fn apply(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
+    check_known_fields(t, &applied, opts)?;
     let mut applied = restrict_to_subresource(t, typed_object(t, applied)?);
     check_body_name(t, &mut applied)?;
     if let Some(ns) = &t.namespace {

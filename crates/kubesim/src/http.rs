@@ -134,6 +134,9 @@ fn non_resource(app: &App, req: &Request, segments: &[&str]) -> ApiResult<Option
             state.registry.resource_list(group, version)
         }
         ["api" | "apis", ..] => return Ok(None),
+        ["openapi", "v3", rest @ ..] => {
+            crate::openapi::document(&state().registry, rest).ok_or_else(ApiError::no_such_resource)?
+        }
         _ => return Err(ApiError::no_such_resource()),
     };
     Ok(Some(json_response(StatusCode::OK, &document)))
@@ -225,10 +228,30 @@ fn verb_of(req: &Request, t: &Target, watch_path: bool) -> ApiResult<&'static st
     Ok(verb)
 }
 
+/// The error an injected fault answers with: the reason and message kube-apiserver sends
+/// with that code, so clients classify it as they would a real one.
 fn injected(status: u16, t: &Target) -> ApiError {
     let name = t.name.as_deref().unwrap_or_default();
+    let (group, resource) = (t.rt.group.as_str(), t.rt.resource.as_str());
     match status {
-        409 => ApiError::stale(&t.rt.group, &t.rt.resource, name),
+        400 => ApiError::bad_request("injected by kubesim"),
+        403 => {
+            let message = format!(
+                "{} \"{name}\" is forbidden: injected by kubesim",
+                crate::error::qualified(group, resource)
+            );
+            ApiError::forbidden(group, resource, name, message)
+        }
+        404 => ApiError::not_found(group, resource, name),
+        409 => ApiError::stale(group, resource, name),
+        410 => ApiError::gone("injected by kubesim"),
+        422 => ApiError::invalid(
+            group,
+            &t.rt.kind,
+            name,
+            format!("{} \"{name}\" is invalid: injected by kubesim", t.rt.kind),
+            Vec::new(),
+        ),
         429 => {
             let mut e = ApiError::new(429, "TooManyRequests", "Too many requests, please try again later.");
             e.retry_after = Some(1);
@@ -247,6 +270,14 @@ fn injected(status: u16, t: &Target) -> ApiError {
 async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<Response> {
     let sim = &app.sim;
     match verb {
+        "get" | "list" if let Some(table) = table_request(req) => {
+            let found = if verb == "get" {
+                api::get(&sim.lock(), t)?
+            } else {
+                api::list(&sim.lock(), t, &list_options(req, t)?)?
+            };
+            Ok(json_response(StatusCode::OK, &crate::table::render(&t.rt, &found, table)))
+        }
         "get" => respond(req, StatusCode::OK, api::get(&sim.lock(), t)?),
         "list" => {
             let opts = list_options(req, t)?;
@@ -323,7 +354,12 @@ fn write_options(req: &Request) -> WriteOptions {
     } else {
         field_manager
     };
-    WriteOptions { dry_run: req.param("dryRun") == Some("All"), field_manager, force: req.flag("force") }
+    WriteOptions {
+        dry_run: req.param("dryRun") == Some("All"),
+        field_manager,
+        force: req.flag("force"),
+        strict: req.param("fieldValidation") == Some("Strict"),
+    }
 }
 
 fn delete_options(req: &Request) -> ApiResult<DeleteOptions> {
@@ -405,7 +441,13 @@ fn watch_options(req: &Request, t: &Target) -> ApiResult<watch::WatchOptions> {
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout,
         metadata_only: req.wants_metadata_only(),
+        table: table_request(req),
     })
+}
+
+/// `kubectl get` asks for rows and columns (`Accept: application/json;as=Table;…`).
+fn table_request(req: &Request) -> Option<crate::table::TableRequest> {
+    crate::table::TableRequest::from_request(req.header(header::ACCEPT), req.param("includeObject"))
 }
 
 fn authorize(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> {

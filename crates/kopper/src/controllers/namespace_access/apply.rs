@@ -1,0 +1,127 @@
+//! The writes: thin calls to the API server, one per planned action.
+
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client};
+
+use super::desired::{DesiredBinding, Problem, ProblemKind};
+use super::diff::Action;
+
+/// A write that failed in a way worth retrying (network, 5xx, 409, a stale cache).
+#[derive(Debug, thiserror::Error)]
+#[error("{verb} RoleBinding {namespace}/{name}: {source}")]
+pub struct WriteError {
+    pub verb: &'static str,
+    pub namespace: String,
+    pub name: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+/// What a pass over a namespace's actions achieved.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Successful writes.
+    pub writes: usize,
+    /// Bindings the API server refused for good (403, 422): retrying cannot help until the
+    /// policy or kopper's permissions change, so they are reported rather than retried hot.
+    pub refused: Vec<Problem>,
+    /// The first retryable failure; the other actions were still attempted.
+    pub retry: Option<WriteError>,
+}
+
+/// Reads the namespace's RoleBindings fresh from the API server, so that a binding someone
+/// created a moment ago is never mistaken for a missing one.
+pub async fn list_bindings(client: &Client, namespace: &str) -> Result<Vec<RoleBinding>, kube::Error> {
+    let api: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+    Ok(api.list(&ListParams::default()).await?.items)
+}
+
+/// Performs every action, so one failure does not hold back the others.
+pub async fn execute(client: &Client, field_manager: &str, namespace: &str, actions: Vec<Action>) -> Applied {
+    let api: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+    let mut applied = Applied::default();
+    for action in actions {
+        let (verb, name, policy) = (action.verb(), action.binding_name().to_owned(), action.policy());
+        match (perform(&api, field_manager, action).await, policy) {
+            (Ok(()), _) => {
+                tracing::info!(namespace, binding = %name, verb, "RoleBinding written");
+                applied.writes += 1;
+            }
+            (Err(kube::Error::Api(status)), Some(policy)) if is_refusal(&status) => {
+                tracing::warn!(namespace, binding = %name, verb, reason = %status.message, "RoleBinding refused");
+                applied.refused.push(Problem {
+                    policy,
+                    namespace: namespace.to_owned(),
+                    name,
+                    kind: ProblemKind::Refused,
+                    message: status.message.clone(),
+                });
+            }
+            (Err(source), _) => {
+                let error = WriteError { verb, namespace: namespace.to_owned(), name, source };
+                applied.retry.get_or_insert(error);
+            }
+        }
+    }
+    applied
+}
+
+/// 403 (kopper may not grant that role, or may not write there) and 422 (the object is
+/// invalid) will not change by retrying. Judged by code, whatever reason string the server sent.
+fn is_refusal(status: &kube::core::Status) -> bool {
+    matches!(status.code, 403 | 422)
+}
+
+async fn perform(api: &Api<RoleBinding>, field_manager: &str, action: Action) -> Result<(), kube::Error> {
+    match action {
+        Action::Create(desired) => create(api, field_manager, &desired).await,
+        Action::Update(desired) => apply(api, field_manager, &desired).await,
+        Action::Replace { desired, uid } => {
+            delete(api, &desired.binding.name, uid).await?;
+            create(api, field_manager, &desired).await
+        }
+        Action::Delete { name, uid } => delete(api, &name, uid).await,
+    }
+}
+
+/// Creates rather than applies a new binding: if someone else created one of that name
+/// since the list, the API server answers 409 instead of kopper taking it over.
+async fn create(
+    api: &Api<RoleBinding>,
+    field_manager: &str,
+    desired: &DesiredBinding,
+) -> Result<(), kube::Error> {
+    let object = desired.to_role_binding(api_namespace(api));
+    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
+    api.create(&params, &object).await.map(drop)
+}
+
+/// Server-side apply of a binding kopper manages. Forced: kopper is the sole owner of its
+/// managed bindings, so whatever a person changed by hand is put back.
+async fn apply(
+    api: &Api<RoleBinding>,
+    field_manager: &str,
+    desired: &DesiredBinding,
+) -> Result<(), kube::Error> {
+    let object = desired.to_role_binding(api_namespace(api));
+    let params = PatchParams::apply(field_manager).force();
+    api.patch(&desired.binding.name, &params, &Patch::Apply(&object)).await.map(drop)
+}
+
+/// Deletes exactly the object that was listed; gone already is fine.
+async fn delete(api: &Api<RoleBinding>, name: &str, uid: Option<String>) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        preconditions: uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+fn api_namespace(api: &Api<RoleBinding>) -> &str {
+    api.namespace().unwrap_or_default()
+}

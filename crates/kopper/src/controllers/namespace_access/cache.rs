@@ -1,0 +1,181 @@
+//! Watch-fed caches shared by both controllers, and the wake-ups they send.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::{Future, Stream, StreamExt};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::BINDING_CONTROLLER;
+use crate::runtime::Metrics;
+use crate::runtime::metrics::CacheLabels;
+
+/// Wakes a controller's `reconcile_all_on`. The channel holds one wake-up; while it is
+/// pending, further ones are dropped, so a burst of changes costs one pass.
+#[derive(Clone)]
+pub struct Trigger(mpsc::Sender<()>);
+
+impl Trigger {
+    pub fn new() -> (Self, impl Stream<Item = ()> + Send + 'static) {
+        let (sender, receiver) = mpsc::channel(1);
+        let wake_ups = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|()| ((), receiver))
+        });
+        (Self(sender), wake_ups)
+    }
+
+    pub fn fire(&self) {
+        // Full means a wake-up is pending; closed means the controller has stopped.
+        let _ = self.0.try_send(());
+    }
+}
+
+/// A reflector store kept up to date by its own task until shutdown.
+pub struct Cache<K: Resource<DynamicType = ()> + 'static> {
+    pub store: Store<K>,
+    pub task: JoinHandle<()>,
+}
+
+impl<K> Cache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Watches `api` into a store; every event `relevant` accepts fires `triggers`.
+    pub fn spawn(
+        api: Api<K>,
+        mut relevant: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+        triggers: Vec<Trigger>,
+        metrics: Arc<Metrics>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        let (store, writer) = reflector::store();
+        // Managed fields are never read and can be most of an object's size.
+        let events = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).default_backoff().modify(|object: &mut K| {
+                object.managed_fields_mut().clear();
+            }),
+        )
+        .take_until(shutdown);
+        let reader = store.clone();
+        let labels =
+            CacheLabels { controller: BINDING_CONTROLLER.to_owned(), kind: K::kind(&()).into_owned() };
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) => {
+                        metrics
+                            .cached_objects
+                            .get_or_create(&labels)
+                            .set(i64::try_from(reader.len()).unwrap_or(i64::MAX));
+                        if relevant(&event) {
+                            triggers.iter().for_each(Trigger::fire);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(kind = %labels.kind, %error, "watch failed; retrying with backoff")
+                    }
+                }
+            }
+        });
+        Self { store, task }
+    }
+}
+
+/// Every change counts, once the initial list is complete.
+pub fn any_change<K>(event: &watcher::Event<K>) -> bool {
+    !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_))
+}
+
+/// Only creations, deletions and spec changes: a policy's own status writes bump neither
+/// its uid nor its generation, so they wake nothing.
+pub fn spec_changed<K: Resource>() -> impl FnMut(&watcher::Event<K>) -> bool + Send + 'static {
+    let mut generations: HashMap<String, Option<i64>> = HashMap::new();
+    move |event| match event {
+        watcher::Event::Init => {
+            generations.clear();
+            false
+        }
+        watcher::Event::InitApply(object) => {
+            generations.insert(object.uid().unwrap_or_default(), object.meta().generation);
+            false
+        }
+        watcher::Event::InitDone => true,
+        watcher::Event::Apply(object) => {
+            let generation = object.meta().generation;
+            generations.insert(object.uid().unwrap_or_default(), generation) != Some(generation)
+        }
+        watcher::Event::Delete(object) => {
+            generations.remove(&object.uid().unwrap_or_default());
+            true
+        }
+    }
+}
+
+/// A cache's task ended before its first list completed.
+#[derive(Debug, thiserror::Error)]
+#[error("the {0} cache stopped before its first list completed")]
+pub struct CacheStopped(String);
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
+    pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
+        self.store.wait_until_ready().await.map_err(|_| CacheStopped(K::kind(&()).into_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+    use crate::controllers::namespace_access::NamespaceAccess;
+    use crate::controllers::namespace_access::testing::policy;
+
+    fn generation(generation: i64) -> NamespaceAccess {
+        let mut policy = policy("seed", 1);
+        policy.metadata.generation = Some(generation);
+        policy
+    }
+
+    #[test]
+    fn status_writes_do_not_wake_the_namespaces() {
+        let mut relevant = spec_changed::<NamespaceAccess>();
+        assert!(!relevant(&Event::Init));
+        assert!(!relevant(&Event::InitApply(generation(1))));
+        assert!(relevant(&Event::InitDone));
+        assert!(!relevant(&Event::Apply(generation(1))), "same generation: only status or metadata changed");
+        assert!(relevant(&Event::Apply(generation(2))), "spec changed");
+        assert!(relevant(&Event::Delete(generation(2))));
+        assert!(relevant(&Event::Apply(generation(2))), "recreated after delete");
+    }
+
+    #[test]
+    fn initial_list_wakes_once_when_complete() {
+        assert!(!any_change(&Event::InitApply(generation(1))));
+        assert!(any_change(&Event::<NamespaceAccess>::InitDone));
+        assert!(any_change(&Event::Apply(generation(1))));
+    }
+
+    #[tokio::test]
+    async fn burst_of_triggers_costs_one_pending_wake_up() {
+        let (trigger, woken) = Trigger::new();
+        let mut woken = std::pin::pin!(woken);
+        for _ in 0..10 {
+            trigger.fire();
+        }
+        drop(trigger);
+        let mut wake_ups = 0;
+        while woken.next().await.is_some() {
+            wake_ups += 1;
+        }
+        assert_eq!(wake_ups, 1);
+    }
+}

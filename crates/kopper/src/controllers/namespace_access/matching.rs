@@ -1,0 +1,196 @@
+//! Which namespaces a policy selects.
+
+use kube::core::{Selector, SelectorExt};
+
+use super::template::NamespaceFacts;
+use super::types::NamespaceSelection;
+
+/// Namespaces that hold cluster machinery or shared workloads. Granting a team edit rights
+/// there by accident is dangerous, so a policy selects them only when it names one exactly.
+pub const SYSTEM_NAMESPACES: [&str; 4] = ["kube-system", "kube-public", "kube-node-lease", "default"];
+
+/// A [`NamespaceSelection`] ready to test namespaces against.
+#[derive(Clone, Debug)]
+pub struct NamespaceMatcher {
+    selector: Option<Selector>,
+    include: Vec<String>,
+    exclude: Vec<String>,
+}
+
+/// The selection cannot be turned into a matcher.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid label selector: {0}")]
+pub struct SelectorError(String);
+
+impl NamespaceMatcher {
+    pub fn new(selection: &NamespaceSelection) -> Result<Self, SelectorError> {
+        let selector = selection
+            .selector
+            .clone()
+            .map(Selector::try_from)
+            .transpose()
+            .map_err(|err| SelectorError(err.to_string()))?;
+        Ok(Self { selector, include: selection.include.clone(), exclude: selection.exclude.clone() })
+    }
+
+    pub fn matches(&self, namespace: NamespaceFacts<'_>) -> bool {
+        let name = namespace.name;
+        let selected_by_labels =
+            self.selector.as_ref().is_none_or(|selector| selector.matches(namespace.labels));
+        selected_by_labels
+            && self.included(name)
+            && !self.exclude.iter().any(|pattern| glob_matches(pattern, name))
+    }
+
+    fn included(&self, name: &str) -> bool {
+        if SYSTEM_NAMESPACES.contains(&name) {
+            return self.include.iter().any(|pattern| pattern == name);
+        }
+        self.include.is_empty() || self.include.iter().any(|pattern| glob_matches(pattern, name))
+    }
+}
+
+/// Shell-style matching: `*` is any run of characters (including none), `?` exactly one.
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let name: Vec<char> = name.chars().collect();
+    let (mut p, mut n) = (0, 0);
+    // Where the last `*` was, and how much of the name it has swallowed so far.
+    let mut backtrack: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                backtrack = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == '?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match backtrack {
+                Some((star, swallowed)) => {
+                    p = star + 1;
+                    n = swallowed + 1;
+                    backtrack = Some((star, swallowed + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    use super::*;
+
+    fn selection(include: &[&str], exclude: &[&str]) -> NamespaceSelection {
+        NamespaceSelection {
+            selector: None,
+            include: include.iter().map(|s| (*s).to_owned()).collect(),
+            exclude: exclude.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    fn matches(selection: &NamespaceSelection, name: &str, labels: &[(&str, &str)]) -> bool {
+        let labels: BTreeMap<String, String> =
+            labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        NamespaceMatcher::new(selection).unwrap().matches(NamespaceFacts { name, labels: &labels })
+    }
+
+    #[test]
+    fn glob_star_matches_any_run_including_none() {
+        assert!(glob_matches("team-*", "team-"));
+        assert!(glob_matches("team-*", "team-blue"));
+        assert!(glob_matches("*-dev", "blue-dev"));
+        assert!(glob_matches("a*b*c", "aXXbYYbc"));
+        assert!(glob_matches("*", "anything"));
+        assert!(!glob_matches("team-*", "teams"));
+        assert!(!glob_matches("*-dev", "blue-prod"));
+    }
+
+    #[test]
+    fn glob_question_mark_matches_exactly_one_character() {
+        assert!(glob_matches("team-?", "team-1"));
+        assert!(!glob_matches("team-?", "team-12"));
+        assert!(!glob_matches("team-?", "team-"));
+    }
+
+    #[test]
+    fn glob_without_wildcards_is_an_exact_match() {
+        assert!(glob_matches("team-1", "team-1"));
+        assert!(!glob_matches("team-1", "team-10"));
+    }
+
+    #[test]
+    fn empty_selection_matches_every_ordinary_namespace() {
+        assert!(matches(&NamespaceSelection::default(), "team-1", &[]));
+    }
+
+    #[test]
+    fn system_namespaces_are_skipped_by_default_and_by_wildcards() {
+        for system in SYSTEM_NAMESPACES {
+            assert!(!matches(&NamespaceSelection::default(), system, &[]), "{system}");
+            assert!(!matches(&selection(&["*"], &[]), system, &[]), "{system}");
+        }
+        assert!(!matches(&selection(&["kube-*"], &[]), "kube-system", &[]));
+    }
+
+    #[test]
+    fn system_namespace_is_selected_when_named_exactly() {
+        assert!(matches(&selection(&["kube-system"], &[]), "kube-system", &[]));
+        assert!(matches(&selection(&["default"], &[]), "default", &[]));
+    }
+
+    #[test]
+    fn include_restricts_to_matching_names() {
+        let only_teams = selection(&["team-*", "sandbox"], &[]);
+        assert!(matches(&only_teams, "team-1", &[]));
+        assert!(matches(&only_teams, "sandbox", &[]));
+        assert!(!matches(&only_teams, "billing", &[]));
+    }
+
+    #[test]
+    fn exclude_wins_over_include() {
+        let teams_but_not_prod = selection(&["team-*"], &["*-prod"]);
+        assert!(matches(&teams_but_not_prod, "team-dev", &[]));
+        assert!(!matches(&teams_but_not_prod, "team-prod", &[]));
+    }
+
+    #[test]
+    fn label_selector_must_match_as_well_as_names() {
+        let mut by_label = selection(&["team-*"], &[]);
+        by_label.selector = Some(LabelSelector {
+            match_labels: Some([("tenant".to_owned(), "yes".to_owned())].into()),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "team".into(),
+                operator: "Exists".into(),
+                values: None,
+            }]),
+        });
+        assert!(matches(&by_label, "team-1", &[("tenant", "yes"), ("team", "blue")]));
+        assert!(!matches(&by_label, "team-1", &[("tenant", "yes")]));
+        assert!(!matches(&by_label, "team-1", &[("team", "blue")]));
+        assert!(!matches(&by_label, "other", &[("tenant", "yes"), ("team", "blue")]));
+    }
+
+    #[test]
+    fn invalid_selector_operator_is_an_error() {
+        let bad = NamespaceSelection {
+            selector: Some(LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "team".into(),
+                    operator: "Near".into(),
+                    values: None,
+                }]),
+            }),
+            ..NamespaceSelection::default()
+        };
+        assert!(NamespaceMatcher::new(&bad).is_err());
+    }
+}

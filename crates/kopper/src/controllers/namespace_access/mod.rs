@@ -1,0 +1,315 @@
+//! NamespaceAccess (seed 000): RoleBindings kept in every namespace a policy selects.
+//!
+//! Two controllers share three caches (policies, namespaces, RoleBindings):
+//! - the binding controller reconciles each Namespace against every policy. It is woken by
+//!   namespace changes, by any RoleBinding change in the namespace (so edits and deletes are
+//!   undone) and by any policy spec change (which wakes every namespace);
+//! - the status controller reconciles each NamespaceAccess, computing its status from the
+//!   caches and writing it only when it differs, so its own writes never start a loop.
+
+pub mod apply;
+mod cache;
+pub mod desired;
+pub mod diff;
+pub mod matching;
+pub mod names;
+pub mod policy;
+pub mod status;
+pub mod template;
+#[cfg(test)]
+mod testing;
+pub mod types;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{self, Action};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+
+use crate::runtime::controller::run_controller;
+use crate::runtime::{Context, ErrorCategory};
+
+use self::cache::{Cache, Trigger};
+use self::desired::{Policies, Problem, desired_bindings};
+use self::status::{Observed, next_status, notices, report_for};
+use self::template::NamespaceFacts;
+pub use self::types::{NamespaceAccess, NamespaceAccessSpec, NamespaceAccessStatus};
+
+/// Controller names, as they appear in metrics and logs.
+pub const BINDING_CONTROLLER: &str = "namespace-access";
+pub const STATUS_CONTROLLER: &str = "namespace-access-status";
+
+/// A binding the API server refused is tried again this often, in case kopper was granted
+/// the permission meanwhile; anything the user changes retries it at once.
+const REFUSED_RETRY: Duration = Duration::from_secs(300);
+/// Gathers the burst of cache events a policy change causes into one status computation.
+const STATUS_DEBOUNCE: Duration = Duration::from_millis(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("listing RoleBindings in namespace {namespace}: {source}")]
+    ListBindings {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Write(#[from] apply::WriteError),
+    #[error("writing status of NamespaceAccess {name}: {source}")]
+    WriteStatus {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ErrorCategory for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::ListBindings { .. } => "kube_api",
+            Self::Write(_) => "write",
+            Self::WriteStatus { .. } => "status",
+        }
+    }
+}
+
+/// What both controllers read.
+/// Policies are read through a guard, so one object that does not deserialize is reported
+/// instead of failing every list and watch.
+type GuardedPolicy = DeserializeGuard<NamespaceAccess>;
+
+struct Shared {
+    policies: Store<GuardedPolicy>,
+    namespaces: Store<Namespace>,
+    bindings: Store<RoleBinding>,
+    /// Bindings the API server refused, per namespace, from the binding controller's last pass.
+    refused: Mutex<BTreeMap<String, Vec<Problem>>>,
+    /// Conflicts per policy, for the metrics gauge.
+    conflicts: Mutex<BTreeMap<String, i64>>,
+    wake_status: Trigger,
+}
+
+/// Runs both NamespaceAccess controllers until `shutdown` resolves and in-flight reconciles end.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let shutdown = shutdown.shared();
+    let client = ctx.client.clone();
+    let (wake_namespaces, policy_changes) = Trigger::new();
+    let (wake_status, status_changes) = Trigger::new();
+
+    let policies = Cache::spawn(
+        Api::<GuardedPolicy>::all(client.clone()),
+        cache::spec_changed(),
+        vec![wake_namespaces, wake_status.clone()],
+        ctx.metrics.clone(),
+        shutdown.clone(),
+    );
+    let namespaces = Cache::spawn(
+        Api::<Namespace>::all(client.clone()),
+        cache::any_change,
+        vec![wake_status.clone()],
+        ctx.metrics.clone(),
+        shutdown.clone(),
+    );
+    let bindings = Cache::spawn(
+        Api::<RoleBinding>::all(client.clone()),
+        cache::any_change,
+        vec![wake_status.clone()],
+        ctx.metrics.clone(),
+        shutdown.clone(),
+    );
+    // A namespace reconciled against a policy cache that is still empty would lose every
+    // binding, so nothing runs before all three caches hold a full list.
+    tokio::select! {
+        ready = async {
+            policies.wait_until_ready().await?;
+            namespaces.wait_until_ready().await?;
+            bindings.wait_until_ready().await
+        } => ready?,
+        () = shutdown.clone() => return Ok(()),
+    }
+    let shared = Arc::new(Shared {
+        policies: policies.store.clone(),
+        namespaces: namespaces.store.clone(),
+        bindings: bindings.store.clone(),
+        refused: Mutex::default(),
+        conflicts: Mutex::default(),
+        wake_status,
+    });
+
+    let binding_controller =
+        Controller::new(Api::<Namespace>::all(client.clone()), watcher::Config::default())
+            .watches(Api::<RoleBinding>::all(client.clone()), watcher::Config::default(), |binding| {
+                binding.namespace().map(|namespace| ObjectRef::<Namespace>::new(&namespace))
+            })
+            .reconcile_all_on(policy_changes)
+            .graceful_shutdown_on(shutdown.clone());
+    let status_controller = Controller::new(Api::<GuardedPolicy>::all(client), watcher::Config::default())
+        .with_config(controller::Config::default().debounce(STATUS_DEBOUNCE))
+        .reconcile_all_on(status_changes)
+        .graceful_shutdown_on(shutdown.clone());
+
+    let for_bindings = shared.clone();
+    let for_status = shared;
+    tokio::join!(
+        run_controller(BINDING_CONTROLLER, binding_controller, ctx.clone(), move |namespace, ctx| {
+            reconcile_namespace(namespace, ctx, for_bindings.clone())
+        }),
+        run_controller(STATUS_CONTROLLER, status_controller, ctx, move |policy, ctx| {
+            reconcile_status(policy, ctx, for_status.clone())
+        }),
+    );
+    futures::future::join_all([policies.task, namespaces.task, bindings.task]).await;
+    Ok(())
+}
+
+/// Makes one namespace hold exactly the bindings the policies ask for.
+async fn reconcile_namespace(
+    namespace: Arc<Namespace>,
+    ctx: Arc<Context>,
+    shared: Arc<Shared>,
+) -> Result<Action, Error> {
+    let name = namespace.name_any();
+    if namespace.metadata.deletion_timestamp.is_some() {
+        // Its bindings go with it; creating new ones would be refused anyway.
+        shared.record_refused(&name, Vec::new());
+        return Ok(Action::await_change());
+    }
+    let policies = Policies::from_store(&shared.policies.state());
+    let desired = desired_bindings(NamespaceFacts { name: &name, labels: namespace.labels() }, &policies);
+    let existing = apply::list_bindings(&ctx.client, &name)
+        .await
+        .map_err(|source| Error::ListBindings { namespace: name.clone(), source })?;
+    let plan = diff::plan(&name, &desired, &existing);
+    for conflict in &plan.conflicts {
+        // Reported in the policy's status and as an Event by the status controller.
+        tracing::debug!(namespace = %name, binding = %conflict.name, policy = %conflict.policy, "left alone: not kopper's");
+    }
+    let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &name, plan.actions).await;
+    for _ in 0..applied.writes {
+        ctx.metrics.wrote(BINDING_CONTROLLER);
+    }
+    let refused_any = !applied.refused.is_empty();
+    shared.record_refused(&name, applied.refused);
+    match applied.retry {
+        Some(error) => Err(error.into()),
+        None if refused_any => Ok(Action::requeue(REFUSED_RETRY)),
+        None => Ok(Action::await_change()),
+    }
+}
+
+/// Writes a policy's status when, and only when, it changed.
+async fn reconcile_status(
+    policy: Arc<GuardedPolicy>,
+    ctx: Arc<Context>,
+    shared: Arc<Shared>,
+) -> Result<Action, Error> {
+    let policy = match &policy.0 {
+        Ok(policy) => policy,
+        Err(unreadable) => {
+            // Its status cannot be compared, so writing one could loop; an Event says why.
+            let note = format!("cannot be read, its bindings are left as they are: {}", unreadable.error);
+            publish(&ctx, &policy.object_ref(&()), EventType::Warning, "InvalidObject", note).await;
+            return Ok(Action::await_change());
+        }
+    };
+    let name = policy.name_any();
+    let next = shared.status_of(policy);
+    shared.count_conflicts(&name, next.conflict_count, &ctx);
+    if policy.status.as_ref() == Some(&next) {
+        return Ok(Action::await_change());
+    }
+    let api = Api::<NamespaceAccess>::all(ctx.client.clone());
+    let patch = serde_json::json!({
+        "apiVersion": NamespaceAccess::api_version(&()),
+        "kind": NamespaceAccess::kind(&()),
+        "status": next,
+    });
+    let params = PatchParams::apply(&ctx.settings.field_manager).force();
+    api.patch_status(&name, &params, &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::WriteStatus { name: name.clone(), source })?;
+    ctx.metrics.wrote(STATUS_CONTROLLER);
+    let reference = policy.object_ref(&());
+    for notice in notices(policy.status.as_ref(), &next) {
+        let type_ = if notice.warning { EventType::Warning } else { EventType::Normal };
+        publish(&ctx, &reference, type_, &notice.reason, notice.note).await;
+    }
+    Ok(Action::await_change())
+}
+
+async fn publish(ctx: &Context, reference: &ObjectReference, type_: EventType, reason: &str, note: String) {
+    let event =
+        Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+    if let Err(error) = ctx.recorder.publish(&event, reference).await {
+        tracing::warn!(object = ?reference.name, %error, "could not publish event");
+    }
+}
+
+impl Shared {
+    /// Replaces a namespace's refused bindings and wakes the status controller if they changed.
+    fn record_refused(&self, namespace: &str, refused: Vec<Problem>) {
+        let changed = {
+            let mut all = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let previous = if refused.is_empty() {
+                all.remove(namespace)
+            } else {
+                all.insert(namespace.to_owned(), refused.clone())
+            };
+            previous.unwrap_or_default() != refused
+        };
+        if changed {
+            self.wake_status.fire();
+        }
+    }
+
+    fn status_of(&self, policy: &NamespaceAccess) -> NamespaceAccessStatus {
+        // The controller's copy of this policy may be newer than the cache's.
+        let mut policies = self.policies.state();
+        policies.retain(|cached| cached.uid() != policy.uid());
+        policies.push(Arc::new(DeserializeGuard(Ok(policy.clone()))));
+        let policies = Policies::from_store(&policies);
+        let namespaces = self.namespaces.state();
+        let bindings: HashMap<(String, String), Arc<RoleBinding>> = self
+            .bindings
+            .state()
+            .into_iter()
+            .filter_map(|binding| Some(((binding.namespace()?, binding.name_any()), binding)))
+            .collect();
+        let refused: Vec<Problem> = {
+            let mut all = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Namespaces deleted since their last pass leave nothing behind.
+            all.retain(|namespace, _| self.namespaces.get(&ObjectRef::new(namespace)).is_some());
+            all.values().flatten().cloned().collect()
+        };
+        let observed =
+            Observed { policies: &policies, namespaces: &namespaces, bindings: &bindings, refused: &refused };
+        let outcome = report_for(&policy.name_any(), &observed);
+        next_status(policy.status.as_ref(), policy.metadata.generation, &outcome, Timestamp::now())
+    }
+
+    fn count_conflicts(&self, policy: &str, count: i32, ctx: &Context) {
+        let total: i64 = {
+            let mut all = self.conflicts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            all.insert(policy.to_owned(), i64::from(count));
+            all.retain(|name, _| self.policies.find(|p| p.name_any() == *name).is_some() || name == policy);
+            all.values().sum()
+        };
+        let labels = crate::runtime::metrics::ControllerLabels { controller: BINDING_CONTROLLER.to_owned() };
+        ctx.metrics.conflicts.get_or_create(&labels).set(total);
+    }
+}

@@ -1,0 +1,65 @@
+//! The `kubesim serve` binary: prints its URL, writes a kubeconfig kube-rs and kubectl both
+//! accept, and exits 0 on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
+
+#[tokio::test]
+async fn serve_writes_a_usable_kubeconfig_and_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+        .args(["serve", "--port", "0", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.starts_with("kubesim serving at http://127.0.0.1:"), "{first}");
+    let written = lines.next().unwrap().unwrap();
+    assert!(written.starts_with("kubeconfig written to"), "{written}");
+
+    let config = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(config, &Default::default()).await.unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let namespaces = Api::<Namespace>::all(client).list(&ListParams::default()).await.unwrap();
+    assert!(namespaces.items.iter().any(|n| n.metadata.name.as_deref() == Some("default")));
+
+    if which_kubectl() {
+        let out = Command::new("kubectl")
+            .args(["get", "namespace", "default", "-o", "jsonpath={.status.phase}"])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "Active",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        eprintln!("kubectl not on PATH: the kubectl half of this test did not run");
+    }
+
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "kubesim did not stop within 10s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status}");
+}
+
+fn which_kubectl() -> bool {
+    Command::new("kubectl").arg("version").arg("--client").output().is_ok_and(|o| o.status.success())
+}
