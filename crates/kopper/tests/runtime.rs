@@ -10,7 +10,12 @@ use common::{
     wait_for,
 };
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kopper::controllers::namespace_access::NamespaceAccess;
 use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
@@ -48,6 +53,46 @@ fn replica_flags<'a>(label: &'a str, admin: &'a str) -> Vec<&'a str> {
         "--admin-addr",
         admin,
     ]
+}
+
+#[tokio::test]
+async fn every_controller_runs_in_one_operator_and_readiness_waits_for_all() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let operator = Operator::start(cluster.run_args(&["--admin-addr", &admin]));
+    wait_for(DEADLINE, "the admin server", || async { http_get(&admin, "/readyz").await.is_some() }).await;
+    let (status, body) = http_get(&admin, "/readyz").await.unwrap();
+    assert_eq!(status, 503, "not ready while the NamespaceAccess CRD is missing");
+    assert!(body.contains("namespace-access"), "{body}");
+
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    for crd in kopper::crds::all() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let policy: NamespaceAccess =
+        serde_yaml::from_str(include_str!("../../../config/samples/namespaceaccess-seed-000.yaml")).unwrap();
+    Api::<NamespaceAccess>::all(cluster.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let namespace = Namespace {
+        metadata: ObjectMeta { name: Some("team-a".into()), ..ObjectMeta::default() },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(cluster.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+
+    wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
+    let bindings: Api<RoleBinding> = Api::namespaced(cluster.client.clone(), "team-a");
+    wait_for(DEADLINE, "the seed's RoleBinding", || async {
+        bindings.get_opt("ad-kubernetes-team-a").await.unwrap().is_some()
+    })
+    .await;
+    wait_for(DEADLINE, "/readyz to return 200", || async {
+        http_get(&admin, "/readyz").await.is_some_and(|(status, _)| status == 200)
+    })
+    .await;
+    operator.stop().await.unwrap();
 }
 
 #[tokio::test]
