@@ -61,6 +61,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     // the pod's resourceVersion and would otherwise each cause a reconcile.
     let pods = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
+        // managedFields are most of a pod's metadata and the labeler never reads them.
+        .modify(|pod| pod.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::labels.combine(predicates::annotations), Default::default());
