@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use kube::runtime::events::{Recorder, Reporter};
 
+use super::controller::Readiness;
 use super::metrics::Metrics;
 
 /// Handles shared by all controllers. Built once at start-up; cloning the `Arc` is the only
@@ -14,6 +15,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub settings: Arc<Settings>,
+    /// Which controllers have synced their caches; read by `/readyz`.
+    pub readiness: Readiness,
 }
 
 /// Operator-wide settings the controllers read. Parsed from flags once; a reconcile never
@@ -28,6 +31,8 @@ pub struct Settings {
     pub pod_name_label: String,
     /// Whether a ConfigMapSync may read from a namespace other than its own.
     pub allow_cross_namespace_sources: bool,
+    /// Reconciles each controller runs at once (0: unbounded).
+    pub concurrency: u16,
 }
 
 impl Default for Settings {
@@ -37,6 +42,7 @@ impl Default for Settings {
             pod_label_annotation: "kopper.dev/add-pod-name-label".into(),
             pod_name_label: "kopper.dev/pod-name".into(),
             allow_cross_namespace_sources: false,
+            concurrency: 4,
         }
     }
 }
@@ -45,7 +51,7 @@ impl Context {
     pub fn new(client: kube::Client, metrics: Arc<Metrics>, settings: Settings) -> Self {
         let recorder =
             Recorder::new(client.clone(), Reporter { controller: "kopper".into(), instance: None });
-        Self { client, recorder, metrics, settings: Arc::new(settings) }
+        Self { client, recorder, metrics, settings: Arc::new(settings), readiness: Readiness::default() }
     }
 }
 

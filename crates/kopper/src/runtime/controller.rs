@@ -1,58 +1,325 @@
-//! Runs one kube-runtime Controller with kopper's error policy and metrics.
-// stand-in: replaced by the runtime helper's version at merge
+//! The driver every kopper controller runs on: metrics, a tracing span per reconcile,
+//! per-object exponential backoff, and the readiness registry behind `/readyz`.
+//!
+//! kube-runtime's `Controller` already owns the watches, the work queue, deduplication and
+//! bounded concurrency; this module adds what it leaves to each operator, so that every
+//! controller gets the same retry policy and the same observability without repeating it.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::runtime::Controller;
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{Action, Config, Error as ControllerError};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::context::{Context, ErrorCategory};
+use super::metrics::CacheLabels;
 
-/// Drives `controller` until its shutdown trigger fires and its stream ends.
+/// First retry delay after a failed reconcile.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
+/// Longest retry delay, and the delay used for permanent errors: those wait for the object
+/// to change (which triggers a reconcile through the watch) rather than being retried hot.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Share of each delay that is randomised, so objects that failed together do not retry in
+/// lockstep against an API server that is already struggling.
+const BACKOFF_JITTER: f64 = 0.2;
+/// How often a controller's store is asked whether its first list has arrived.
+const READINESS_POLL: Duration = Duration::from_millis(100);
+
+/// Runs `controller` until its graceful-shutdown trigger fires: records metrics
+/// (`ctx.metrics.reconciled`/`failed`), wraps each reconcile in a tracing span naming the
+/// object (fields `controller`, `namespace`, `object`), and on error requeues with per-object
+/// exponential backoff (base 500ms, x2, max 5 min, jitter; reset on success); permanent errors
+/// ([`ErrorCategory::is_permanent`]) are not retried hot (requeue after the max).
+///
+/// `name` must be the controller's `--controllers` name ([`ControllerName::as_str`]), so that
+/// `/readyz` waits for it.
+///
+/// [`ControllerName::as_str`]: crate::cli::ControllerName::as_str
+///
+/// The caller builds the `Controller` (its watches, owned and watched kinds) and attaches the
+/// shutdown trigger with `graceful_shutdown_on`; concurrency comes from
+/// [`Settings::concurrency`](super::Settings::concurrency). `name` is registered with
+/// [`Readiness`] and is ready once the controller's main watch has delivered its first list.
 pub async fn run_controller<K, E, F, Fut>(
     name: &'static str,
     controller: Controller<K>,
     ctx: Arc<Context>,
     mut reconcile: F,
 ) where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     E: std::error::Error + ErrorCategory + Send + Sync + 'static,
     F: FnMut(Arc<K>, Arc<Context>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<Action, E>> + Send + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
-    let error_policy = move |_object: Arc<K>, error: &E, ctx: Arc<Context>| {
-        ctx.metrics.failed(name, error.category());
-        tracing::warn!(controller = name, error = %error, "reconcile failed");
-        if error.is_permanent() {
-            Action::requeue(Duration::from_secs(300))
-        } else {
-            Action::requeue(Duration::from_secs(2))
-        }
-    };
-    let timed = move |object: Arc<K>, ctx: Arc<Context>| {
+    let store = controller.store();
+    spawn_readiness_watch(name, store.clone(), &ctx);
+    let failures = Arc::new(FailureCounts::default());
+    let controller = controller.with_config(Config::default().concurrency(ctx.settings.concurrency));
+
+    let reconcile_failures = failures.clone();
+    let policy_failures = failures.clone();
+    let reconciler = move |obj: Arc<K>, ctx: Arc<Context>| {
+        let span = info_span!(
+            "reconcile",
+            controller = name,
+            namespace = obj.namespace().unwrap_or_default(),
+            // Not `name`: JSON logs already use that key for the span's own name.
+            object = obj.name_any(),
+        );
+        let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
+        let failures = reconcile_failures.clone();
+        let store = store.clone();
         let started = Instant::now();
-        let metrics = ctx.metrics.clone();
-        let future = reconcile(object, ctx);
+        let work = span.in_scope(|| reconcile(obj, ctx.clone()));
         async move {
-            let result = future.await;
-            metrics.reconciled(name, started.elapsed());
+            let result = work.await;
+            ctx.metrics.reconciled(name, started.elapsed());
+            record_cache_size(&ctx, name, &store);
+            match &result {
+                Ok(_) => failures.reset(&key),
+                Err(error) => ctx.metrics.failed(name, error.category()),
+            }
             result
         }
+        .instrument(span)
     };
+    let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Context>| {
+        let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
+        let delay = retry_delay(error.is_permanent(), policy_failures.increment(&key), random_unit());
+        warn!(
+            controller = name,
+            object = %key,
+            category = error.category(),
+            permanent = error.is_permanent(),
+            retry_in_ms = delay.as_millis() as u64,
+            "reconcile failed: {error}"
+        );
+        Action::requeue(delay)
+    };
+
     controller
-        .run(timed, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(controller = name, error = %error, "controller event");
+        .run(reconciler, error_policy, ctx)
+        .for_each(|result| {
+            // An object that left the cache will not be retried: forget its failures.
+            if let Err(ControllerError::ObjectNotFound(object)) = &result {
+                failures.reset(&object.to_string());
             }
+            log_outcome(name, result);
+            std::future::ready(())
         })
         .await;
+    debug!(controller = name, "controller stopped");
+}
+
+/// Reconciler failures are logged by the error policy, where the retry delay is known; this
+/// logs what only the result stream sees.
+fn log_outcome<K, E>(
+    name: &str,
+    result: Result<(ObjectRef<K>, Action), ControllerError<E, kube::runtime::watcher::Error>>,
+) where
+    K: Resource,
+    E: std::error::Error,
+{
+    match result {
+        Ok((object, _)) => debug!(controller = name, %object, "reconciled"),
+        Err(ControllerError::ReconcilerFailed(..)) => {}
+        Err(ControllerError::ObjectNotFound(object)) => {
+            debug!(controller = name, %object, "object is gone from the cache; nothing to do")
+        }
+        Err(error @ ControllerError::QueueError(_)) => {
+            warn!(controller = name, "watch failed, retrying with backoff: {error}")
+        }
+        Err(error) => warn!(controller = name, "controller error: {error}"),
+    }
+}
+
+fn record_cache_size<K>(ctx: &Context, name: &str, store: &Store<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let labels = CacheLabels { controller: name.to_owned(), kind: K::kind(&()).into_owned() };
+    let size = i64::try_from(store.len()).unwrap_or(i64::MAX);
+    ctx.metrics.cached_objects.get_or_create(&labels).set(size);
+}
+
+/// Marks `name` synced once its store has had its first list.
+///
+/// `Store::wait_until_ready` is backed by a oneshot channel that remembers only the last
+/// waiter's waker, and the controller's own runner waits on it too; a single long-lived
+/// wait here can be left unwoken. So the store is asked afresh at a short interval: the
+/// answer is immediate once the list has arrived, and the runner re-registers itself each
+/// time it is polled, in the same task that processes the list.
+fn spawn_readiness_watch<K>(name: &'static str, store: Store<K>, ctx: &Context)
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let readiness = ctx.readiness.clone();
+    readiness.register(name);
+    tokio::spawn(async move {
+        loop {
+            match tokio::time::timeout(READINESS_POLL, store.wait_until_ready()).await {
+                Ok(Ok(())) => return readiness.mark_synced(name),
+                Ok(Err(_writer_dropped)) => return,
+                Err(_elapsed) => {}
+            }
+        }
+    });
+}
+
+/// When to retry after a failure: permanent errors wait the longest delay (a change to the
+/// object triggers a reconcile sooner through the watch); others back off exponentially.
+pub fn retry_delay(permanent: bool, attempt: u32, unit: f64) -> Duration {
+    if permanent { BACKOFF_MAX } else { backoff_delay(attempt, unit) }
+}
+
+/// Delay before retry number `attempt` (1 for the first failure): `BACKOFF_BASE * 2^(attempt-1)`
+/// capped at [`BACKOFF_MAX`], with up to a fifth of it taken off (jitter) according to
+/// `unit` (a number in `[0, 1)`).
+pub fn backoff_delay(attempt: u32, unit: f64) -> Duration {
+    let exponent = attempt.saturating_sub(1).min(20);
+    let uncapped = BACKOFF_BASE.saturating_mul(1u32 << exponent);
+    let capped = uncapped.min(BACKOFF_MAX);
+    capped.mul_f64(1.0 - BACKOFF_JITTER * unit.clamp(0.0, 1.0))
+}
+
+/// A number in `[0, 1)` that differs per call. `RandomState` is seeded randomly per process
+/// and per instance, which is all jitter needs; it spares a dependency on `rand`.
+fn random_unit() -> f64 {
+    let bits = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Consecutive failures per object, so backoff grows per object and resets when that object
+/// reconciles successfully.
+#[derive(Default)]
+struct FailureCounts(Mutex<HashMap<String, u32>>);
+
+impl FailureCounts {
+    fn increment(&self, key: &str) -> u32 {
+        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(key.to_owned()).or_default();
+        *count = count.saturating_add(1);
+        *count
+    }
+
+    fn reset(&self, key: &str) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+    }
+}
+
+/// Which controllers have seen their first list, for `/readyz`.
+///
+/// A replica that is waiting for the leader lease runs no controllers; it is marked as a
+/// standby and reported ready, so a rolling update is not held up by the replicas that are
+/// correctly doing nothing.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness {
+    inner: Arc<Mutex<ReadinessState>>,
+}
+
+#[derive(Debug, Default)]
+struct ReadinessState {
+    synced: BTreeMap<&'static str, bool>,
+    standby: bool,
+}
+
+impl Readiness {
+    /// Declares a controller that must sync before the replica is ready. Called at start-up
+    /// for every enabled controller, so `/readyz` is false until all of them have started.
+    pub fn register(&self, controller: &'static str) {
+        self.lock().synced.entry(controller).or_insert(false);
+    }
+
+    pub fn mark_synced(&self, controller: &'static str) {
+        self.lock().synced.insert(controller, true);
+    }
+
+    /// Whether this replica is waiting for the leader lease (and so runs no controllers).
+    pub fn set_standby(&self, standby: bool) {
+        self.lock().standby = standby;
+    }
+
+    pub fn is_ready(&self) -> bool {
+        let state = self.lock();
+        state.standby || state.synced.values().all(|synced| *synced)
+    }
+
+    /// Controllers whose first list has not arrived yet, for the `/readyz` body.
+    pub fn pending(&self) -> Vec<&'static str> {
+        self.lock().synced.iter().filter(|(_, synced)| !**synced).map(|(name, _)| *name).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReadinessState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_half_a_second() {
+        assert_eq!(backoff_delay(1, 0.0), Duration::from_millis(500));
+        assert_eq!(backoff_delay(2, 0.0), Duration::from_secs(1));
+        assert_eq!(backoff_delay(4, 0.0), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn backoff_is_capped_at_five_minutes() {
+        assert_eq!(backoff_delay(10, 0.0), Duration::from_secs(256));
+        assert_eq!(backoff_delay(11, 0.0), BACKOFF_MAX);
+        assert_eq!(backoff_delay(u32::MAX, 0.0), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn jitter_only_shortens_the_delay_by_a_bounded_share() {
+        let delay = backoff_delay(3, 0.999);
+        assert!(delay < Duration::from_secs(2));
+        assert!(delay >= Duration::from_secs(2).mul_f64(1.0 - BACKOFF_JITTER));
+    }
+
+    #[test]
+    fn permanent_errors_are_not_retried_hot() {
+        assert_eq!(retry_delay(true, 1, 0.0), BACKOFF_MAX);
+        assert_eq!(retry_delay(false, 1, 0.0), BACKOFF_BASE);
+    }
+
+    #[test]
+    fn failures_count_per_object_and_reset_on_success() {
+        let counts = FailureCounts::default();
+        assert_eq!(counts.increment("a"), 1);
+        assert_eq!(counts.increment("a"), 2);
+        assert_eq!(counts.increment("b"), 1);
+        counts.reset("a");
+        assert_eq!(counts.increment("a"), 1);
+    }
+
+    #[test]
+    fn ready_only_when_every_registered_controller_has_synced() {
+        let readiness = Readiness::default();
+        readiness.register("pod-labeler");
+        readiness.register("namespace-access");
+        readiness.mark_synced("pod-labeler");
+        assert!(!readiness.is_ready());
+        assert_eq!(readiness.pending(), vec!["namespace-access"]);
+        readiness.mark_synced("namespace-access");
+        assert!(readiness.is_ready());
+    }
+
+    #[test]
+    fn standby_replica_is_ready_without_controllers() {
+        let readiness = Readiness::default();
+        readiness.register("pod-labeler");
+        readiness.set_standby(true);
+        assert!(readiness.is_ready());
+    }
 }

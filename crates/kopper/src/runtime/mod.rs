@@ -1,8 +1,15 @@
 //! The shared runtime every controller stands on.
 
+pub mod admin;
+pub mod client;
 pub mod context;
 pub mod controller;
+pub mod leader;
 pub mod metrics;
+pub mod shutdown;
+pub mod telemetry;
 
 pub use context::{Context, ErrorCategory, Settings};
+pub use controller::{Readiness, run_controller};
 pub use metrics::Metrics;
+pub use shutdown::Shutdown;

@@ -1,0 +1,295 @@
+//! Command line: every flag of `kopper run` has a `KOPPER_…` environment variable as its
+//! default, so the same settings work from a shell, a Helm chart or a test.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::runtime::Settings;
+
+#[derive(Debug, Parser)]
+#[command(name = "kopper", version, about = "A Kubernetes operator for multi-tenant clusters")]
+#[command(args_conflicts_with_subcommands = true, args_override_self = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Flags of `kopper run`, which is what runs when no subcommand is given.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+impl Cli {
+    /// The subcommand to run; `run` with the top-level flags when none was named.
+    pub fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Run(self.run))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator against the cluster of the current kubeconfig (or in-cluster). The default.
+    Run(RunArgs),
+    /// Print every kopper CustomResourceDefinition as multi-document YAML.
+    Crds(CrdsArgs),
+    /// Start an embedded API server, run every controller on it and apply the samples: a tour with
+    /// no cluster needed.
+    Demo(DemoArgs),
+}
+
+/// The controllers kopper can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
+pub enum ControllerName {
+    /// RoleBindings per namespace from NamespaceAccess policies (seed 000).
+    NamespaceAccess,
+    /// Pods labelled with their own name on request (seed 001).
+    PodLabeler,
+    /// ConfigMaps copied between namespaces by ConfigMapSync (seed 002).
+    ConfigMapSync,
+    /// ConfigMaps and Secrets replicated by ReplicationRule (seed 003).
+    ReplicationRule,
+    /// Object-storage buckets and their credentials (seed 004).
+    Bucket,
+}
+
+impl ControllerName {
+    pub const ALL: [ControllerName; 5] = [
+        ControllerName::NamespaceAccess,
+        ControllerName::PodLabeler,
+        ControllerName::ConfigMapSync,
+        ControllerName::ReplicationRule,
+        ControllerName::Bucket,
+    ];
+
+    /// The name used on the command line, in metrics labels and in `/readyz`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerName::NamespaceAccess => "namespace-access",
+            ControllerName::PodLabeler => "pod-labeler",
+            ControllerName::ConfigMapSync => "config-map-sync",
+            ControllerName::ReplicationRule => "replication-rule",
+            ControllerName::Bucket => "bucket",
+        }
+    }
+}
+
+/// Whether to take a Lease before reconciling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LeaderElect {
+    /// On when running in a pod (where replicas may be scaled), off elsewhere.
+    Auto,
+    True,
+    False,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct RunArgs {
+    /// Kubeconfig file to connect with. Without it, KUBECONFIG, then ~/.kube/config, then the
+    /// in-cluster service account are tried, as kubectl does.
+    #[arg(long, env = "KOPPER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use instead of the current one.
+    #[arg(long, env = "KOPPER_CONTEXT")]
+    pub context: Option<String>,
+
+    /// Controllers to run, comma-separated.
+    #[arg(long, env = "KOPPER_CONTROLLERS", value_enum, value_delimiter = ',',
+          default_values_t = ControllerName::ALL.to_vec())]
+    pub controllers: Vec<ControllerName>,
+
+    /// Reconciles each controller runs at once.
+    #[arg(long, env = "KOPPER_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: u16,
+
+    /// Take a coordination.k8s.io Lease so that only one replica reconciles.
+    #[arg(long, env = "KOPPER_LEADER_ELECT", value_enum, default_value_t = LeaderElect::Auto)]
+    pub leader_elect: LeaderElect,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "KOPPER_LEASE_NAME", default_value = "kopper-leader")]
+    pub lease_name: String,
+
+    /// Namespace of the leader-election Lease (default: the pod's own namespace in a cluster,
+    /// `default` outside one).
+    #[arg(long, env = "KOPPER_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// How long a lease stays valid without renewal; a standby replica takes over within this
+    /// time after the leader dies. Whole seconds, e.g. `15s`.
+    #[arg(long, env = "KOPPER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// How often the leader renews its lease; at most 80% of --lease-duration. A leader that
+    /// cannot renew for 80% of the lease duration stops, before a standby may take over.
+    #[arg(long, env = "KOPPER_RENEW_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub renew_interval: Duration,
+
+    /// How long in-flight reconciles may run after SIGTERM/SIGINT before kopper exits anyway.
+    #[arg(long, env = "KOPPER_SHUTDOWN_GRACE_PERIOD", default_value = "25s", value_parser = parse_duration)]
+    pub shutdown_grace_period: Duration,
+
+    /// Address of the admin server (/metrics, /healthz, /readyz).
+    #[arg(long, env = "KOPPER_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    pub admin_addr: SocketAddr,
+
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+
+    /// Annotation that asks the pod labeler to label a pod with its name (value "true").
+    #[arg(long, env = "KOPPER_POD_LABEL_ANNOTATION", default_value = "kopper.dev/add-pod-name-label")]
+    pub pod_label_annotation: String,
+
+    /// Label the pod labeler sets to the pod's name.
+    #[arg(long, env = "KOPPER_POD_NAME_LABEL", default_value = "kopper.dev/pod-name")]
+    pub pod_name_label: String,
+
+    /// Let a ConfigMapSync read from a namespace other than its own. Only for clusters where
+    /// nobody but administrators can create ConfigMapSyncs.
+    #[arg(long, env = "KOPPER_ALLOW_CROSS_NAMESPACE_SOURCES")]
+    pub allow_cross_namespace_sources: bool,
+
+    /// Field manager name for server-side apply.
+    #[arg(long, env = "KOPPER_FIELD_MANAGER", default_value = "kopper")]
+    pub field_manager: String,
+}
+
+impl RunArgs {
+    /// The settings the controllers read, taken from the flags once at start-up.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            field_manager: self.field_manager.clone(),
+            pod_label_annotation: self.pod_label_annotation.clone(),
+            pod_name_label: self.pod_name_label.clone(),
+            allow_cross_namespace_sources: self.allow_cross_namespace_sources,
+            concurrency: self.concurrency,
+        }
+    }
+
+    /// The enabled controllers, each once, in a stable order.
+    pub fn enabled_controllers(&self) -> Vec<ControllerName> {
+        let mut names = self.controllers.clone();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct TelemetryArgs {
+    /// Log line format.
+    #[arg(long, env = "KOPPER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter: a level (`info`, `debug`) or per-module directives (`kopper=debug,kube=info`).
+    #[arg(long, env = "KOPPER_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct CrdsArgs {
+    /// Write one `<plural>.<group>.yaml` file per CRD into this directory instead of printing
+    /// them (how `config/crd/` is regenerated).
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DemoArgs {
+    /// Directory whose YAML files are applied once the controllers run.
+    #[arg(long, env = "KOPPER_DEMO_SAMPLES", default_value = "config/samples")]
+    pub samples: PathBuf,
+
+    /// Where to write the kubeconfig of the embedded API server (default: a temporary file).
+    #[arg(long, env = "KOPPER_DEMO_KUBECONFIG_OUT")]
+    pub kubeconfig_out: Option<PathBuf>,
+
+    /// Address of the admin server (/metrics, /healthz, /readyz).
+    #[arg(long, env = "KOPPER_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
+    pub admin_addr: SocketAddr,
+
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+}
+
+/// Parses `500ms`, `15s`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; write e.g. `500ms`, `15s` or `2m`"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(value),
+        "" | "s" => Duration::from_secs(value),
+        "m" => Duration::from_secs(value.saturating_mul(60)),
+        "h" => Duration::from_secs(value.saturating_mul(3600)),
+        _ => return Err(format!("unknown unit in `{text}`; use ms, s, m or h")),
+    };
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kopper").chain(args.iter().copied())).map(Cli::into_command)
+    }
+
+    #[test]
+    fn no_subcommand_means_run_with_every_controller() {
+        let Ok(Command::Run(run)) = parse(&[]) else { panic!("expected run") };
+        assert_eq!(run.enabled_controllers(), ControllerName::ALL.to_vec());
+        assert_eq!(run.admin_addr.to_string(), "0.0.0.0:8080");
+    }
+
+    #[test]
+    fn top_level_flags_apply_to_the_default_run() {
+        let Ok(Command::Run(run)) = parse(&["--controllers", "pod-labeler", "--leader-elect", "false"])
+        else {
+            panic!("expected run")
+        };
+        assert_eq!(run.controllers, vec![ControllerName::PodLabeler]);
+        assert_eq!(run.leader_elect, LeaderElect::False);
+    }
+
+    #[test]
+    fn controllers_are_a_comma_list() {
+        let Ok(Command::Run(run)) = parse(&["run", "--controllers", "pod-labeler,namespace-access"]) else {
+            panic!("expected run")
+        };
+        assert_eq!(
+            run.enabled_controllers(),
+            vec![ControllerName::NamespaceAccess, ControllerName::PodLabeler]
+        );
+    }
+
+    #[test]
+    fn unknown_controller_name_is_refused_with_the_valid_names() {
+        let error = parse(&["run", "--controllers", "pod-labeller"]).err().map(|e| e.to_string());
+        let message = error.unwrap_or_default();
+        assert!(message.contains("pod-labeller"), "{message}");
+        assert!(message.contains("pod-labeler"), "{message}");
+    }
+
+    #[test]
+    fn durations_accept_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+}

@@ -1,0 +1,267 @@
+//! `kopper demo`: a tour that needs no cluster. It starts an embedded kubesim, installs the
+//! CRDs, runs every controller against it, applies the samples plus a small demo workload,
+//! shows what kopper did, and keeps running so the newcomer can explore with kubectl.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::discovery::Scope;
+use kube::{Api, ResourceExt};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::cli::{Cli, Command, DemoArgs, RunArgs};
+use crate::runtime::Shutdown;
+
+const FIELD_MANAGER: &str = "kopper-demo";
+/// Namespaces (with a `team` label for label-based policies) and an annotated pod created
+/// by the demo itself, so each controller has something to act on even when the samples
+/// only hold policies.
+const DEMO_NAMESPACES: [&str; 2] = ["team-a", "team-b"];
+const DEMO_POD: &str = "hello";
+/// How long the demo waits for kopper to act before printing what it sees.
+const SETTLE_DEADLINE: Duration = Duration::from_secs(10);
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    crate::runtime::telemetry::init(&args.telemetry)?;
+    let ctrl_c =
+        crate::runtime::shutdown::termination_signal().context("cannot install SIGTERM/SIGINT handlers")?;
+    let sim = kubesim::Server::start(kubesim::Config::default()).await.context("cannot start kubesim")?;
+    let kubeconfig = args.kubeconfig_out.clone().unwrap_or_else(default_kubeconfig_path);
+    sim.write_kubeconfig(&kubeconfig)
+        .with_context(|| format!("cannot write the kubeconfig to {}", kubeconfig.display()))?;
+    let client = sim.client();
+    println!("kopper demo: embedded API server at {}", sim.url());
+
+    install_crds(&client).await?;
+    let stop = Shutdown::new();
+    let mut operator = tokio::spawn(crate::run(run_args(&args, &kubeconfig)?, stop.wait()));
+
+    let applied = apply_samples(&client, &args.samples).await?;
+    create_demo_workload(&client, &run_args(&args, &kubeconfig)?).await?;
+    tokio::select! {
+        () = wait_until_settled(&client, &applied) => {}
+        stopped = &mut operator => {
+            stopped.context("the operator task failed")??;
+            anyhow::bail!("the operator stopped unexpectedly");
+        }
+    }
+    print_summary(&client, &applied).await?;
+
+    println!("\nkubeconfig: {}", kubeconfig.display());
+    println!(
+        "try:        kubectl --kubeconfig {} get rolebindings,pods -A --show-labels",
+        kubeconfig.display()
+    );
+    println!("metrics:    http://{}/metrics", args.admin_addr);
+    println!("Ctrl-C stops the demo.");
+    ctrl_c.await;
+
+    stop.trigger();
+    operator.await.context("the operator task failed")??;
+    sim.shutdown().await;
+    Ok(())
+}
+
+fn default_kubeconfig_path() -> PathBuf {
+    std::env::temp_dir().join(format!("kopper-demo-{}.kubeconfig", std::process::id()))
+}
+
+/// The `kopper run` flags the demo uses: its own kubeconfig, every controller, no lease.
+fn run_args(args: &DemoArgs, kubeconfig: &Path) -> anyhow::Result<RunArgs> {
+    let argv = [
+        "kopper".into(),
+        "run".into(),
+        "--kubeconfig".into(),
+        kubeconfig.to_string_lossy().into_owned(),
+        "--leader-elect".into(),
+        "false".into(),
+        "--admin-addr".into(),
+        args.admin_addr.to_string(),
+    ];
+    match <Cli as clap::Parser>::try_parse_from(argv)?.into_command() {
+        Command::Run(run) => Ok(run),
+        _ => anyhow::bail!("internal error: demo flags did not parse as `kopper run`"),
+    }
+}
+
+async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for crd in crate::crds::all() {
+        let name = crd.name_any();
+        api.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .with_context(|| format!("cannot install CRD {name}"))?;
+        println!("installed CRD {name}");
+    }
+    Ok(())
+}
+
+/// Applies every YAML document under `dir` (namespaces first), returning `kind name` of each
+/// one applied. A document that cannot be applied (say, a kind this build does not serve) is
+/// reported and skipped, so one sample cannot spoil the whole tour.
+async fn apply_samples(client: &kube::Client, dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut documents = read_documents(dir)?;
+    documents.sort_by_key(|object| object.types.as_ref().is_none_or(|types| types.kind != "Namespace"));
+    let mut applied = Vec::new();
+    for object in documents {
+        let label = describe(&object);
+        match apply(client, object).await {
+            Ok(()) => applied.push(label),
+            Err(error) => println!("skipped sample {label}: {error:#}"),
+        }
+    }
+    Ok(applied)
+}
+
+fn read_documents(dir: &Path) -> anyhow::Result<Vec<DynamicObject>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        println!("no samples at {} (use --samples DIR); applying only the demo workload", dir.display());
+        return Ok(Vec::new());
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml" || ext == "yml"))
+        .collect();
+    paths.sort();
+    let mut documents = Vec::new();
+    for path in paths {
+        let text =
+            std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let value = serde_json::Value::deserialize(document)
+                .with_context(|| format!("{} is not valid YAML", path.display()))?;
+            if value.is_null() {
+                continue;
+            }
+            let object: DynamicObject = serde_json::from_value(value).with_context(|| {
+                format!("{} holds a document that is not a Kubernetes object", path.display())
+            })?;
+            documents.push(object);
+        }
+    }
+    Ok(documents)
+}
+
+fn describe(object: &DynamicObject) -> String {
+    let kind = object.types.as_ref().map_or("?", |types| types.kind.as_str());
+    match object.namespace() {
+        Some(namespace) => format!("{kind} {namespace}/{}", object.name_any()),
+        None => format!("{kind} {}", object.name_any()),
+    }
+}
+
+async fn apply(client: &kube::Client, object: DynamicObject) -> anyhow::Result<()> {
+    let types = object.types.clone().context("the document has no apiVersion/kind")?;
+    let gvk = GroupVersionKind::try_from(&types)?;
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let api: Api<DynamicObject> = match capabilities.scope {
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+        Scope::Namespaced => {
+            let namespace = object.namespace().unwrap_or_else(|| "default".to_owned());
+            Api::namespaced_with(client.clone(), &namespace, &resource)
+        }
+    };
+    api.patch(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await?;
+    Ok(())
+}
+
+async fn create_demo_workload(client: &kube::Client, args: &RunArgs) -> anyhow::Result<()> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for name in DEMO_NAMESPACES {
+        let team = name.trim_start_matches("team-");
+        let namespace = json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": { "name": name, "labels": { "team": team } }
+        });
+        namespaces.patch(name, &params, &Patch::Apply(&namespace)).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), DEMO_NAMESPACES[0]);
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": DEMO_POD, "annotations": { &args.pod_label_annotation: "true" } },
+        "spec": { "containers": [{ "name": "hello", "image": "nginx" }] }
+    });
+    pods.patch(DEMO_POD, &params, &Patch::Apply(&pod)).await?;
+    Ok(())
+}
+
+/// Waits (bounded) until kopper has acted on the demo workload: the demo pod carries its
+/// label and, when a NamespaceAccess sample was applied, every demo namespace has a
+/// RoleBinding. The summary then shows results rather than a race.
+async fn wait_until_settled(client: &kube::Client, applied: &[String]) {
+    let expect_bindings = applied.iter().any(|label| label.starts_with("NamespaceAccess "));
+    let deadline = tokio::time::Instant::now() + SETTLE_DEADLINE;
+    while tokio::time::Instant::now() < deadline {
+        if demo_pod_labelled(client).await && (!expect_bindings || demo_namespaces_bound(client).await) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "(kopper has not finished within {SETTLE_DEADLINE:?}; the summary shows what it has done so far)"
+    );
+}
+
+async fn demo_pod_labelled(client: &kube::Client) -> bool {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), DEMO_NAMESPACES[0]);
+    let pod = pods.get_opt(DEMO_POD).await.ok().flatten();
+    pod.is_some_and(|pod| pod.labels().values().any(|value| value == DEMO_POD))
+}
+
+async fn demo_namespaces_bound(client: &kube::Client) -> bool {
+    for namespace in DEMO_NAMESPACES {
+        let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+        match bindings.list(&ListParams::default()).await {
+            Ok(list) if !list.items.is_empty() => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+async fn print_summary(client: &kube::Client, applied: &[String]) -> anyhow::Result<()> {
+    println!("\napplied samples:");
+    for label in applied {
+        println!("  {label}");
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    println!("\nnamespaces:");
+    for namespace in namespaces.list(&ListParams::default()).await? {
+        println!("  {}", namespace.name_any());
+    }
+    let bindings: Api<RoleBinding> = Api::all(client.clone());
+    println!("\nrole bindings:");
+    for binding in bindings.list(&ListParams::default()).await? {
+        let subjects: Vec<String> = binding
+            .subjects
+            .iter()
+            .flatten()
+            .map(|subject| format!("{} {}", subject.kind, subject.name))
+            .collect();
+        println!(
+            "  {}/{} -> {} {} for {}",
+            binding.namespace().unwrap_or_default(),
+            binding.name_any(),
+            binding.role_ref.kind,
+            binding.role_ref.name,
+            subjects.join(", ")
+        );
+    }
+    let pods: Api<Pod> = Api::all(client.clone());
+    println!("\npods and their labels:");
+    for pod in pods.list(&ListParams::default()).await? {
+        let labels: Vec<String> = pod.labels().iter().map(|(key, value)| format!("{key}={value}")).collect();
+        println!("  {}/{}  {}", pod.namespace().unwrap_or_default(), pod.name_any(), labels.join(","));
+    }
+    Ok(())
+}

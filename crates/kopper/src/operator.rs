@@ -1,0 +1,188 @@
+//! `kopper run`: connect, serve the admin endpoints, take the lease, run the controllers,
+//! and shut down gracefully.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use crate::cli::{LeaderElect, RunArgs};
+use crate::controllers;
+use crate::runtime::leader::{self, LeaderError, Leadership, LeaseConfig};
+use crate::runtime::{Context, Metrics, Shutdown, admin, client};
+
+/// How long the admin server may take to close its connections at shutdown.
+const ADMIN_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs the operator until `shutdown` resolves, then stops taking new work, lets in-flight
+/// reconciles finish within `--shutdown-grace-period`, releases the lease and returns `Ok`.
+/// Returns an error when the cluster cannot be reached, the admin address cannot be bound,
+/// or leadership is lost (a replica that lost its lease must stop at once).
+pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let lease = lease_config(&args)?;
+    let client = client::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let listener = TcpListener::bind(args.admin_addr).await.with_context(|| {
+        format!("cannot listen on --admin-addr {} (is the port in use?)", args.admin_addr)
+    })?;
+    let ctx = Arc::new(Context::new(client.clone(), Arc::new(Metrics::default()), args.settings()));
+    let enabled = args.enabled_controllers();
+    for name in &enabled {
+        ctx.readiness.register(name.as_str());
+    }
+
+    let admin_stop = Shutdown::new();
+    let admin =
+        tokio::spawn(admin::serve(listener, ctx.metrics.clone(), ctx.readiness.clone(), admin_stop.wait()));
+    let stop = Shutdown::new();
+    let trigger = stop.clone();
+    let forward_shutdown = tokio::spawn(async move {
+        shutdown.await;
+        info!("shutting down: no new reconciles; waiting for in-flight ones");
+        trigger.trigger();
+    });
+
+    let result = run_controllers(&ctx, &args, &enabled, lease, &stop).await;
+    forward_shutdown.abort();
+    stop_admin(admin, &admin_stop).await;
+    result
+}
+
+/// Stops the admin server, giving open connections (a Prometheus scrape) a moment to end.
+async fn stop_admin(admin: tokio::task::JoinHandle<std::io::Result<()>>, admin_stop: &Shutdown) {
+    admin_stop.trigger();
+    let abort = admin.abort_handle();
+    match tokio::time::timeout(ADMIN_STOP_TIMEOUT, admin).await {
+        Ok(Ok(Err(error))) => warn!("admin server failed: {error}"),
+        Ok(_) => {}
+        Err(_elapsed) => abort.abort(),
+    }
+}
+
+async fn run_controllers(
+    ctx: &Arc<Context>,
+    args: &RunArgs,
+    enabled: &[crate::cli::ControllerName],
+    lease: Option<LeaseConfig>,
+    stop: &Shutdown,
+) -> anyhow::Result<()> {
+    let leadership = match lease {
+        None => None,
+        Some(config) => {
+            ctx.readiness.set_standby(true);
+            let Some(leadership) = leader::acquire(ctx.client.clone(), config, stop).await else {
+                return Ok(());
+            };
+            ctx.readiness.set_standby(false);
+            ctx.metrics.leader.set(1);
+            Some(leadership)
+        }
+    };
+
+    let mut running = JoinSet::new();
+    for name in enabled {
+        running.spawn(controllers::run(*name, ctx.clone(), stop.wait()));
+    }
+    info!(controllers = ?enabled.iter().map(|name| name.as_str()).collect::<Vec<_>>(), "controllers started");
+
+    if let Err(error) = drain_on_shutdown(&mut running, leadership.as_ref(), args, stop).await {
+        running.abort_all();
+        if let Some(leadership) = leadership {
+            leadership.release().await;
+        }
+        ctx.metrics.leader.set(0);
+        return Err(error);
+    }
+    running.abort_all();
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+        ctx.metrics.leader.set(0);
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// Resolves when leadership is lost; never, when leader election is off.
+async fn keep(leadership: Option<&Leadership>) -> LeaderError {
+    match leadership {
+        Some(leadership) => leadership.keep().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for `stop`, then for in-flight reconciles (at most the grace period). Fails as soon
+/// as leadership is lost or a controller fails; leadership is still renewed while reconciles
+/// finish, so no other replica starts on the same objects meanwhile.
+async fn drain_on_shutdown(
+    running: &mut JoinSet<anyhow::Result<()>>,
+    leadership: Option<&Leadership>,
+    args: &RunArgs,
+    stop: &Shutdown,
+) -> anyhow::Result<()> {
+    let mut lost = pin!(keep(leadership));
+    tokio::select! {
+        error = &mut lost => return Err(error.into()),
+        error = first_failure(running) => return Err(error),
+        () = stop.wait() => {}
+    }
+    let drained = tokio::time::timeout(args.shutdown_grace_period, drain(running));
+    tokio::select! {
+        error = &mut lost => Err(error.into()),
+        finished = drained => {
+            if finished.is_err() {
+                warn!(grace = ?args.shutdown_grace_period, "reconciles still running after the grace period; stopping them");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Resolves with the first controller failure; never, if none fails.
+async fn first_failure(running: &mut JoinSet<anyhow::Result<()>>) -> anyhow::Error {
+    loop {
+        match running.join_next().await {
+            Some(Ok(Ok(()))) => {}
+            Some(Ok(Err(error))) => return error.context("a controller failed"),
+            Some(Err(join_error)) => return anyhow::Error::new(join_error).context("a controller panicked"),
+            None => return std::future::pending().await,
+        }
+    }
+}
+
+/// Waits for every controller to stop; failures during shutdown are logged, not returned,
+/// since the operator is stopping anyway.
+async fn drain(running: &mut JoinSet<anyhow::Result<()>>) {
+    while let Some(result) = running.join_next().await {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => warn!("a controller failed while stopping: {error:#}"),
+            Err(join_error) => warn!("a controller panicked while stopping: {join_error}"),
+        }
+    }
+}
+
+/// The lease to take, or `None` when leader election is off. `auto` means on in a pod.
+fn lease_config(args: &RunArgs) -> anyhow::Result<Option<LeaseConfig>> {
+    let enabled = match args.leader_elect {
+        LeaderElect::True => true,
+        LeaderElect::False => false,
+        LeaderElect::Auto => client::running_in_cluster(),
+    };
+    if !enabled {
+        return Ok(None);
+    }
+    let namespace =
+        args.lease_namespace.clone().or_else(client::pod_namespace).unwrap_or_else(|| "default".to_owned());
+    let config = LeaseConfig {
+        name: args.lease_name.clone(),
+        namespace,
+        identity: leader::default_identity(),
+        duration: args.lease_duration,
+        renew_interval: args.renew_interval,
+    };
+    config.validate()?;
+    Ok(Some(config))
+}

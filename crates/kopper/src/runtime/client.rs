@@ -1,0 +1,68 @@
+//! Connecting to the API server the way kubectl does, with errors that say what to fix.
+
+use std::path::{Path, PathBuf};
+
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+
+/// Why kopper could not reach a cluster. Each message is one line that names the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot read kubeconfig {path}: {cause} (check --kubeconfig / KOPPER_KUBECONFIG)")]
+    ReadKubeconfig { path: PathBuf, cause: KubeconfigError },
+    #[error("kubeconfig is not usable: {0} (check --context / KOPPER_CONTEXT and KUBECONFIG)")]
+    Kubeconfig(KubeconfigError),
+    #[error(
+        "no cluster found: no --kubeconfig, KUBECONFIG or ~/.kube/config, and not running in a pod \
+         (to try kopper without a cluster, run `kopper demo`)"
+    )]
+    NoCluster,
+    #[error("cannot build a client: {0}")]
+    Client(kube::Error),
+    #[error(
+        "cannot reach the Kubernetes API server at {url}: {cause} (is the cluster running? check \
+         --kubeconfig and --context, or run `kopper demo` to try kopper without a cluster)"
+    )]
+    Unreachable { url: String, cause: kube::Error },
+}
+
+/// Builds a client from, in order: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config`, the pod's
+/// service account; then checks that the API server answers, so a wrong address fails at
+/// start-up rather than as a stream of watch errors.
+pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<kube::Client, ConnectError> {
+    let config = load_config(kubeconfig, context).await?;
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(ConnectError::Client)?;
+    client.apiserver_version().await.map_err(|cause| ConnectError::Unreachable { url, cause })?;
+    Ok(client)
+}
+
+async fn load_config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<kube::Config, ConnectError> {
+    let options = KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
+    if let Some(path) = kubeconfig {
+        let file = Kubeconfig::read_from(path)
+            .map_err(|cause| ConnectError::ReadKubeconfig { path: path.to_owned(), cause })?;
+        return kube::Config::from_custom_kubeconfig(file, &options).await.map_err(ConnectError::Kubeconfig);
+    }
+    if std::env::var_os("KUBECONFIG").is_some_and(|paths| !paths.is_empty()) || default_kubeconfig_exists() {
+        return kube::Config::from_kubeconfig(&options).await.map_err(ConnectError::Kubeconfig);
+    }
+    kube::Config::incluster().map_err(|_| ConnectError::NoCluster)
+}
+
+fn default_kubeconfig_exists() -> bool {
+    std::env::var_os("HOME").is_some_and(|home| Path::new(&home).join(".kube/config").exists())
+}
+
+/// Whether this process runs in a pod, judged as kube's in-cluster config does.
+pub fn running_in_cluster() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        && Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+}
+
+/// The pod's own namespace when running in a cluster.
+pub fn pod_namespace() -> Option<String> {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .ok()
+        .map(|namespace| namespace.trim().to_owned())
+        .filter(|namespace| !namespace.is_empty())
+}

@@ -1,0 +1,351 @@
+//! Leader election on a coordination.k8s.io/v1 Lease, so that of several replicas only one
+//! reconciles.
+//!
+//! Written on `kube::Api<Lease>` rather than a crate: `kube-leader-election` is still on kube 4,
+//! and `kube-lease-manager` (kube 5) keeps reporting leadership while it cannot renew (its
+//! watch loop logs API errors and retries, so a partitioned leader never learns that its lease
+//! expired) and panics on some inputs. Here every write is guarded by the lease's
+//! resourceVersion, so a 409 means another replica won, and a leader that cannot renew before
+//! its lease would expire gives up leadership.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use tracing::{debug, info, warn};
+
+use super::shutdown::Shutdown;
+
+/// Share of the lease duration after the last renewal at which the leader gives up.
+const RENEW_DEADLINE_SHARE: f64 = 0.8;
+/// Pause between renewal attempts after one failed.
+const RENEW_RETRY: Duration = Duration::from_secs(1);
+
+/// Where the lease lives and how this replica takes part.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub name: String,
+    pub namespace: String,
+    /// Unique per replica: the pod name plus a random suffix.
+    pub identity: String,
+    pub duration: Duration,
+    pub renew_interval: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error(
+        "--renew-interval ({renew:?}) must be well under --lease-duration ({duration:?}): at most 80% of it"
+    )]
+    RenewNotShorterThanDuration { renew: Duration, duration: Duration },
+    #[error("--lease-duration must be at least one second")]
+    DurationTooShort,
+    #[error("lost the leader lease {0}: another replica holds it now")]
+    Taken(String),
+    #[error("lost the leader lease {name}: could not renew it before it expired: {cause}")]
+    RenewFailed { name: String, cause: kube::Error },
+}
+
+impl LeaseConfig {
+    pub fn validate(&self) -> Result<(), LeaderError> {
+        if self.duration < Duration::from_secs(1) {
+            return Err(LeaderError::DurationTooShort);
+        }
+        if self.renew_interval >= self.renew_deadline() {
+            return Err(LeaderError::RenewNotShorterThanDuration {
+                renew: self.renew_interval,
+                duration: self.duration,
+            });
+        }
+        Ok(())
+    }
+
+    /// How long after its last successful renewal the leader gives up: before the lease can
+    /// expire, so that a standby cannot take the lease while this replica still believes it
+    /// leads.
+    fn renew_deadline(&self) -> Duration {
+        self.duration.mul_f64(RENEW_DEADLINE_SHARE)
+    }
+
+    fn duration_seconds(&self) -> i32 {
+        i32::try_from(self.duration.as_secs()).unwrap_or(i32::MAX)
+    }
+}
+
+/// What this replica should do about a lease, given its current spec.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// We hold it: write a fresh renewTime.
+    Renew,
+    /// Nobody holds it, or the holder let it expire: write ourselves as holder.
+    TakeOver,
+    /// Someone else holds a valid lease; it expires after this long.
+    Wait(Duration),
+}
+
+/// Pure decision logic: whether `identity` may write itself into a lease with `spec` at `now`.
+/// A lease with no renew time or duration is treated as expired: nobody can be relying on it.
+pub fn decide(spec: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> Decision {
+    let Some(spec) = spec else { return Decision::TakeOver };
+    let holder = spec.holder_identity.as_deref().unwrap_or_default();
+    if holder == identity {
+        return Decision::Renew;
+    }
+    if holder.is_empty() {
+        return Decision::TakeOver;
+    }
+    let (Some(renewed), Some(seconds)) = (spec.renew_time.as_ref(), spec.lease_duration_seconds) else {
+        return Decision::TakeOver;
+    };
+    let expires_ms = renewed.0.as_millisecond().saturating_add(i64::from(seconds).saturating_mul(1000));
+    let remaining_ms = expires_ms.saturating_sub(now.as_millisecond());
+    match u64::try_from(remaining_ms) {
+        Ok(ms) if ms > 0 => Decision::Wait(Duration::from_millis(ms)),
+        _ => Decision::TakeOver,
+    }
+}
+
+/// The spec we write when taking or renewing the lease.
+fn claimed_spec(previous: Option<&LeaseSpec>, config: &LeaseConfig, now: Timestamp) -> LeaseSpec {
+    let previous = previous.cloned().unwrap_or_default();
+    let ours = previous.holder_identity.as_deref() == Some(config.identity.as_str());
+    let transitions = previous.lease_transitions.unwrap_or(0);
+    LeaseSpec {
+        holder_identity: Some(config.identity.clone()),
+        lease_duration_seconds: Some(config.duration_seconds()),
+        renew_time: Some(MicroTime(now)),
+        acquire_time: if ours { previous.acquire_time.clone() } else { Some(MicroTime(now)) },
+        lease_transitions: Some(if ours { transitions } else { transitions.saturating_add(1) }),
+        ..previous
+    }
+}
+
+/// Leadership held by this replica. Renew it with [`Leadership::keep`]; give it back with
+/// [`Leadership::release`].
+pub struct Leadership {
+    api: Api<Lease>,
+    config: LeaseConfig,
+}
+
+/// Waits until this replica holds the lease. Returns `None` if `shutdown` fires first.
+pub async fn acquire(client: kube::Client, config: LeaseConfig, shutdown: &Shutdown) -> Option<Leadership> {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "waiting for the leader lease");
+    loop {
+        let wait = match try_claim(&api, &config).await {
+            Ok(None) => {
+                info!(lease = %config.name, identity = %config.identity, "became the leader");
+                return Some(Leadership { api, config });
+            }
+            Ok(Some(remaining)) => remaining.min(config.renew_interval),
+            Err(error) => {
+                warn!(lease = %config.name, "cannot take the leader lease yet: {error}");
+                config.renew_interval
+            }
+        };
+        tokio::select! {
+            () = shutdown.wait() => return None,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// One attempt to create, take over or renew the lease. `Ok(None)`: we hold it now;
+/// `Ok(Some(d))`: another replica holds it for `d` more; a conflict counts as "someone else
+/// moved first" and is retried after a short pause.
+async fn try_claim(api: &Api<Lease>, config: &LeaseConfig) -> Result<Option<Duration>, kube::Error> {
+    let now = Timestamp::now();
+    let Some(mut lease) = api.get_opt(&config.name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta { name: Some(config.name.clone()), ..ObjectMeta::default() },
+            spec: Some(claimed_spec(None, config, now)),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(None),
+            Err(error) if is_conflict(&error) => Ok(Some(Duration::ZERO)),
+            Err(error) => Err(error),
+        };
+    };
+    match decide(lease.spec.as_ref(), &config.identity, now) {
+        Decision::Wait(remaining) => Ok(Some(remaining)),
+        Decision::Renew | Decision::TakeOver => {
+            lease.spec = Some(claimed_spec(lease.spec.as_ref(), config, now));
+            match api.replace(&config.name, &PostParams::default(), &lease).await {
+                Ok(_) => Ok(None),
+                Err(error) if is_conflict(&error) => Ok(Some(Duration::from_millis(200))),
+                Err(error) => Err(error),
+            }
+        }
+    }
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+/// The result of one renewal attempt.
+enum Renewal {
+    Renewed,
+    /// Another replica holds the lease now.
+    Taken,
+    /// Our write lost a race (409) but the lease still names us; try again shortly.
+    Contended,
+}
+
+impl Leadership {
+    /// Renews the lease every renew interval, and returns only when leadership is lost:
+    /// another replica holds the lease, or renewals kept failing for most of the lease
+    /// duration. Failed renewals are retried at a shorter interval.
+    pub async fn keep(&self) -> LeaderError {
+        let mut last_renewed = tokio::time::Instant::now();
+        let mut wait = self.config.renew_interval;
+        loop {
+            tokio::time::sleep(wait).await;
+            let outcome = self.renew().await;
+            if let Ok(Renewal::Renewed) = outcome {
+                last_renewed = tokio::time::Instant::now();
+                wait = self.config.renew_interval;
+                continue;
+            }
+            let expired = last_renewed.elapsed() >= self.config.renew_deadline();
+            match outcome {
+                Ok(Renewal::Taken) => return LeaderError::Taken(self.config.name.clone()),
+                Err(cause) if expired => {
+                    return LeaderError::RenewFailed { name: self.config.name.clone(), cause };
+                }
+                Ok(_) if expired => return LeaderError::Taken(self.config.name.clone()),
+                Err(error) => {
+                    warn!(lease = %self.config.name, "renewing the leader lease failed, retrying: {error}")
+                }
+                Ok(_) => debug!(lease = %self.config.name, "renewal raced with another write, retrying"),
+            }
+            wait = self.config.renew_interval.min(RENEW_RETRY);
+        }
+    }
+
+    async fn renew(&self) -> Result<Renewal, kube::Error> {
+        if try_claim(&self.api, &self.config).await?.is_none() {
+            return Ok(Renewal::Renewed);
+        }
+        let current = self.api.get_opt(&self.config.name).await?;
+        let holder = current.and_then(|lease| lease.spec).and_then(|spec| spec.holder_identity);
+        if holder.as_deref() == Some(self.config.identity.as_str()) {
+            Ok(Renewal::Contended)
+        } else {
+            Ok(Renewal::Taken)
+        }
+    }
+
+    /// Clears the holder so that a standby takes over at its next poll instead of waiting for
+    /// the lease to expire. Best effort: on failure the lease simply expires.
+    pub async fn release(self) {
+        let result = async {
+            let mut lease = self.api.get(&self.config.name).await?;
+            let Some(spec) = lease.spec.as_mut() else { return Ok(()) };
+            if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+                return Ok(());
+            }
+            spec.holder_identity = None;
+            spec.renew_time = None;
+            self.api.replace(&self.config.name, &PostParams::default(), &lease).await.map(drop)
+        }
+        .await;
+        match result {
+            Ok(()) => info!(lease = %self.config.name, "released the leader lease"),
+            Err(error) => warn!(lease = %self.config.name, "could not release the leader lease: {error}"),
+        }
+    }
+}
+
+/// A per-process identity: the pod name when there is one (so `kubectl get lease` shows which
+/// pod leads), plus a random suffix so that two processes on one host never share it.
+pub fn default_identity() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "kopper".to_owned());
+    let suffix = std::collections::hash_map::RandomState::new().build_hasher().finish() & 0xff_ffff;
+    format!("{host}-{suffix:06x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    fn held_by(holder: &str, renewed_at: i64, duration_seconds: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            renew_time: Some(MicroTime(at(renewed_at))),
+            lease_duration_seconds: Some(duration_seconds),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[test]
+    fn missing_lease_is_taken() {
+        assert_eq!(decide(None, "me", at(0)), Decision::TakeOver);
+    }
+
+    #[test]
+    fn own_lease_is_renewed_even_when_expired() {
+        assert_eq!(decide(Some(&held_by("me", 0, 15)), "me", at(100)), Decision::Renew);
+    }
+
+    #[test]
+    fn valid_lease_of_another_replica_is_waited_for_until_it_expires() {
+        assert_eq!(
+            decide(Some(&held_by("other", 0, 15)), "me", at(5)),
+            Decision::Wait(Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn expired_lease_of_another_replica_is_taken_over() {
+        assert_eq!(decide(Some(&held_by("other", 0, 15)), "me", at(15)), Decision::TakeOver);
+        assert_eq!(decide(Some(&held_by("other", 0, 15)), "me", at(60)), Decision::TakeOver);
+    }
+
+    #[test]
+    fn released_lease_is_taken_at_once() {
+        let released = LeaseSpec { holder_identity: None, ..held_by("other", 0, 15) };
+        assert_eq!(decide(Some(&released), "me", at(1)), Decision::TakeOver);
+    }
+
+    #[test]
+    fn taking_over_counts_a_transition_and_renewing_does_not() {
+        let config = LeaseConfig {
+            name: "l".into(),
+            namespace: "default".into(),
+            identity: "me".into(),
+            duration: Duration::from_secs(15),
+            renew_interval: Duration::from_secs(5),
+        };
+        let taken = claimed_spec(Some(&held_by("other", 0, 15)), &config, at(20));
+        assert_eq!(taken.lease_transitions, Some(1));
+        assert_eq!(taken.acquire_time, Some(MicroTime(at(20))));
+        let renewed = claimed_spec(Some(&taken), &config, at(25));
+        assert_eq!(renewed.lease_transitions, Some(1));
+        assert_eq!(renewed.acquire_time, Some(MicroTime(at(20))));
+        assert_eq!(renewed.renew_time, Some(MicroTime(at(25))));
+    }
+
+    #[test]
+    fn renew_interval_must_leave_room_to_retry_before_the_lease_expires() {
+        let config = LeaseConfig {
+            name: "l".into(),
+            namespace: "default".into(),
+            identity: "me".into(),
+            duration: Duration::from_secs(15),
+            renew_interval: Duration::from_secs(13),
+        };
+        assert!(config.validate().is_err());
+        assert!(LeaseConfig { renew_interval: Duration::from_secs(5), ..config }.validate().is_ok());
+    }
+}

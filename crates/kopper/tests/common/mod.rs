@@ -1,0 +1,155 @@
+//! Shared test harness: one kubesim per test, kopper run in-process against it, and waiting
+//! on conditions with deadlines instead of sleeping.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::Pod;
+use kopper::cli::{Cli, Command, RunArgs};
+use kopper::runtime::Shutdown;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use tokio::task::JoinHandle;
+
+/// How long any condition may take before a test fails.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Polls `check` until it returns true; panics naming `what` after `deadline`.
+pub async fn wait_for<F, Fut>(deadline: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let give_up = tokio::time::Instant::now() + deadline;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < give_up, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A kubesim server and a kubeconfig file that points at it.
+pub struct Cluster {
+    pub sim: kubesim::Server,
+    pub client: kube::Client,
+    _dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    pub async fn start() -> Self {
+        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).unwrap();
+        let client = sim.client();
+        Self { sim, client, _dir: dir, kubeconfig }
+    }
+
+    /// `kopper run` flags for this cluster: leader election off and an ephemeral admin port
+    /// unless `extra` says otherwise.
+    pub fn run_args(&self, extra: &[&str]) -> RunArgs {
+        run_args(&self.kubeconfig, extra)
+    }
+
+    pub fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+pub fn run_args(kubeconfig: &Path, extra: &[&str]) -> RunArgs {
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let base = [
+        "kopper",
+        "run",
+        "--kubeconfig",
+        kubeconfig,
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--leader-elect",
+        "false",
+    ];
+    let command = Cli::try_parse_from(base.iter().chain(extra)).unwrap().into_command();
+    let Command::Run(args) = command else { panic!("expected run") };
+    args
+}
+
+/// kopper running in-process; stopped gracefully by [`Operator::stop`].
+pub struct Operator {
+    pub shutdown: Shutdown,
+    pub handle: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Operator {
+    pub fn start(args: RunArgs) -> Self {
+        let shutdown = Shutdown::new();
+        let handle = tokio::spawn(kopper::run(args, shutdown.wait()));
+        Self { shutdown, handle }
+    }
+
+    /// Triggers graceful shutdown and returns what `kopper::run` returned.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.trigger();
+        tokio::time::timeout(DEADLINE, self.handle).await.expect("kopper did not stop in time").unwrap()
+    }
+}
+
+/// A loopback address with a port that was free a moment ago, for `--admin-addr` in tests
+/// that read `/metrics` or `/readyz`.
+pub fn free_admin_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// A minimal HTTP/1.0 GET (no client library in the dependency tree): status code and body.
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
+
+/// The value of a counter or gauge sample from `/metrics`, by its full name and labels as
+/// rendered (e.g. `kopper_reconciles_total{controller="pod-labeler"}`).
+pub async fn metric(addr: &str, sample: &str) -> Option<f64> {
+    let (_, body) = http_get(addr, "/metrics").await?;
+    body.lines().find_map(|line| line.strip_prefix(sample)?.trim().parse().ok())
+}
+
+pub fn pod(name: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Pod {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    let mut pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": { "containers": [{ "name": "app", "image": "nginx" }] }
+    }))
+    .unwrap();
+    pod.metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        annotations: Some(map(annotations)),
+        labels: Some(map(labels)),
+        ..ObjectMeta::default()
+    };
+    pod
+}
+
+pub async fn create_pod(api: &Api<Pod>, pod: &Pod) {
+    api.create(&PostParams::default(), pod).await.unwrap();
+}
+
+pub async fn label_of(api: &Api<Pod>, name: &str, key: &str) -> Option<String> {
+    let pod = api.get_opt(name).await.unwrap()?;
+    pod.metadata.labels.and_then(|labels| labels.get(key).cloned())
+}

@@ -1,0 +1,57 @@
+//! `kopper demo` works with no cluster at all: it shows what kopper did, leaves a usable
+//! kubeconfig, and stops cleanly on Ctrl-C.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{DEADLINE, free_admin_addr};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[tokio::test]
+async fn demo_applies_samples_shows_the_results_and_stops_on_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("samples");
+    std::fs::create_dir(&samples).unwrap();
+    let sample = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-x\ndata:\n  a: b\n\
+                  ---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-x\n\
+                  ---\napiVersion: example.dev/v1\nkind: Unknown\nmetadata:\n  name: nothing\n";
+    std::fs::write(samples.join("sample.yaml"), sample).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .args(["demo", "--log-level", "error", "--admin-addr", &free_admin_addr()])
+        .arg("--samples")
+        .arg(&samples)
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut output = Vec::new();
+    tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let done = line.contains("Ctrl-C");
+            output.push(line);
+            if done {
+                break;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the demo printed no summary: {output:#?}"));
+    let output = output.join("\n");
+    assert!(output.contains("ConfigMap team-x/settings"), "{output}");
+    assert!(output.contains("skipped sample Unknown nothing"), "{output}");
+    assert!(output.contains("team-a/hello  kopper.dev/pod-name=hello"), "{output}");
+    assert!(output.contains(&kubeconfig.display().to_string()), "{output}");
+    assert!(kube::config::Kubeconfig::read_from(&kubeconfig).is_ok());
+
+    let pid = child.id().unwrap().to_string();
+    assert!(tokio::process::Command::new("kill").args(["-INT", &pid]).status().await.unwrap().success());
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+}

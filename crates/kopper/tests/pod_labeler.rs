@@ -1,0 +1,195 @@
+//! End-to-end behaviour of the pod labeler (seed 001) on kubesim.
+
+mod common;
+
+use common::{Cluster, DEADLINE, Operator, create_pod, free_admin_addr, label_of, metric, pod, wait_for};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::json;
+
+const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
+const LABEL: &str = "kopper.dev/pod-name";
+
+async fn set_annotation(cluster: &Cluster, name: &str, value: Option<&str>) {
+    let patch = Patch::Merge(json!({ "metadata": { "annotations": { ANNOTATION: value } } }));
+    cluster.pods("default").patch(name, &PatchParams::default(), &patch).await.unwrap();
+}
+
+async fn wait_for_label(cluster: &Cluster, name: &str, key: &str, expected: Option<&str>) {
+    let pods = cluster.pods("default");
+    let what = format!("label {key} of pod {name} to be {expected:?}");
+    wait_for(DEADLINE, &what, || async { label_of(&pods, name, key).await.as_deref() == expected }).await;
+}
+
+#[tokio::test]
+async fn annotated_pod_gets_its_name_as_label() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn label_changes_are_recorded_as_events_on_the_pod() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    set_annotation(&cluster, "web-1", None).await;
+    wait_for_label(&cluster, "web-1", LABEL, None).await;
+
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    let reasons = || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter(|event| event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web-1"))
+            .filter_map(|event| event.reason)
+            .collect::<Vec<_>>()
+    };
+    wait_for(DEADLINE, "both Events", || async {
+        let reasons = reasons().await;
+        reasons.iter().any(|r| r == "PodNameLabelSet") && reasons.iter().any(|r| r == "PodNameLabelRemoved")
+    })
+    .await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pod_name_too_long_for_a_label_is_reported_as_a_warning_event() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    let name = format!("web-{}", "x".repeat(70));
+    create_pod(&cluster.pods("default"), &pod(&name, &[(ANNOTATION, "true")], &[])).await;
+
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    wait_for(DEADLINE, "a Warning Event", || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items.iter().any(|event| {
+            event.reason.as_deref() == Some("PodNameLabelInvalid")
+                && event.type_.as_deref() == Some("Warning")
+        })
+    })
+    .await;
+    assert_eq!(label_of(&cluster.pods("default"), &name, LABEL).await, None);
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn label_is_removed_when_annotation_is_removed() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[("app", "web")])).await;
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+
+    set_annotation(&cluster, "web-1", None).await;
+
+    wait_for_label(&cluster, "web-1", LABEL, None).await;
+    assert_eq!(label_of(&cluster.pods("default"), "web-1", "app").await.as_deref(), Some("web"));
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn annotation_other_than_true_removes_the_label() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "false")], &[(LABEL, "web-1")])).await;
+
+    wait_for_label(&cluster, "web-1", LABEL, None).await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn label_and_annotation_keys_come_from_flags() {
+    let cluster = Cluster::start().await;
+    let flags = [
+        "--controllers",
+        "pod-labeler",
+        "--pod-label-annotation",
+        "padok.fr/add-pod-name-label",
+        "--pod-name-label",
+        "padok.fr/pod-name",
+    ];
+    let operator = Operator::start(cluster.run_args(&flags));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[("padok.fr/add-pod-name-label", "true")], &[]))
+        .await;
+
+    wait_for_label(&cluster, "web-1", "padok.fr/pod-name", Some("web-1")).await;
+    assert_eq!(label_of(&cluster.pods("default"), "web-1", LABEL).await, None);
+    operator.stop().await.unwrap();
+}
+
+async fn label_is_set_despite_failed_patches(status: u16) {
+    let cluster = Cluster::start().await;
+    let fault =
+        kubesim::Fault { verb: Some("patch".into()), resource: Some("pods".into()), count: 2, status };
+    cluster.sim.faults().fail_next(fault);
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    assert!(cluster.sim.counters().get("patch", "pods") >= 3, "the two failed patches were retried");
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn server_errors_on_patch_are_retried_until_the_label_is_set() {
+    label_is_set_despite_failed_patches(500).await;
+}
+
+#[tokio::test]
+async fn conflicts_on_patch_are_retried_until_the_label_is_set() {
+    label_is_set_despite_failed_patches(409).await;
+}
+
+#[tokio::test]
+async fn changes_made_while_kopper_was_down_converge_when_it_restarts() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+    operator.stop().await.unwrap();
+
+    set_annotation(&cluster, "web-1", None).await;
+    create_pod(&cluster.pods("default"), &pod("web-2", &[(ANNOTATION, "true")], &[])).await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+
+    wait_for_label(&cluster, "web-1", LABEL, None).await;
+    wait_for_label(&cluster, "web-2", LABEL, Some("web-2")).await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pods_are_labelled_after_the_watch_is_closed_by_the_server() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", LABEL, Some("web-1")).await;
+
+    cluster.sim.faults().close_watches();
+    create_pod(&cluster.pods("default"), &pod("web-2", &[(ANNOTATION, "true")], &[])).await;
+
+    wait_for_label(&cluster, "web-2", LABEL, Some("web-2")).await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pods_that_need_no_change_are_not_written() {
+    let cluster = Cluster::start().await;
+    let pods = cluster.pods("default");
+    create_pod(&pods, &pod("plain", &[], &[])).await;
+    create_pod(&pods, &pod("done", &[(ANNOTATION, "true")], &[(LABEL, "done")])).await;
+    create_pod(&pods, &pod("other", &[(ANNOTATION, "no")], &[])).await;
+    let admin = free_admin_addr();
+    let operator =
+        Operator::start(cluster.run_args(&["--controllers", "pod-labeler", "--admin-addr", &admin]));
+
+    let reconciles = r#"kopper_reconciles_total{controller="pod-labeler"}"#;
+    wait_for(DEADLINE, "three reconciles", || async { metric(&admin, reconciles).await >= Some(3.0) }).await;
+
+    assert_eq!(cluster.sim.counters().get("patch", "pods"), 0);
+    operator.stop().await.unwrap();
+}

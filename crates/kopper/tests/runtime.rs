@@ -1,0 +1,257 @@
+//! End-to-end behaviour of the operator runtime on kubesim: graceful shutdown, leader
+//! election, the admin endpoints and start-up errors.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{
+    Cluster, DEADLINE, Operator, create_pod, free_admin_addr, http_get, label_of, metric, pod, run_args,
+    wait_for,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kopper::controllers::namespace_access::NamespaceAccess;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
+
+async fn wait_for_label(cluster: &Cluster, name: &str, key: &str, expected: Option<&str>) {
+    let pods = cluster.pods("default");
+    let what = format!("label {key} of pod {name} to be {expected:?}");
+    wait_for(DEADLINE, &what, || async { label_of(&pods, name, key).await.as_deref() == expected }).await;
+}
+
+async fn lease_holder(cluster: &Cluster, name: &str) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
+    leases.get_opt(name).await.unwrap()?.spec?.holder_identity
+}
+
+/// Flags for one of two replicas that differ only in the label they write, so the pods show
+/// which replica reconciled them.
+fn replica_flags<'a>(label: &'a str, admin: &'a str) -> Vec<&'a str> {
+    vec![
+        "--controllers",
+        "pod-labeler",
+        "--leader-elect",
+        "true",
+        "--lease-name",
+        "kopper-test",
+        "--lease-namespace",
+        "default",
+        "--lease-duration",
+        "3s",
+        "--renew-interval",
+        "500ms",
+        "--pod-name-label",
+        label,
+        "--admin-addr",
+        admin,
+    ]
+}
+
+#[tokio::test]
+async fn every_controller_runs_in_one_operator_and_readiness_waits_for_all() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let operator = Operator::start(cluster.run_args(&["--admin-addr", &admin]));
+    wait_for(DEADLINE, "the admin server", || async { http_get(&admin, "/readyz").await.is_some() }).await;
+    let (status, body) = http_get(&admin, "/readyz").await.unwrap();
+    assert_eq!(status, 503, "not ready while the NamespaceAccess CRD is missing");
+    assert!(body.contains("namespace-access"), "{body}");
+
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    for crd in kopper::crds::all() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let policy: NamespaceAccess =
+        serde_yaml::from_str(include_str!("../../../config/samples/namespaceaccess-seed-000.yaml")).unwrap();
+    Api::<NamespaceAccess>::all(cluster.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let namespace = Namespace {
+        metadata: ObjectMeta { name: Some("team-a".into()), ..ObjectMeta::default() },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(cluster.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+
+    wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
+    let bindings: Api<RoleBinding> = Api::namespaced(cluster.client.clone(), "team-a");
+    wait_for(DEADLINE, "the seed's RoleBinding", || async {
+        bindings.get_opt("ad-kubernetes-team-a").await.unwrap().is_some()
+    })
+    .await;
+    wait_for(DEADLINE, "/readyz to return 200", || async {
+        http_get(&admin, "/readyz").await.is_some_and(|(status, _)| status == 200)
+    })
+    .await;
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn graceful_shutdown_returns_ok() {
+    let cluster = Cluster::start().await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler"]));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
+
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_stops() {
+    let cluster = Cluster::start().await;
+    let (admin_a, admin_b) = (free_admin_addr(), free_admin_addr());
+    let replica_a = Operator::start(cluster.run_args(&replica_flags("a.test/pod-name", &admin_a)));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", "a.test/pod-name", Some("web-1")).await;
+
+    let replica_b = Operator::start(cluster.run_args(&replica_flags("b.test/pod-name", &admin_b)));
+    wait_for(DEADLINE, "the standby to serve /readyz", || async {
+        http_get(&admin_b, "/readyz").await.is_some_and(|(status, _)| status == 200)
+    })
+    .await;
+    create_pod(&cluster.pods("default"), &pod("web-2", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-2", "a.test/pod-name", Some("web-2")).await;
+    assert_eq!(label_of(&cluster.pods("default"), "web-1", "b.test/pod-name").await, None);
+    assert_eq!(metric(&admin_b, "kopper_leader").await, Some(0.0));
+    let holder_a = lease_holder(&cluster, "kopper-test").await;
+
+    replica_a.stop().await.unwrap();
+
+    wait_for_label(&cluster, "web-1", "b.test/pod-name", Some("web-1")).await;
+    wait_for_label(&cluster, "web-2", "b.test/pod-name", Some("web-2")).await;
+    assert_ne!(lease_holder(&cluster, "kopper-test").await, holder_a);
+    assert_eq!(metric(&admin_b, "kopper_leader").await, Some(1.0));
+    replica_b.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn standby_takes_over_after_the_leader_dies_without_releasing() {
+    let cluster = Cluster::start().await;
+    let (admin_a, admin_b) = (free_admin_addr(), free_admin_addr());
+    let replica_a = Operator::start(cluster.run_args(&replica_flags("a.test/pod-name", &admin_a)));
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", "a.test/pod-name", Some("web-1")).await;
+    let replica_b = Operator::start(cluster.run_args(&replica_flags("b.test/pod-name", &admin_b)));
+
+    // Dropping the run future is what a crash looks like to the cluster: no release.
+    replica_a.handle.abort();
+
+    wait_for_label(&cluster, "web-1", "b.test/pod-name", Some("web-1")).await;
+    replica_b.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_releases_the_lease_at_once() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let mut flags = replica_flags("a.test/pod-name", &admin);
+    flags.extend(["--lease-duration", "60s", "--renew-interval", "20s"]);
+    let replica = Operator::start(cluster.run_args(&flags));
+    wait_for(DEADLINE, "the lease to be held", || async {
+        lease_holder(&cluster, "kopper-test").await.is_some()
+    })
+    .await;
+
+    replica.stop().await.unwrap();
+
+    assert_eq!(lease_holder(&cluster, "kopper-test").await, None);
+}
+
+#[tokio::test]
+async fn leader_stops_with_an_error_when_another_replica_takes_its_lease() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let replica = Operator::start(cluster.run_args(&replica_flags("a.test/pod-name", &admin)));
+    wait_for(DEADLINE, "the lease to be held", || async {
+        lease_holder(&cluster, "kopper-test").await.is_some()
+    })
+    .await;
+
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
+    let patch = Patch::Merge(json!({ "spec": { "holderIdentity": "intruder" } }));
+    leases.patch("kopper-test", &PatchParams::default(), &patch).await.unwrap();
+
+    let result =
+        tokio::time::timeout(DEADLINE, replica.handle).await.expect("the leader kept running").unwrap();
+    let message = format!("{:#}", result.unwrap_err());
+    assert!(message.contains("lost the leader lease"), "{message}");
+}
+
+#[tokio::test]
+async fn readyz_is_true_once_caches_have_synced_and_metrics_are_served() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let operator =
+        Operator::start(cluster.run_args(&["--controllers", "pod-labeler", "--admin-addr", &admin]));
+
+    wait_for(DEADLINE, "/readyz to return 200", || async {
+        http_get(&admin, "/readyz").await.is_some_and(|(status, _)| status == 200)
+    })
+    .await;
+    let (status, _) = http_get(&admin, "/healthz").await.unwrap();
+    assert_eq!(status, 200);
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
+    let (_, metrics) = http_get(&admin, "/metrics").await.unwrap();
+    assert!(metrics.contains("kopper_reconciles_total"), "{metrics}");
+    assert!(metrics.contains("kopper_reconcile_duration_seconds_bucket"), "{metrics}");
+    assert!(metrics.contains(r#"kopper_cached_objects{controller="pod-labeler",kind="Pod"} 1"#), "{metrics}");
+    operator.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn unreachable_api_server_is_an_error_that_suggests_demo() {
+    let cluster = Cluster::start().await;
+    let kubeconfig = cluster.kubeconfig.clone();
+    cluster.sim.shutdown().await;
+
+    let error = kopper::run(run_args(&kubeconfig, &[]), std::future::pending()).await.unwrap_err();
+
+    let message = format!("{error:#}");
+    assert!(message.contains("cannot reach the Kubernetes API server"), "{message}");
+    assert!(message.contains("kopper demo"), "{message}");
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_binary_with_exit_code_zero() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .args(["run", "--controllers", "pod-labeler", "--leader-elect", "false", "--admin-addr", &admin])
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
+
+    let pid = child.id().unwrap().to_string();
+    let killed = tokio::process::Command::new("kill").args(["-TERM", &pid]).status().await.unwrap();
+    assert!(killed.success());
+
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn bad_flag_is_a_one_line_error_and_a_failing_exit() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .args(["run", "--lease-duration", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.lines().next().unwrap_or_default().contains("--lease-duration"), "{stderr}");
+}
