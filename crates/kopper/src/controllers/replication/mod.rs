@@ -1,0 +1,132 @@
+//! The replication engine behind ConfigMapSync (seed 002) and ReplicationRule (seed 003).
+//!
+//! One engine decides what copies should exist and applies the difference; the two custom
+//! resources are its front doors ([`rules`]). Metadata-only caches of namespaces,
+//! ConfigMaps and Secrets ([`index`]) wake exactly the rules a change concerns, two
+//! kube-runtime controllers (one per resource) run the passes ([`engine`]), each a pure
+//! decision ([`desired`]) followed by thin writes ([`apply`]). [`plan`] runs the same
+//! decision against the live cluster and writes nothing.
+
+pub mod apply;
+pub mod desired;
+pub mod engine;
+pub mod index;
+pub mod plan;
+pub mod rules;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use kube::Api;
+use kube::runtime::controller::{self, Action};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::{Controller, watcher};
+
+use self::engine::{Engine, Memo, SyncError};
+use self::index::{CacheStopped, Caches, Router, RuleStores, Wakers};
+use self::rules::RuleObject;
+use crate::controllers::config_map_sync::types::ConfigMapSync;
+use crate::controllers::replication_rule::types::ReplicationRule;
+use crate::runtime::controller::run_controller;
+use crate::runtime::{Context, ErrorCategory};
+
+pub use self::engine::{SOURCE_TO_COPY_SECONDS, register_metrics};
+pub use self::plan::plan;
+
+/// Controller names, as they appear in metrics and logs.
+pub const RULE_CONTROLLER: &str = "replication-rule";
+pub const SYNC_CONTROLLER: &str = "config-map-sync";
+/// The label of the engine's own metrics (copies written, conflicts), shared by both.
+pub const METRICS_NAME: &str = "replication";
+/// Holds a rule until its copies are removed.
+pub const FINALIZER: &str = "kopper.dev/replication";
+/// Gathers a burst of changes (a thousand namespaces created at once) into fewer passes.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    CacheStopped(#[from] CacheStopped),
+    #[error(transparent)]
+    Finalizer(Box<finalizer::Error<SyncError>>),
+}
+
+impl ErrorCategory for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::CacheStopped(_) => "cache",
+            Self::Finalizer(error) => match error.as_ref() {
+                finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
+                    error.category()
+                }
+                finalizer::Error::AddFinalizer(_) | finalizer::Error::RemoveFinalizer(_) => "kube_api",
+                _ => "finalizer",
+            },
+        }
+    }
+}
+
+/// Runs the ReplicationRule and ConfigMapSync controllers until `shutdown` resolves and
+/// in-flight passes end.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let shutdown = shutdown.shared();
+    let client = ctx.client.clone();
+    let config = controller::Config::default().debounce(DEBOUNCE);
+    let (wakers, rule_wakes, sync_wakes) = Wakers::new();
+    let rule_controller =
+        Controller::new(Api::<ReplicationRule>::all(client.clone()), watcher::Config::default())
+            .with_config(config.clone())
+            .reconcile_on(rule_wakes)
+            .graceful_shutdown_on(shutdown.clone());
+    let sync_controller =
+        Controller::new(Api::<ConfigMapSync>::all(client.clone()), watcher::Config::default())
+            .with_config(config)
+            .reconcile_on(sync_wakes)
+            .graceful_shutdown_on(shutdown.clone());
+    let router = Arc::new(Router {
+        rules: RuleStores { rules: rule_controller.store(), syncs: sync_controller.store() },
+        wakers,
+        settings: ctx.settings.clone(),
+        memo: Arc::new(Memo::default()),
+    });
+    let caches = Caches::spawn(&client, router.clone(), ctx.metrics.clone(), shutdown);
+    let engine = Arc::new(Engine { caches, router });
+    let for_rules = engine.clone();
+    let for_syncs = engine.clone();
+    tokio::join!(
+        run_controller(RULE_CONTROLLER, rule_controller, ctx.clone(), move |rule, ctx| {
+            reconcile(rule, ctx, for_rules.clone())
+        }),
+        run_controller(SYNC_CONTROLLER, sync_controller, ctx, move |sync, ctx| {
+            reconcile(sync, ctx, for_syncs.clone())
+        }),
+    );
+    if let Some(engine) = Arc::into_inner(engine) {
+        engine.caches.join().await;
+    }
+    Ok(())
+}
+
+/// One pass for one rule: its copies made right, or removed when it is being deleted.
+async fn reconcile<R: RuleObject>(
+    object: Arc<R>,
+    ctx: Arc<Context>,
+    engine: Arc<Engine>,
+) -> Result<Action, Error> {
+    engine.ready().await?;
+    let api = object.api(ctx.client.clone());
+    let (engine, ctx) = (engine.as_ref(), ctx.as_ref());
+    finalizer(&api, FINALIZER, object, move |event| async move {
+        match event {
+            finalizer::Event::Apply(object) => engine.sync(ctx, object.as_ref()).await,
+            finalizer::Event::Cleanup(object) => engine.cleanup(ctx, object.as_ref()).await,
+        }
+    })
+    .await
+    .map_err(|error| Error::Finalizer(Box::new(error)))
+}
