@@ -43,6 +43,11 @@ impl Cluster {
     }
 
     async fn start_with(settings: Settings) -> Self {
+        // RUST_LOG=kopper=debug shows the controllers' logs of a failing test.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
         let client = sim.client();
         let crds = Api::<CustomResourceDefinition>::all(client.clone());

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::{Controller, watcher};
@@ -49,6 +50,8 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 pub enum Error {
     #[error(transparent)]
     CacheStopped(#[from] CacheStopped),
+    #[error("adding the finalizer: {0}")]
+    AddFinalizer(#[source] kube::Error),
     #[error(transparent)]
     Finalizer(Box<finalizer::Error<SyncError>>),
 }
@@ -57,6 +60,7 @@ impl ErrorCategory for Error {
     fn category(&self) -> &'static str {
         match self {
             Self::CacheStopped(_) => "cache",
+            Self::AddFinalizer(_) => "kube_api",
             Self::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
                     error.category()
@@ -120,6 +124,11 @@ async fn reconcile<R: RuleObject>(
 ) -> Result<Action, Error> {
     engine.ready().await?;
     let api = object.api(ctx.client.clone());
+    if object.meta().deletion_timestamp.is_none() && !object.finalizers().iter().any(|f| f == FINALIZER) {
+        add_finalizer(&api, object.as_ref()).await.map_err(Error::AddFinalizer)?;
+        // The write comes back as a watch event, which starts the first real pass.
+        return Ok(Action::await_change());
+    }
     let (engine, ctx) = (engine.as_ref(), ctx.as_ref());
     finalizer(&api, FINALIZER, object, move |event| async move {
         match event {
@@ -129,4 +138,16 @@ async fn reconcile<R: RuleObject>(
     })
     .await
     .map_err(|error| Error::Finalizer(Box::new(error)))
+}
+
+/// Adds kopper's finalizer with a merge patch that fails if the object changed since it was
+/// read. (kube-runtime's helper adds it with a JSON patch whose `test` of an absent list is
+/// not accepted by every API server.)
+async fn add_finalizer<R: RuleObject>(api: &Api<R>, object: &R) -> Result<(), kube::Error> {
+    let mut finalizers = object.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_owned());
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": finalizers, "resourceVersion": object.resource_version() }
+    });
+    api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
 }
