@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
 
 use self::engine::{Engine, Memo, SyncError};
 use self::index::{CacheStopped, Caches, Router, RuleStores, Wakers};
@@ -98,18 +98,32 @@ pub async fn run(
         settings: ctx.settings.clone(),
         memo: Arc::new(Memo::default()),
     });
-    let caches = Caches::spawn(&client, router.clone(), ctx.metrics.clone(), shutdown);
+    let caches = Caches::spawn(&client, router.clone(), ctx.metrics.clone(), shutdown.clone());
     let engine = Arc::new(Engine { caches, router });
     let for_rules = engine.clone();
     let for_syncs = engine.clone();
-    tokio::join!(
-        run_controller(RULE_CONTROLLER, rule_controller, ctx.clone(), move |rule, ctx| {
-            reconcile(rule, ctx, for_rules.clone())
-        }),
-        run_controller(SYNC_CONTROLLER, sync_controller, ctx, move |sync, ctx| {
-            reconcile(sync, ctx, for_syncs.clone())
-        }),
-    );
+    let controllers = async {
+        tokio::join!(
+            run_controller(RULE_CONTROLLER, rule_controller, ctx.clone(), move |rule, ctx| {
+                reconcile(rule, ctx, for_rules.clone())
+            }),
+            run_controller(SYNC_CONTROLLER, sync_controller, ctx, move |sync, ctx| {
+                reconcile(sync, ctx, for_syncs.clone())
+            }),
+        )
+    };
+    // A controller told to stop before its first list completes waits for that list for
+    // ever; nothing has run yet then, so there is nothing to wait for.
+    let stopped_before_start = async {
+        shutdown.clone().await;
+        if engine.router.rules.wait_until_ready().now_or_never().is_some() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = controllers => {}
+        () = stopped_before_start => {}
+    }
     if let Some(engine) = Arc::into_inner(engine) {
         engine.caches.join().await;
     }
