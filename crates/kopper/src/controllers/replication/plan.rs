@@ -6,8 +6,7 @@ use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::ListParams;
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client};
 
 use super::desired::{
     Change, CopyKey, Existing, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, Source, World,
@@ -78,10 +77,7 @@ pub async fn plan(client: &Client, settings: &Settings) -> anyhow::Result<String
     Ok(out)
 }
 
-async fn list_rules<R: RuleObject>(client: &Client) -> anyhow::Result<Vec<R>>
-where
-    R: Resource<DynamicType = ()> + DeserializeOwned,
-{
+async fn list_rules<R: RuleObject>(client: &Client) -> anyhow::Result<Vec<R>> {
     match Api::<R>::all(client.clone()).list(&ListParams::default()).await {
         Ok(list) => Ok(list.items),
         // The CRD is not installed: there are no rules of that kind.
