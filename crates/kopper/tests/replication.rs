@@ -474,3 +474,118 @@ async fn plan_prints_what_would_change_and_writes_nothing() {
     };
     assert_eq!(wrote(&writes), wrote(&after));
 }
+
+#[tokio::test]
+async fn conflict_clears_when_the_unmanaged_object_goes() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("team-a", "app-config", json!({}), json!({"mine": "yes"})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.rule_status("main-rule", |s| s["conflictCount"] == 1).await;
+
+    cluster.config_maps("team-a").delete("app-config", &DeleteParams::default()).await.unwrap();
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+    let status = cluster.rule_status("main-rule", |s| s["conflictCount"] == 0).await;
+    assert_eq!(status["conditions"][0]["status"], "True");
+}
+
+#[tokio::test]
+async fn config_map_sync_follows_its_destination_list_and_selector() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("apps", json!({})).await;
+    cluster.namespace("listed", json!({})).await;
+    cluster.namespace("prod-1", json!({"env": "prod"})).await;
+    cluster.namespace("dev-1", json!({"env": "dev"})).await;
+    cluster.config_map("apps", "settings", json!({}), json!({"a": "1"})).await;
+    let sync: ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "ConfigMapSync",
+        "metadata": {"name": "settings", "namespace": "apps"},
+        "spec": {
+            "sourceNamespace": "apps",
+            "configMapName": "settings",
+            "destinationNamespaces": ["listed"],
+            "destinationSelector": {"matchLabels": {"env": "prod"}},
+        },
+    }))
+    .unwrap();
+    let syncs = Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "apps");
+    syncs.create(&PostParams::default(), &sync).await.unwrap();
+    cluster.copy_has("listed", "settings", "a", "1").await;
+    cluster.copy_has("prod-1", "settings", "a", "1").await;
+    assert!(cluster.config_maps("dev-1").get_opt("settings").await.unwrap().is_none());
+
+    cluster.namespace("prod-2", json!({"env": "prod"})).await;
+    cluster.copy_has("prod-2", "settings", "a", "1").await;
+    let demote = json!({"metadata": {"labels": {"env": "dev"}}});
+    Api::<Namespace>::all(cluster.client.clone())
+        .patch("prod-1", &PatchParams::default(), &Patch::Merge(&demote))
+        .await
+        .unwrap();
+    cluster.copy_absent("prod-1", "settings").await;
+
+    syncs.delete("settings", &DeleteParams::default()).await.unwrap();
+    cluster.copy_absent("listed", "settings").await;
+    cluster.copy_absent("prod-2", "settings").await;
+}
+
+#[tokio::test]
+async fn namespaces_deleted_while_copies_are_written_are_not_errors() {
+    let cluster = Cluster::start().await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    let names: Vec<String> = (0..20).map(|i| format!("team-{i:02}")).collect();
+    for name in &names {
+        cluster.namespace(name, json!({})).await;
+    }
+    cluster.apply_rule(RULE_SAMPLE).await;
+    let namespaces = Api::<Namespace>::all(cluster.client.clone());
+    for name in names.iter().step_by(2) {
+        namespaces.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    for name in names.iter().skip(1).step_by(2) {
+        cluster.copy_has(name, "app-config", "v", "1").await;
+    }
+    let status = cluster.rule_status("main-rule", |s| s["copiesInSync"] == 10).await;
+    assert_eq!(status["conditions"][0]["status"], "True", "{status}");
+}
+
+#[tokio::test]
+async fn source_near_the_size_limit_is_copied() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    let big = "x".repeat(1_000_000);
+    cluster.config_map("default", "big", copyrator(), json!({"blob": big})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    let data = cluster
+        .copy_data_when("team-a", "big", |data| {
+            data.and_then(|d| d.get("blob")).is_some_and(|v| v.len() == big.len())
+        })
+        .await;
+    assert_eq!(data.unwrap()["blob"], big);
+}
+
+#[tokio::test]
+async fn source_update_costs_one_write_per_copy() {
+    let cluster = Cluster::start().await;
+    for namespace in ["a", "b", "c", "d"] {
+        cluster.namespace(namespace, json!({})).await;
+    }
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.rule_status("main-rule", |s| s["copiesInSync"] == 4).await;
+    for namespace in ["a", "b", "c", "d"] {
+        cluster.copy_has(namespace, "app-config", "v", "1").await;
+    }
+    let before = cluster.sim.counters().writes("configmaps");
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "2"})).await;
+    for namespace in ["a", "b", "c", "d"] {
+        cluster.copy_has(namespace, "app-config", "v", "2").await;
+    }
+    let reconciles = cluster.reconciles();
+    cluster.sim.faults().close_watches();
+    eventually("a pass after the relist", || async { (cluster.reconciles() > reconciles).then_some(()) })
+        .await;
+    // One write for the source itself, one per copy.
+    assert_eq!(cluster.sim.counters().writes("configmaps") - before, 1 + 4);
+}
