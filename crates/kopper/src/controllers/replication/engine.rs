@@ -164,8 +164,7 @@ impl Engine {
     /// Removes every copy `object` made; runs when it is deleted.
     pub async fn cleanup<R: RuleObject>(&self, ctx: &Context, object: &R) -> Result<Action, SyncError> {
         let id = object.rule_id();
-        let kind = object.object_kind();
-        let changes = cleanup(&id, kind, &self.caches.objects(kind));
+        let changes = self.removals(&id);
         let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
         for key in &applied.removed {
             ctx.metrics.wrote(METRICS_NAME);
@@ -177,6 +176,15 @@ impl Engine {
             Some(first) => Err(SyncError::Write { count: changes.len(), first }),
             None => Ok(Action::await_change()),
         }
+    }
+
+    /// Deletions of every copy `rule` made, of either kind.
+    fn removals(&self, rule: &RuleId) -> Vec<Change> {
+        self.caches
+            .copies_of(&rule.label_value())
+            .iter()
+            .flat_map(|(kind, copy)| cleanup(rule, *kind, std::slice::from_ref(copy)))
+            .collect()
     }
 
     /// Gathers what `rule` depends on and decides its pass. Also returns the objects found
@@ -197,17 +205,14 @@ impl Engine {
             .map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
             .map(|namespace| (namespace.name.clone(), namespace))
             .collect();
-        let objects = self.caches.objects(rule.kind);
         let source_namespaces: BTreeSet<&str> = rules
             .iter()
             .filter(|other| other.kind == rule.kind)
             .flat_map(|other| other.sources.namespaces.iter().map(String::as_str))
             .collect();
-        let candidates: Vec<ObjectInfo> = objects
-            .iter()
-            .filter(|object| source_namespaces.contains(object.namespace.as_str()))
-            .cloned()
-            .collect();
+        let candidates = self.caches.objects(rule.kind, |meta| {
+            meta.namespace.as_deref().is_some_and(|namespace| source_namespaces.contains(namespace))
+        });
         let world = World::new(&rules, &namespaces, &candidates);
         let sources = self.fetch_sources(&ctx.client, rule.kind, world.matched_sources(rule)).await?;
         let targets = world.target_namespaces(rule);
@@ -218,10 +223,18 @@ impl Engine {
             })
             .collect();
         let existing = self.find_existing(&ctx.client, copies).await?;
-        let label = rule.id.label_value();
-        let own: Vec<ObjectInfo> =
-            objects.into_iter().filter(|object| object.replicated_by() == Some(label.as_str())).collect();
-        Ok((plan_rule(rule, &world, &sources, &existing, &own), existing))
+        let (own, other_kind): (Vec<_>, Vec<_>) = self
+            .caches
+            .copies_of(&rule.id.label_value())
+            .into_iter()
+            .partition(|(kind, _)| *kind == rule.kind);
+        let own: Vec<ObjectInfo> = own.into_iter().map(|(_, info)| info).collect();
+        let mut plan = plan_rule(rule, &world, &sources, &existing, &own);
+        // Copies of the kind the rule copied before its spec changed.
+        plan.changes.extend(
+            other_kind.iter().flat_map(|(kind, copy)| cleanup(&rule.id, *kind, std::slice::from_ref(copy))),
+        );
+        Ok((plan, existing))
     }
 
     /// The content of each source, read once per version.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::core::PartialObjectMeta;
+use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -18,7 +18,10 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use super::RULE_CONTROLLER;
-use super::desired::{ObjectInfo, ObjectKind, Rule, RuleId, RuleKind, rules_affected_by};
+use super::desired::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, REPLICATED_BY_LABEL, Rule, RuleId, RuleKind,
+    rules_affected_by,
+};
 use super::engine::Memo;
 use super::rules::RuleObject;
 use crate::controllers::config_map_sync::types::ConfigMapSync;
@@ -157,12 +160,26 @@ impl Caches {
         futures::future::join_all(self.tasks).await;
     }
 
-    /// The metadata of every cached object of `kind`.
-    pub fn objects(&self, kind: ObjectKind) -> Vec<ObjectInfo> {
+    /// The metadata of the cached objects of `kind` that `keep` accepts; the others are
+    /// not copied.
+    pub fn objects(&self, kind: ObjectKind, keep: impl Fn(&ObjectMeta) -> bool) -> Vec<ObjectInfo> {
         match kind {
-            ObjectKind::ConfigMap => infos(&self.config_maps),
-            ObjectKind::Secret => infos(&self.secrets),
+            ObjectKind::ConfigMap => infos(&self.config_maps, keep),
+            ObjectKind::Secret => infos(&self.secrets, keep),
         }
+    }
+
+    /// The copies of either kind that carry `label` as their rule.
+    pub fn copies_of(&self, label: &str) -> Vec<(ObjectKind, ObjectInfo)> {
+        let ours = |meta: &ObjectMeta| {
+            let labels = meta.labels.as_ref();
+            labels.and_then(|l| l.get(REPLICATED_BY_LABEL)).is_some_and(|value| value == label)
+                && labels.and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|value| value == MANAGED_BY_VALUE)
+        };
+        [ObjectKind::ConfigMap, ObjectKind::Secret]
+            .into_iter()
+            .flat_map(|kind| self.objects(kind, ours).into_iter().map(move |info| (kind, info)))
+            .collect()
     }
 
     /// The cached metadata of one object.
@@ -179,11 +196,16 @@ impl Caches {
     }
 }
 
-fn infos<K>(store: &Store<Meta<K>>) -> Vec<ObjectInfo>
+fn infos<K>(store: &Store<Meta<K>>, keep: impl Fn(&ObjectMeta) -> bool) -> Vec<ObjectInfo>
 where
     K: Resource<DynamicType = ()> + Clone,
 {
-    store.state().iter().map(|object| ObjectInfo::from_meta(&object.metadata)).collect()
+    store
+        .state()
+        .iter()
+        .filter(|object| keep(&object.metadata))
+        .map(|object| ObjectInfo::from_meta(&object.metadata))
+        .collect()
 }
 
 /// Decides whom a cache event wakes.

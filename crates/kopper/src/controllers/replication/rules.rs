@@ -94,8 +94,6 @@ pub trait RuleObject:
     Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug + Send + Sync + 'static
 {
     fn rule_id(&self) -> RuleId;
-    /// The kind of object this rule copies, even when its spec is refused.
-    fn object_kind(&self) -> ObjectKind;
     /// The API to write this object's status through.
     fn api(&self, client: Client) -> Api<Self>;
     /// The reason of the current `Ready` condition.
@@ -114,13 +112,6 @@ impl RuleObject for ReplicationRule {
         RuleId::replication_rule(&self.name_any())
     }
 
-    fn object_kind(&self) -> ObjectKind {
-        match self.spec.kind {
-            ReplicatedKind::ConfigMap => ObjectKind::ConfigMap,
-            ReplicatedKind::Secret => ObjectKind::Secret,
-        }
-    }
-
     fn api(&self, client: Client) -> Api<Self> {
         Api::all(client)
     }
@@ -134,7 +125,10 @@ impl RuleObject for ReplicationRule {
         Ok(Rule {
             id: self.rule_id(),
             created: self.meta().creation_timestamp.as_ref().map(|time| time.0),
-            kind: self.object_kind(),
+            kind: match spec.kind {
+                ReplicatedKind::ConfigMap => ObjectKind::ConfigMap,
+                ReplicatedKind::Secret => ObjectKind::Secret,
+            },
             sources: SourceMatch {
                 namespaces: spec.namespaces.clone(),
                 name: None,
@@ -178,10 +172,6 @@ impl RuleObject for ReplicationRule {
 impl RuleObject for ConfigMapSync {
     fn rule_id(&self) -> RuleId {
         RuleId::config_map_sync(&self.namespace().unwrap_or_default(), &self.name_any())
-    }
-
-    fn object_kind(&self) -> ObjectKind {
-        ObjectKind::ConfigMap
     }
 
     fn api(&self, client: Client) -> Api<Self> {
