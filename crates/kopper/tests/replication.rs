@@ -277,10 +277,17 @@ async fn oldest_rule_wins_and_the_other_reports_the_conflict() {
     let cluster = Cluster::start().await;
     cluster.namespace("team-a", json!({})).await;
     cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
-    cluster.apply_rule(RULE_SAMPLE).await;
+    let first = cluster.apply_rule(RULE_SAMPLE).await;
     cluster.rule_status("main-rule", |s| s["copiesInSync"] == 1).await;
-    cluster.apply_rule(&RULE_SAMPLE.replace("name: main-rule", "name: another-rule")).await;
-    let status = cluster.rule_status("another-rule", |s| s["conflictCount"] == 1).await;
+    // Creation times have one-second resolution; the younger rule's name sorts first, so
+    // only its age can make it lose.
+    let created = first.metadata.creation_timestamp.unwrap().0;
+    eventually("the next second", || async {
+        (k8s_openapi::jiff::Timestamp::now().as_second() > created.as_second()).then_some(())
+    })
+    .await;
+    cluster.apply_rule(&RULE_SAMPLE.replace("name: main-rule", "name: a-younger-rule")).await;
+    let status = cluster.rule_status("a-younger-rule", |s| s["conflictCount"] == 1).await;
     assert_eq!(status["conflicts"][0]["reason"], "ClaimedByOtherRule");
     let copy = cluster.config_maps("team-a").get("app-config").await.unwrap();
     assert_eq!(copy.labels()["kopper.dev/replicated-by"], "ReplicationRule.main-rule");
