@@ -50,6 +50,8 @@ pub struct WriteOptions {
     /// The `fieldManager` query parameter, or the user agent's product name.
     pub field_manager: String,
     pub force: bool,
+    /// `fieldValidation=Strict`: unknown fields are an error instead of being dropped.
+    pub strict: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -183,18 +185,50 @@ fn decode_continue(token: &str) -> ApiResult<ObjKey> {
 }
 
 pub fn create(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> ApiResult<Value> {
-    let mut object = prepare_create(state, t, body)?;
+    let prepared = prepare_create(t, body, opts);
+    commit_create(state, t, prepared, opts)
+}
+
+/// A create's work that needs no store: decoding, defaults, validation and managedFields.
+/// Done before taking the store lock, so concurrent writers only queue for the commit.
+pub struct PreparedCreate {
+    name: String,
+    object: ApiResult<Value>,
+}
+
+pub fn prepare_create(t: &Target, body: Value, opts: &WriteOptions) -> PreparedCreate {
+    let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let object =
+        check_known_fields(t, &body, opts).and_then(|()| prepare_new_object(t, body)).map(|mut object| {
+            track_update(t, None, &mut object, &opts.field_manager);
+            object
+        });
+    PreparedCreate { name, object }
+}
+
+/// Stores a prepared create. The namespace is checked first, as kube-apiserver's admission
+/// does before validation, so its errors come before any validation error.
+pub fn commit_create(
+    state: &mut State,
+    t: &Target,
+    prepared: PreparedCreate,
+    opts: &WriteOptions,
+) -> ApiResult<Value> {
+    if let Some(ns) = &t.namespace {
+        check_namespace_accepts(state, t, ns, &prepared.name)?;
+    }
+    let object = prepared.object?;
     let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
     let key = (t.namespace.clone().unwrap_or_default(), name.clone());
     if state.get(&t.rt.storage, &key).is_some() {
         return Err(ApiError::already_exists(&t.rt.group, &t.rt.resource, &name));
     }
-    track_update(t, None, &mut object, &opts.field_manager);
     insert_new(state, t, key, object, opts.dry_run)
 }
 
-/// Everything a create does before the object is stored: defaults, checks, server fields.
-fn prepare_create(state: &State, t: &Target, body: Value) -> ApiResult<Value> {
+/// Everything a create does to the body before the object is stored: defaults, checks,
+/// server fields.
+fn prepare_new_object(t: &Target, body: Value) -> ApiResult<Value> {
     let mut object = typed_object(t, body)?;
     let meta = metadata_mut(&mut object);
     match (&t.namespace, meta.get("namespace").and_then(Value::as_str)) {
@@ -218,14 +252,10 @@ fn prepare_create(state: &State, t: &Target, body: Value) -> ApiResult<Value> {
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
         "selfLink",
+        "generation",
+        "managedFields",
     ] {
         meta.remove(server_field);
-    }
-    meta.remove("generation");
-    meta.remove("managedFields");
-    let name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
-    if let Some(ns) = &t.namespace {
-        check_namespace_accepts(state, t, ns, &name)?;
     }
     prepare_kind_on_create(t, &mut object)?;
     validate(t, None, &mut object)?;
@@ -255,6 +285,55 @@ fn insert_new(
     state.put(&t.rt.storage, key, &stored, rv);
     after_write(state, t, &stored);
     Ok(convert::from_storage(&t.rt, stored))
+}
+
+/// With `fieldValidation=Strict`, refuses fields the type or schema does not have, with
+/// kube-apiserver's `strict decoding error` message; otherwise they are dropped silently.
+fn check_known_fields(t: &Target, body: &Value, opts: &WriteOptions) -> ApiResult<()> {
+    if !opts.strict || !body.is_object() {
+        return Ok(());
+    }
+    let known = match &t.rt.custom {
+        Some(custom) if !custom.schema.is_null() => {
+            let mut pruned = body.clone();
+            validation::schema::prune(&custom.schema, &mut pruned);
+            pruned
+        }
+        Some(_) => return Ok(()),
+        None => match crate::typed::normalize(&t.rt.group, &t.rt.kind, body.clone()) {
+            Ok(known) => known,
+            Err(_) => return Ok(()), // the decode step reports type errors
+        },
+    };
+    let mut unknown = Vec::new();
+    dropped_fields(body, &known, "", &mut unknown);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    Err(ApiError::bad_request(format!("strict decoding error: {}", listed.join(", "))))
+}
+
+/// Paths of non-null fields of `sent` that `kept` does not have.
+fn dropped_fields(sent: &Value, kept: &Value, prefix: &str, out: &mut Vec<String>) {
+    match (sent, kept) {
+        (Value::Object(sent), Value::Object(kept)) => {
+            for (key, value) in sent {
+                let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+                match kept.get(key) {
+                    Some(kept_value) => dropped_fields(value, kept_value, &path, out),
+                    None if !value.is_null() => out.push(path),
+                    None => {}
+                }
+            }
+        }
+        (Value::Array(sent), Value::Array(kept)) => {
+            for (i, (s, k)) in sent.iter().zip(kept).enumerate() {
+                dropped_fields(s, k, &format!("{prefix}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The body as an object of the target's type, with apiVersion and kind filled in.
@@ -451,6 +530,7 @@ fn track_update(t: &Target, old: Option<&Value>, new: &mut Value, manager: &str)
 }
 
 pub fn update(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> ApiResult<Value> {
+    check_known_fields(t, &body, opts)?;
     let mut object = typed_object(t, body)?;
     check_body_name(t, &mut object)?;
     let Some(existing) = state.get(&t.rt.storage, &t.key()) else {
@@ -635,13 +715,20 @@ pub fn patch(
             patch::merge_patch(&mut patched, &document);
             Ok(())
         }
-        PatchType::StrategicMerge if t.rt.is_custom() => Err(PatchError::Unsupported(String::new())),
+        PatchType::StrategicMerge if t.rt.is_custom() => {
+            let accepted =
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
+            Err(PatchError::Unsupported(format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
+            )))
+        }
         PatchType::StrategicMerge => {
             patch::strategic_merge_patch(&mut patched, &document, &t.rt.group, &t.rt.kind)
         }
         PatchType::Apply => unreachable!("handled above"),
     }
     .map_err(|e| patch_error(t, e))?;
+    check_known_fields(t, &patched, opts)?;
     let mut patched = typed_object(t, patched)?;
     check_body_name(t, &mut patched)?;
     if let Some(rv) = patched["metadata"]["resourceVersion"].as_str()
@@ -663,39 +750,25 @@ fn parse_patch_body(kind: PatchType, body: &[u8]) -> ApiResult<Value> {
     parsed.map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))
 }
 
+/// The patch engine's error as the `Status` kube-apiserver sends: its own code, reason,
+/// message and conflict causes, with the object named in the details.
 fn patch_error(t: &Target, error: PatchError) -> ApiError {
-    match error {
-        PatchError::BadRequest(message) => ApiError::bad_request(message),
-        PatchError::Invalid(message) => ApiError::new(422, "Invalid", message),
-        PatchError::Unsupported(_) => ApiError::unsupported_media_type(
-            "application/strategic-merge-patch+json",
-            &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"],
-        ),
-        PatchError::Conflict(conflicts) => {
-            let causes: Vec<StatusCause> = conflicts
-                .iter()
-                .map(|c| StatusCause {
-                    reason: "FieldManagerConflict".into(),
-                    message: format!("conflict with \"{}\"", c.manager),
-                    field: c.field.clone(),
-                })
-                .collect();
-            let listed: Vec<String> =
-                conflicts.iter().map(|c| format!("conflict with \"{}\": {}", c.manager, c.field)).collect();
-            let noun = if conflicts.len() == 1 { "conflict" } else { "conflicts" };
-            ApiError::new(
-                409,
-                "Conflict",
-                format!("Apply failed with {} {noun}: {}", conflicts.len(), listed.join("\n")),
-            )
-            .with_details(crate::error::Details {
-                name: t.name().into(),
-                group: t.rt.group.clone(),
-                kind: t.rt.resource.clone(),
-            })
-            .with_causes(causes)
-        }
-    }
+    let causes = error
+        .causes()
+        .iter()
+        .map(|c| StatusCause {
+            reason: c["reason"].as_str().unwrap_or_default().to_owned(),
+            message: c["message"].as_str().unwrap_or_default().to_owned(),
+            field: c["field"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect();
+    ApiError::new(error.status_code(), error.reason(), error.to_string())
+        .with_details(crate::error::Details {
+            name: t.name().into(),
+            group: t.rt.group.clone(),
+            kind: t.rt.resource.clone(),
+        })
+        .with_causes(causes)
 }
 
 fn apply(
@@ -712,6 +785,7 @@ fn apply(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
+    check_known_fields(t, &applied, opts)?;
     let mut applied = restrict_to_subresource(t, typed_object(t, applied)?);
     check_body_name(t, &mut applied)?;
     if let Some(ns) = &t.namespace {
@@ -739,7 +813,10 @@ fn apply(
             if t.subresource.is_some() {
                 return Err(t.not_found());
             }
-            let mut object = prepare_create(state, t, merged.clone())?;
+            if let Some(ns) = &t.namespace {
+                check_namespace_accepts(state, t, ns, t.name())?;
+            }
+            let mut object = prepare_new_object(t, merged.clone())?;
             if let Some(fields) = merged["metadata"].get("managedFields") {
                 metadata_mut(&mut object).insert("managedFields".into(), fields.clone());
             }

@@ -134,6 +134,9 @@ fn non_resource(app: &App, req: &Request, segments: &[&str]) -> ApiResult<Option
             state.registry.resource_list(group, version)
         }
         ["api" | "apis", ..] => return Ok(None),
+        ["openapi", "v3", rest @ ..] => {
+            crate::openapi::document(&state().registry, rest).ok_or_else(ApiError::no_such_resource)?
+        }
         _ => return Err(ApiError::no_such_resource()),
     };
     Ok(Some(json_response(StatusCode::OK, &document)))
@@ -267,6 +270,14 @@ fn injected(status: u16, t: &Target) -> ApiError {
 async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<Response> {
     let sim = &app.sim;
     match verb {
+        "get" | "list" if let Some(table) = table_request(req) => {
+            let found = if verb == "get" {
+                api::get(&sim.lock(), t)?
+            } else {
+                api::list(&sim.lock(), t, &list_options(req, t)?)?
+            };
+            Ok(json_response(StatusCode::OK, &crate::table::render(&t.rt, &found, table)))
+        }
         "get" => respond(req, StatusCode::OK, api::get(&sim.lock(), t)?),
         "list" => {
             let opts = list_options(req, t)?;
@@ -275,8 +286,9 @@ async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult
         }
         "watch" => watch::serve(sim.clone(), app.shutdown.clone(), t.clone(), watch_options(req, t)?),
         "create" => {
-            let body = decode_body(req)?;
-            let created = api::create(&mut sim.lock(), t, body, &write_options(req))?;
+            let opts = write_options(req);
+            let prepared = api::prepare_create(t, decode_body(req)?, &opts);
+            let created = api::commit_create(&mut sim.lock(), t, prepared, &opts)?;
             respond(req, StatusCode::CREATED, created)
         }
         "update" => {
@@ -343,7 +355,12 @@ fn write_options(req: &Request) -> WriteOptions {
     } else {
         field_manager
     };
-    WriteOptions { dry_run: req.param("dryRun") == Some("All"), field_manager, force: req.flag("force") }
+    WriteOptions {
+        dry_run: req.param("dryRun") == Some("All"),
+        field_manager,
+        force: req.flag("force"),
+        strict: req.param("fieldValidation") == Some("Strict"),
+    }
 }
 
 fn delete_options(req: &Request) -> ApiResult<DeleteOptions> {
@@ -425,7 +442,13 @@ fn watch_options(req: &Request, t: &Target) -> ApiResult<watch::WatchOptions> {
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout,
         metadata_only: req.wants_metadata_only(),
+        table: table_request(req),
     })
+}
+
+/// `kubectl get` asks for rows and columns (`Accept: application/json;as=Table;…`).
+fn table_request(req: &Request) -> Option<crate::table::TableRequest> {
+    crate::table::TableRequest::from_request(req.header(header::ACCEPT), req.param("includeObject"))
 }
 
 fn authorize(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> {

@@ -26,6 +26,8 @@ pub struct WatchOptions {
     pub bookmarks: bool,
     pub timeout: Duration,
     pub metadata_only: bool,
+    /// Send each object as a one-row Table (`kubectl get --watch`).
+    pub table: Option<crate::table::TableRequest>,
 }
 
 /// What one watch needs to decide and encode its events.
@@ -81,6 +83,9 @@ impl Watcher {
         if self.opts.metadata_only {
             value = convert::partial_metadata(&value);
         }
+        if let Some(table) = self.opts.table {
+            value = crate::table::render(&self.target.rt, &value, table);
+        }
         frame(kind, &value)
     }
 
@@ -115,6 +120,7 @@ pub fn serve(
     let (first, changes) = {
         let state = sim.lock();
         let verbatim = !opts.metadata_only
+            && opts.table.is_none()
             && target.rt.view == crate::registry::View::Native
             && state.registry.by_storage(&target.rt.storage).len() == 1;
         let watcher = Watcher { target, opts, verbatim };

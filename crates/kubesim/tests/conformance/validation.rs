@@ -97,3 +97,23 @@ async fn secret_data_that_is_not_base64_is_bad_request() {
     let status = api_error(cluster.client.request::<Secret>(request).await);
     assert_eq!(status.code, 400);
 }
+
+#[tokio::test]
+async fn strict_field_validation_refuses_unknown_fields_and_default_drops_them() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("valid").await;
+    let body = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a"}, "data": {"k": "v"}, "bogus": 1}))
+    .unwrap();
+    let post = |query: &str| {
+        http::Request::post(format!("/api/v1/namespaces/{ns}/configmaps{query}"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .unwrap()
+    };
+    let status = api_error(cluster.client.request::<ConfigMap>(post("?fieldValidation=Strict")).await);
+    assert_eq!(status.code, 400);
+    assert_eq!(status.message, "strict decoding error: unknown field \"bogus\"");
+    let created = cluster.client.request::<serde_json::Value>(post("")).await.unwrap();
+    assert!(created.get("bogus").is_none(), "without Strict the unknown field is dropped");
+}

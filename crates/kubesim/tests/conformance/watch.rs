@@ -183,3 +183,22 @@ async fn streaming_list_ends_initial_events_with_a_bookmark() {
     wait_for("a later change", || async { (reader.state().len() == 2).then_some(()) }).await;
     task.abort();
 }
+
+#[tokio::test]
+async fn delayed_watch_events_arrive_late_but_in_order() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let Some(sim) = cluster.sim() else { return };
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let params = WatchParams { bookmarks: false, ..WatchParams::default() };
+    let mut stream = api.watch(&params, &rv).await.unwrap().boxed();
+    let delay = Duration::from_millis(300);
+    sim.faults().set_watch_delay(delay);
+    let started = std::time::Instant::now();
+    api.create(&PostParams::default(), &config_map("a", json!({}))).await.unwrap();
+    api.create(&PostParams::default(), &config_map("b", json!({}))).await.unwrap();
+    assert_eq!(next(&mut stream).await, event("ADDED", "a"));
+    assert!(started.elapsed() >= delay, "the event waited for the injected delay");
+    assert_eq!(next(&mut stream).await, event("ADDED", "b"));
+}
