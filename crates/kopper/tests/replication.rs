@@ -595,4 +595,14 @@ async fn source_update_costs_one_write_per_copy() {
         .await;
     // One write for the source itself, one per copy.
     assert_eq!(cluster.sim.counters().writes("configmaps") - before, 1 + 4);
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    replication::register_metrics(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let observed = text
+        .lines()
+        .find_map(|line| line.strip_prefix("replication_source_to_copy_seconds_count "))
+        .and_then(|count| count.trim().parse::<u64>().ok());
+    assert!(observed.is_some_and(|count| count > 0), "{text}");
 }

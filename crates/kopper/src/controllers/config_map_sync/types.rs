@@ -71,11 +71,11 @@ pub struct ConfigMapSyncStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
 
-    /// Namespaces holding an up-to-date copy.
+    /// Namespaces holding an up-to-date copy, in name order; at most 100 are listed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub synced_namespaces: Vec<String>,
 
-    /// Number of namespaces holding an up-to-date copy.
+    /// Number of namespaces holding an up-to-date copy, including those not listed.
     #[serde(default)]
     pub synced_count: i32,
 

@@ -21,6 +21,9 @@ use crate::runtime::Settings;
 
 /// Conflicts listed in status; the count covers the rest.
 pub const MAX_LISTED_CONFLICTS: usize = 20;
+/// Synced namespaces a ConfigMapSync lists (a selector may match thousands); the count
+/// covers the rest.
+pub const MAX_LISTED_NAMESPACES: usize = 100;
 const READY: &str = "Ready";
 
 /// Why a rule's spec is not acted on. Permanent: it waits for the spec to change.
@@ -233,7 +236,8 @@ impl RuleObject for ConfigMapSync {
         };
         match outcome {
             Ok(findings) => {
-                new.synced_namespaces = findings.synced_namespaces.iter().cloned().collect();
+                new.synced_namespaces =
+                    findings.synced_namespaces.iter().take(MAX_LISTED_NAMESPACES).cloned().collect();
                 new.synced_count = count(findings.synced_namespaces.len());
                 new.conflicts = findings.conflicts.iter().take(MAX_LISTED_CONFLICTS).cloned().collect();
                 new.last_sync_time = sync_time(old.last_sync_time.as_ref(), findings, now);
