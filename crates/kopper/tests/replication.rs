@@ -43,6 +43,10 @@ impl Cluster {
     }
 
     async fn start_with(settings: Settings) -> Self {
+        Self::start_with_crds(settings, [ReplicationRule::crd(), ConfigMapSync::crd()]).await
+    }
+
+    async fn start_with_crds(settings: Settings, crds: [CustomResourceDefinition; 2]) -> Self {
         // RUST_LOG=kopper=debug shows the controllers' logs of a failing test.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -50,9 +54,9 @@ impl Cluster {
             .try_init();
         let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
         let client = sim.client();
-        let crds = Api::<CustomResourceDefinition>::all(client.clone());
-        for crd in [ReplicationRule::crd(), ConfigMapSync::crd()] {
-            crds.create(&PostParams::default(), &crd).await.unwrap();
+        let api = Api::<CustomResourceDefinition>::all(client.clone());
+        for crd in crds {
+            api.create(&PostParams::default(), &crd).await.unwrap();
         }
         let mut cluster =
             Self { sim, client, metrics: Arc::new(Metrics::default()), settings, operator: None };
@@ -605,4 +609,54 @@ async fn source_update_costs_one_write_per_copy() {
         .find_map(|line| line.strip_prefix("replication_source_to_copy_seconds_count "))
         .and_then(|count| count.trim().parse::<u64>().ok());
     assert!(observed.is_some_and(|count| count > 0), "{text}");
+}
+
+/// The ReplicationRule CRD with a spec that accepts anything, so an object kopper cannot
+/// read can be stored.
+fn permissive_rule_crd() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(ReplicationRule::crd()).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] =
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    serde_json::from_value(crd).unwrap()
+}
+
+#[tokio::test]
+async fn unreadable_rule_is_reported_and_does_not_stop_the_others() {
+    let cluster =
+        Cluster::start_with_crds(Settings::default(), [permissive_rule_crd(), ConfigMapSync::crd()]).await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    cluster.config_map("default", "other", json!({"other": "yes"}), json!({"k": "v"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+
+    // The rule becomes unreadable: its copies stay, and an Event says why.
+    let broken = json!({"spec": {"kind": 42}});
+    let raw = Api::<kube::core::DynamicObject>::all_with(
+        cluster.client.clone(),
+        &kube::core::ApiResource::erase::<ReplicationRule>(&()),
+    );
+    raw.patch("main-rule", &PatchParams::default(), &Patch::Merge(&broken)).await.unwrap();
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone());
+    eventually("a Warning Event for the unreadable rule", || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items.iter().any(|e| e.reason.as_deref() == Some("InvalidObject")).then_some(())
+    })
+    .await;
+
+    // Another rule still works.
+    let other = RULE_SAMPLE
+        .replace("name: main-rule", "name: other-rule")
+        .replace("copyrator: \"true\"", "other: \"yes\"");
+    cluster.apply_rule(&other).await;
+    cluster.copy_has("team-a", "other", "k", "v").await;
+    assert!(cluster.config_maps("team-a").get_opt("app-config").await.unwrap().is_some());
+
+    // Deleting the unreadable rule still removes its copies and releases it.
+    raw.delete("main-rule", &DeleteParams::default()).await.unwrap();
+    cluster.copy_absent("team-a", "app-config").await;
+    eventually("the rule to be gone", || async {
+        raw.get_opt("main-rule").await.unwrap().is_none().then_some(())
+    })
+    .await;
 }

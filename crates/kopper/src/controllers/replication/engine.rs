@@ -162,15 +162,14 @@ impl Engine {
     }
 
     /// Removes every copy `object` made; runs when it is deleted.
-    pub async fn cleanup<R: RuleObject>(&self, ctx: &Context, object: &R) -> Result<Action, SyncError> {
-        let id = object.rule_id();
-        let changes = self.removals(&id);
+    pub async fn cleanup(&self, ctx: &Context, id: &RuleId) -> Result<Action, SyncError> {
+        let changes = self.removals(id);
         let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
         for key in &applied.removed {
             ctx.metrics.wrote(METRICS_NAME);
             lock(&self.router.memo.verified).remove(key);
         }
-        let total = self.router.memo.set_conflicts(&id, 0);
+        let total = self.router.memo.set_conflicts(id, 0);
         ctx.metrics.conflicts.get_or_create(&metric_labels()).set(total);
         match applied.failed.into_iter().next() {
             Some(first) => Err(SyncError::Write { count: changes.len(), first }),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::core::{ObjectMeta, PartialObjectMeta};
+use kube::core::{DeserializeGuard, ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -34,14 +34,19 @@ pub type Meta<K> = PartialObjectMeta<K>;
 /// Sends rules to their controllers' queues; the controllers merge repeated wake-ups.
 #[derive(Clone)]
 pub struct Wakers {
-    rules: UnboundedSender<ObjectRef<ReplicationRule>>,
-    syncs: UnboundedSender<ObjectRef<ConfigMapSync>>,
+    rules: UnboundedSender<ObjectRef<Guarded<ReplicationRule>>>,
+    syncs: UnboundedSender<ObjectRef<Guarded<ConfigMapSync>>>,
 }
 
+/// Rules are read through a guard, so one object that does not deserialize is reported
+/// instead of failing every list and watch of its kind.
+pub type Guarded<R> = DeserializeGuard<R>;
+
+/// The wake-ups one controller receives.
+pub type Wakes<R> = UnboundedReceiver<ObjectRef<Guarded<R>>>;
+
 impl Wakers {
-    pub fn new()
-    -> (Self, UnboundedReceiver<ObjectRef<ReplicationRule>>, UnboundedReceiver<ObjectRef<ConfigMapSync>>)
-    {
+    pub fn new() -> (Self, Wakes<ReplicationRule>, Wakes<ConfigMapSync>) {
         let (rules, rule_wakes) = unbounded();
         let (syncs, sync_wakes) = unbounded();
         (Self { rules, syncs }, rule_wakes, sync_wakes)
@@ -64,17 +69,21 @@ impl Wakers {
 /// The rules of both kinds, as the two controllers' caches hold them.
 #[derive(Clone)]
 pub struct RuleStores {
-    pub rules: Store<ReplicationRule>,
-    pub syncs: Store<ConfigMapSync>,
+    pub rules: Store<Guarded<ReplicationRule>>,
+    pub syncs: Store<Guarded<ConfigMapSync>>,
 }
 
 impl RuleStores {
     /// Every rule in force: valid, and not being deleted.
     pub fn in_force(&self, settings: &Settings) -> Vec<Rule> {
-        fn valid<R: RuleObject>(store: &Store<R>, settings: &Settings) -> impl Iterator<Item = Rule> {
+        fn valid<R: RuleObject>(
+            store: &Store<Guarded<R>>,
+            settings: &Settings,
+        ) -> impl Iterator<Item = Rule> {
             store
                 .state()
-                .into_iter()
+                .iter()
+                .filter_map(|guarded| guarded.0.as_ref().ok())
                 .filter(|object| object.meta().deletion_timestamp.is_none())
                 .filter_map(|object| object.to_rule(settings).ok())
                 .collect::<Vec<_>>()
@@ -84,8 +93,8 @@ impl RuleStores {
     }
 
     pub fn all_ids(&self) -> Vec<RuleId> {
-        let rules = self.rules.state().into_iter().map(|rule| rule.rule_id());
-        rules.chain(self.syncs.state().into_iter().map(|sync| sync.rule_id())).collect()
+        let rules = self.rules.state().into_iter().map(|rule| ReplicationRule::id_of(rule.meta()));
+        rules.chain(self.syncs.state().into_iter().map(|sync| ConfigMapSync::id_of(sync.meta()))).collect()
     }
 
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {

@@ -19,14 +19,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
+use kube::core::error_boundary::InvalidObject;
+use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 use kube::runtime::controller::{self, Action};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::{Controller, watcher};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use self::engine::{Engine, Memo, SyncError};
-use self::index::{CacheStopped, Caches, Router, RuleStores, Wakers};
+use self::index::{CacheStopped, Caches, Guarded, Router, RuleStores, Wakers};
 use self::rules::RuleObject;
 use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::replication_rule::types::ReplicationRule;
@@ -52,6 +56,8 @@ pub enum Error {
     CacheStopped(#[from] CacheStopped),
     #[error("adding the finalizer: {0}")]
     AddFinalizer(#[source] kube::Error),
+    #[error("removing the finalizer: {0}")]
+    RemoveFinalizer(#[source] kube::Error),
     #[error(transparent)]
     Finalizer(Box<finalizer::Error<SyncError>>),
 }
@@ -60,7 +66,7 @@ impl ErrorCategory for Error {
     fn category(&self) -> &'static str {
         match self {
             Self::CacheStopped(_) => "cache",
-            Self::AddFinalizer(_) => "kube_api",
+            Self::AddFinalizer(_) | Self::RemoveFinalizer(_) => "kube_api",
             Self::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
                     error.category()
@@ -83,12 +89,12 @@ pub async fn run(
     let config = controller::Config::default().debounce(DEBOUNCE);
     let (wakers, rule_wakes, sync_wakes) = Wakers::new();
     let rule_controller =
-        Controller::new(Api::<ReplicationRule>::all(client.clone()), watcher::Config::default())
+        Controller::new(Api::<Guarded<ReplicationRule>>::all(client.clone()), watcher::Config::default())
             .with_config(config.clone())
             .reconcile_on(rule_wakes)
             .graceful_shutdown_on(shutdown.clone());
     let sync_controller =
-        Controller::new(Api::<ConfigMapSync>::all(client.clone()), watcher::Config::default())
+        Controller::new(Api::<Guarded<ConfigMapSync>>::all(client.clone()), watcher::Config::default())
             .with_config(config)
             .reconcile_on(sync_wakes)
             .graceful_shutdown_on(shutdown.clone());
@@ -132,26 +138,88 @@ pub async fn run(
 
 /// One pass for one rule: its copies made right, or removed when it is being deleted.
 async fn reconcile<R: RuleObject>(
-    object: Arc<R>,
+    guarded: Arc<Guarded<R>>,
     ctx: Arc<Context>,
     engine: Arc<Engine>,
 ) -> Result<Action, Error> {
     engine.ready().await?;
+    match &guarded.0 {
+        Ok(object) => reconcile_rule(Arc::new(object.clone()), &ctx, &engine).await,
+        Err(invalid) => reconcile_unreadable::<R>(invalid, &guarded.object_ref(&()), &ctx, &engine).await,
+    }
+}
+
+async fn reconcile_rule<R: RuleObject>(
+    object: Arc<R>,
+    ctx: &Context,
+    engine: &Engine,
+) -> Result<Action, Error> {
     let api = object.api(ctx.client.clone());
     if object.meta().deletion_timestamp.is_none() && !object.finalizers().iter().any(|f| f == FINALIZER) {
         add_finalizer(&api, object.as_ref()).await.map_err(Error::AddFinalizer)?;
         // The write comes back as a watch event, which starts the first real pass.
         return Ok(Action::await_change());
     }
-    let (engine, ctx) = (engine.as_ref(), ctx.as_ref());
     finalizer(&api, FINALIZER, object, move |event| async move {
         match event {
             finalizer::Event::Apply(object) => engine.sync(ctx, object.as_ref()).await,
-            finalizer::Event::Cleanup(object) => engine.cleanup(ctx, object.as_ref()).await,
+            finalizer::Event::Cleanup(object) => engine.cleanup(ctx, &object.rule_id()).await,
         }
     })
     .await
     .map_err(|error| Error::Finalizer(Box::new(error)))
+}
+
+/// An object kopper cannot read (its stored form no longer fits the schema) keeps its
+/// copies and gets a Warning; deleting it still removes them and releases it.
+async fn reconcile_unreadable<R: RuleObject>(
+    invalid: &InvalidObject,
+    reference: &ObjectReference,
+    ctx: &Context,
+    engine: &Engine,
+) -> Result<Action, Error> {
+    let meta = &invalid.metadata;
+    let ours = meta.finalizers.iter().flatten().any(|f| f == FINALIZER);
+    if meta.deletion_timestamp.is_none() || !ours {
+        let note =
+            format!("kopper cannot read this object, so its copies are left as they are: {}", invalid.error);
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InvalidObject".into(),
+            note: Some(note),
+            action: "Replicate".into(),
+            secondary: None,
+        };
+        if let Err(error) = ctx.recorder.publish(&event, reference).await {
+            tracing::warn!(%error, "could not publish an Event");
+        }
+        return Ok(Action::await_change());
+    }
+    engine
+        .cleanup(ctx, &R::id_of(meta))
+        .await
+        .map_err(|error| Error::Finalizer(Box::new(finalizer::Error::CleanupFailed(error))))?;
+    remove_finalizer::<R>(&ctx.client, meta).await.map_err(Error::RemoveFinalizer)?;
+    Ok(Action::await_change())
+}
+
+/// Removes kopper's finalizer from an object that cannot be read as `R`, through the
+/// untyped API.
+async fn remove_finalizer<R: RuleObject>(
+    client: &kube::Client,
+    meta: &ObjectMeta,
+) -> Result<(), kube::Error> {
+    let resource = ApiResource::erase::<R>(&());
+    let api: Api<DynamicObject> = match &meta.namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let finalizers: Vec<&String> = meta.finalizers.iter().flatten().filter(|f| *f != FINALIZER).collect();
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": finalizers, "resourceVersion": meta.resource_version }
+    });
+    let name = meta.name.as_deref().unwrap_or_default();
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
 }
 
 /// Adds kopper's finalizer with a merge patch that fails if the object changed since it was

@@ -6,7 +6,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::core::Selector;
+use kube::core::{ObjectMeta, Selector};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -96,7 +96,11 @@ impl Findings {
 pub trait RuleObject:
     Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug + Send + Sync + 'static
 {
-    fn rule_id(&self) -> RuleId;
+    /// The identity of the rule an object with this metadata is, readable or not.
+    fn id_of(meta: &ObjectMeta) -> RuleId;
+    fn rule_id(&self) -> RuleId {
+        Self::id_of(self.meta())
+    }
     /// The API to write this object's status through.
     fn api(&self, client: Client) -> Api<Self>;
     /// The reason of the current `Ready` condition.
@@ -111,8 +115,8 @@ pub trait RuleObject:
 }
 
 impl RuleObject for ReplicationRule {
-    fn rule_id(&self) -> RuleId {
-        RuleId::replication_rule(&self.name_any())
+    fn id_of(meta: &ObjectMeta) -> RuleId {
+        RuleId::replication_rule(meta.name.as_deref().unwrap_or_default())
     }
 
     fn api(&self, client: Client) -> Api<Self> {
@@ -173,8 +177,11 @@ impl RuleObject for ReplicationRule {
 }
 
 impl RuleObject for ConfigMapSync {
-    fn rule_id(&self) -> RuleId {
-        RuleId::config_map_sync(&self.namespace().unwrap_or_default(), &self.name_any())
+    fn id_of(meta: &ObjectMeta) -> RuleId {
+        RuleId::config_map_sync(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
     }
 
     fn api(&self, client: Client) -> Api<Self> {
