@@ -53,7 +53,7 @@ pub enum SyncError {
         source: kube::Error,
     },
     #[error("{count} writes failed, first: {first}")]
-    Write { count: usize, first: WriteError },
+    Write { count: usize, first: Box<WriteError> },
     #[error("writing status of {rule}: {source}")]
     Status {
         rule: RuleId,
@@ -155,10 +155,7 @@ impl Engine {
         let total = self.router.memo.set_conflicts(&rule.id, plan.conflicts().count());
         ctx.metrics.conflicts.get_or_create(&metric_labels()).set(total);
         self.report(ctx, object, Ok(Findings::from_plan(&plan, &applied))).await?;
-        match applied.failed.into_iter().next() {
-            Some(first) => Err(SyncError::Write { count: plan.writes().count(), first }),
-            None => Ok(Action::await_change()),
-        }
+        failures(applied)
     }
 
     /// Removes every copy `object` made; runs when it is deleted.
@@ -171,10 +168,7 @@ impl Engine {
         }
         let total = self.router.memo.set_conflicts(id, 0);
         ctx.metrics.conflicts.get_or_create(&metric_labels()).set(total);
-        match applied.failed.into_iter().next() {
-            Some(first) => Err(SyncError::Write { count: changes.len(), first }),
-            None => Ok(Action::await_change()),
-        }
+        failures(applied)
     }
 
     /// Deletions of every copy `rule` made, of either kind.
@@ -405,6 +399,16 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
             vec![(refusal.reason.to_owned(), refusal.message.clone())]
         }
         Err(_) => Vec::new(),
+    }
+}
+
+/// Writes that failed make the pass fail, so it is retried with backoff; the rest of the
+/// pass (status included) has been done.
+fn failures(applied: Applied) -> Result<Action, SyncError> {
+    let count = applied.failed.len();
+    match applied.failed.into_iter().next() {
+        Some(first) => Err(SyncError::Write { count, first: Box::new(first) }),
+        None => Ok(Action::await_change()),
     }
 }
 
