@@ -660,3 +660,23 @@ async fn unreadable_rule_is_reported_and_does_not_stop_the_others() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn failed_writes_are_retried_and_reported_until_they_succeed() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    let fault = kubesim::Fault {
+        verb: Some("patch".into()),
+        resource: Some("configmaps".into()),
+        count: 2,
+        status: 500,
+    };
+    cluster.sim.faults().fail_next(fault);
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+    let status = cluster.rule_status("main-rule", |s| s["copiesInSync"] == 1).await;
+    assert_eq!(status["conditions"][0]["status"], "True");
+    let errors = cluster.metrics.encode();
+    assert!(errors.contains("category=\"write\""), "{errors}");
+}

@@ -6,6 +6,11 @@
 //! kube-runtime controllers (one per resource) run the passes ([`engine`]), each a pure
 //! decision ([`desired`]) followed by thin writes ([`apply`]). [`plan`] runs the same
 //! decision against the live cluster and writes nothing.
+//!
+//! A rule holds the finalizer [`FINALIZER`] until its copies are removed, so besides
+//! get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on ConfigMaps
+//! and Secrets and patch on the status subresources, kopper needs `patch` on
+//! `configmapsyncs` and `replicationrules` themselves.
 
 pub mod apply;
 pub mod desired;
