@@ -291,9 +291,13 @@ where
     }
 }
 
+/// kubectl's copy of the whole object it applied: never read, and as large as the content
+/// the cache is meant not to hold.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// Keeps a metadata-only cache of `api`'s objects until shutdown, routing each event after
-/// the cache has applied it. Managed fields are dropped: they are never read and can be
-/// most of an object's metadata.
+/// the cache has applied it. Managed fields and kubectl's last-applied annotation are
+/// dropped: they are never read and can be most of an object's metadata.
 fn spawn_cache<K>(
     api: Api<Meta<K>>,
     mut routing: impl Routing<K>,
@@ -308,6 +312,7 @@ where
         writer,
         watcher(api, watcher::Config::default()).default_backoff().modify(|object: &mut Meta<K>| {
             object.managed_fields_mut().clear();
+            object.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
         }),
     )
     .take_until(shutdown);
