@@ -203,6 +203,13 @@ impl Server {
         let sim = Sim::new(config);
         let shutdown = CancellationToken::new();
         let app = crate::http::router(sim.clone(), shutdown.clone());
+        // Watch events are small writes on long-lived connections: without TCP_NODELAY,
+        // Nagle's algorithm and delayed ACKs hold some of them back by tens of milliseconds.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
         let serve_shutdown = shutdown.clone();
         let http = tokio::spawn(async move {
             let served =
