@@ -33,6 +33,9 @@ pub enum Command {
     Run(RunArgs),
     /// Print every kopper CustomResourceDefinition as multi-document YAML.
     Crds(CrdsArgs),
+    /// Print what the ConfigMapSync and ReplicationRule objects in the cluster would create,
+    /// update and delete, without writing anything.
+    Plan(PlanArgs),
     /// Start an embedded API server, run every controller on it and apply the samples: a tour with
     /// no cluster needed.
     Demo(DemoArgs),
@@ -45,9 +48,11 @@ pub enum ControllerName {
     NamespaceAccess,
     /// Pods labelled with their own name on request (seed 001).
     PodLabeler,
-    /// ConfigMaps copied between namespaces by ConfigMapSync (seed 002).
+    /// ConfigMaps copied between namespaces by ConfigMapSync (seed 002). Shares the
+    /// replication engine with replication-rule: naming either runs both.
     ConfigMapSync,
-    /// ConfigMaps and Secrets replicated by ReplicationRule (seed 003).
+    /// ConfigMaps and Secrets replicated by ReplicationRule (seed 003). Shares the
+    /// replication engine with config-map-sync: naming either runs both.
     ReplicationRule,
     /// Object-storage buckets and their credentials (seed 004).
     Bucket,
@@ -201,6 +206,22 @@ pub struct CrdsArgs {
     /// them (how `config/crd/` is regenerated).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct PlanArgs {
+    /// Path to a kubeconfig; defaults to KUBECONFIG, then ~/.kube/config, then in-cluster.
+    #[arg(long, env = "KOPPER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use instead of the current one.
+    #[arg(long, env = "KOPPER_CONTEXT")]
+    pub context: Option<String>,
+    /// Plan as if kopper ran with --allow-cross-namespace-sources.
+    #[arg(long, env = "KOPPER_ALLOW_CROSS_NAMESPACE_SOURCES")]
+    pub allow_cross_namespace_sources: bool,
+    /// Field manager kopper writes with (copies owned by another manager are conflicts).
+    #[arg(long, env = "KOPPER_FIELD_MANAGER", default_value = "kopper")]
+    pub field_manager: String,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -22,8 +22,21 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             run(args, signal).await
         }
         Command::Crds(args) => print_crds(args.out_dir.as_deref()),
+        Command::Plan(args) => plan(args).await,
         Command::Demo(args) => demo::run(args).await,
     }
+}
+
+/// `kopper plan`: the replication engine's decision against the live cluster, printed.
+async fn plan(args: cli::PlanArgs) -> anyhow::Result<()> {
+    let client = runtime::client::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let settings = runtime::Settings {
+        allow_cross_namespace_sources: args.allow_cross_namespace_sources,
+        field_manager: args.field_manager,
+        ..runtime::Settings::default()
+    };
+    print!("{}", controllers::replication::plan(&client, &settings).await?);
+    Ok(())
 }
 
 fn print_crds(out_dir: Option<&std::path::Path>) -> anyhow::Result<()> {

@@ -83,8 +83,8 @@ async fn run_controllers(
     };
 
     let mut running = JoinSet::new();
-    for name in enabled {
-        running.spawn(controllers::run(*name, ctx.clone(), stop.wait()));
+    for name in controllers::units(enabled) {
+        running.spawn(controllers::run(name, ctx.clone(), stop.wait()));
     }
     info!(controllers = ?enabled.iter().map(|name| name.as_str()).collect::<Vec<_>>(), "controllers started");
 

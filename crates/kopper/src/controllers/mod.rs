@@ -1,7 +1,10 @@
 //! One module per controller, and the dispatch from `--controllers` names to them.
 
+pub mod config_map_sync;
 pub mod namespace_access;
 pub mod pod_labeler;
+pub mod replication;
+pub mod replication_rule;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,9 +17,10 @@ use crate::runtime::Context;
 /// Runs one controller until `shutdown` resolves and its in-flight reconciles are done. An
 /// error means the controller cannot go on; the operator then stops with it.
 ///
-/// Each controller registers itself with [`Readiness`](crate::runtime::Readiness) under
-/// [`ControllerName::as_str`]; a name not built into this binary is marked ready at once so
-/// that it cannot hold `/readyz` down.
+/// ConfigMapSync and ReplicationRule are the two front doors of one replication engine:
+/// either name runs the engine with both (see [`units`]). Each controller registers itself
+/// with [`Readiness`](crate::runtime::Readiness) under [`ControllerName::as_str`]; a name not
+/// built into this binary is marked ready at once so that it cannot hold `/readyz` down.
 pub async fn run(
     name: ControllerName,
     ctx: Arc<Context>,
@@ -28,10 +32,42 @@ pub async fn run(
             pod_labeler::run(ctx, shutdown).await;
             Ok(())
         }
-        ControllerName::ConfigMapSync | ControllerName::ReplicationRule | ControllerName::Bucket => {
+        ControllerName::ConfigMapSync | ControllerName::ReplicationRule => {
+            replication::run(ctx, shutdown).await
+        }
+        ControllerName::Bucket => {
             warn!(controller = name.as_str(), "this controller is not part of this build yet; skipping it");
             ctx.readiness.mark_synced(name.as_str());
             Ok(())
         }
+    }
+}
+
+/// The controllers to start for the names enabled: the replication engine once, however
+/// many of its front doors were named.
+pub fn units(enabled: &[ControllerName]) -> Vec<ControllerName> {
+    let mut units = Vec::new();
+    for name in enabled {
+        let unit = match name {
+            ControllerName::ConfigMapSync => ControllerName::ReplicationRule,
+            other => *other,
+        };
+        if !units.contains(&unit) {
+            units.push(unit);
+        }
+    }
+    units
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replication_engine_starts_once_for_either_front_door() {
+        use ControllerName::*;
+        assert_eq!(units(&[ConfigMapSync, ReplicationRule, PodLabeler]), vec![ReplicationRule, PodLabeler]);
+        assert_eq!(units(&[ConfigMapSync]), vec![ReplicationRule]);
+        assert_eq!(units(&[NamespaceAccess]), vec![NamespaceAccess]);
     }
 }

@@ -44,10 +44,17 @@ const READINESS_POLL: Duration = Duration::from_millis(100);
 ///
 /// [`ControllerName::as_str`]: crate::cli::ControllerName::as_str
 ///
-/// The caller builds the `Controller` (its watches, owned and watched kinds) and attaches the
-/// shutdown trigger with `graceful_shutdown_on`; concurrency comes from
-/// [`Settings::concurrency`](super::Settings::concurrency). `name` is registered with
+/// The caller builds the `Controller` (its watches, owned and watched kinds), gives it
+/// [`config`] (plus any debounce of its own) and attaches the shutdown trigger with
+/// `graceful_shutdown_on`. `name` is registered with
 /// [`Readiness`] and is ready once the controller's main watch has delivered its first list.
+/// The controller settings every kopper controller starts from: bounded concurrency from
+/// [`Settings::concurrency`](super::Settings::concurrency). A controller adds its own
+/// debounce on top, so this is not applied behind its back.
+pub fn config(ctx: &Context) -> Config {
+    Config::default().concurrency(ctx.settings.concurrency)
+}
+
 pub async fn run_controller<K, E, F, Fut>(
     name: &'static str,
     controller: Controller<K>,
@@ -62,7 +69,6 @@ pub async fn run_controller<K, E, F, Fut>(
     let store = controller.store();
     spawn_readiness_watch(name, store.clone(), &ctx);
     let failures = Arc::new(FailureCounts::default());
-    let controller = controller.with_config(Config::default().concurrency(ctx.settings.concurrency));
 
     let reconcile_failures = failures.clone();
     let policy_failures = failures.clone();

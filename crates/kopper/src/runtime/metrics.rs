@@ -42,6 +42,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("kopper");
+        crate::controllers::replication::register_metrics(&mut registry);
         let reconciles = Family::<ControllerLabels, Counter>::default();
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {

@@ -13,10 +13,31 @@ use super::error::UNPROCESSABLE_MESSAGE;
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
     let operations: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|err| PatchError::BadRequest(format!("error decoding patch: {err}")))?;
-    json_patch::patch(target, &operations).map_err(|err| {
-        tracing::debug!(operation = err.operation, path = %err.path, kind = %err.kind, "json patch rejected");
-        PatchError::Invalid(UNPROCESSABLE_MESSAGE.into())
-    })
+    let mut patched = target.clone();
+    for operation in operations.0 {
+        if is_null_test_of_absent_field(&patched, &operation) {
+            continue;
+        }
+        json_patch::patch(&mut patched, std::slice::from_ref(&operation)).map_err(|err| {
+            tracing::debug!(operation = err.operation, path = %err.path, kind = %err.kind, "json patch rejected");
+            PatchError::Invalid(UNPROCESSABLE_MESSAGE.into())
+        })?;
+    }
+    *target = patched;
+    Ok(())
+}
+
+/// kube-apiserver's JSON patch (evanphx/json-patch) passes a `test` for `null` on a field
+/// that is absent from an existing parent; the RFC-strict crate fails it. kube-runtime's
+/// finalizer helper relies on this to add the first finalizer.
+fn is_null_test_of_absent_field(doc: &Value, operation: &json_patch::PatchOperation) -> bool {
+    let json_patch::PatchOperation::Test(test) = operation else { return false };
+    if !test.value.is_null() {
+        return false;
+    }
+    let path = test.path.to_string();
+    let Some((parent, _)) = path.rsplit_once('/') else { return false };
+    doc.pointer(&path).is_none() && doc.pointer(parent).is_some_and(Value::is_object)
 }
 
 #[cfg(test)]
@@ -49,6 +70,19 @@ mod tests {
         assert_eq!(err, PatchError::Invalid(UNPROCESSABLE_MESSAGE.into()));
         assert_eq!(err.status_code(), 422);
         assert_eq!(target, original);
+    }
+
+    #[test]
+    fn testing_an_absent_field_for_null_passes_as_in_kube_apiserver() {
+        let mut target = json!({"metadata": {"name": "a"}});
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]},
+        ]);
+        json_patch(&mut target, &patch).unwrap();
+        assert_eq!(target["metadata"]["finalizers"], json!(["f"]));
+        let under_missing_parent = json!([{"op": "test", "path": "/spec/x", "value": null}]);
+        assert!(json_patch(&mut target, &under_missing_parent).is_err());
     }
 
     #[test]

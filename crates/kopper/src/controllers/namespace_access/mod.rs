@@ -32,7 +32,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{self, Action};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
@@ -153,13 +153,14 @@ pub async fn run(
 
     let binding_controller =
         Controller::new(Api::<Namespace>::all(client.clone()), watcher::Config::default())
+            .with_config(crate::runtime::controller::config(&ctx))
             .watches(Api::<RoleBinding>::all(client.clone()), watcher::Config::default(), |binding| {
                 binding.namespace().map(|namespace| ObjectRef::<Namespace>::new(&namespace))
             })
             .reconcile_all_on(policy_changes)
             .graceful_shutdown_on(shutdown.clone());
     let status_controller = Controller::new(Api::<GuardedPolicy>::all(client), watcher::Config::default())
-        .with_config(controller::Config::default().debounce(STATUS_DEBOUNCE))
+        .with_config(crate::runtime::controller::config(&ctx).debounce(STATUS_DEBOUNCE))
         .reconcile_all_on(status_changes)
         .graceful_shutdown_on(shutdown.clone());
 

@@ -66,7 +66,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::labels.combine(predicates::annotations), Default::default());
-    let controller = Controller::for_stream(pods, reader).graceful_shutdown_on(shutdown);
+    let controller = Controller::for_stream(pods, reader)
+        .with_config(crate::runtime::controller::config(&ctx))
+        .graceful_shutdown_on(shutdown);
     run_controller(NAME, controller, ctx, reconcile).await;
 }
 

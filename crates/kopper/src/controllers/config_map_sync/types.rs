@@ -1,0 +1,130 @@
+//! The ConfigMapSync custom resource (seed 002). Doc comments here are user documentation:
+//! they become the CRD's descriptions and what `kubectl explain configmapsync` prints.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use crate::controllers::replication_rule::types::CopyConflict;
+
+/// Keeps one ConfigMap copied into other namespaces: the copy is created when missing,
+/// updated when the source changes, restored when edited or deleted, and removed when the
+/// source is deleted, a namespace stops being a destination, or this object is deleted.
+/// A ConfigMap of the same name that kopper did not create is never touched. The source must
+/// be in this object's namespace unless kopper runs with `--allow-cross-namespace-sources`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "kopper.dev",
+    version = "v1alpha1",
+    kind = "ConfigMapSync",
+    plural = "configmapsyncs",
+    namespaced,
+    shortname = "cms",
+    status = "ConfigMapSyncStatus",
+    printcolumn = r#"{"name":"ConfigMap","type":"string","jsonPath":".spec.configMapName"}"#,
+    printcolumn = r#"{"name":"Synced","type":"integer","jsonPath":".status.syncedCount","description":"Namespaces holding an up-to-date copy"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Last sync","type":"date","jsonPath":".status.lastSyncTime"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapSyncSpec {
+    /// Namespace of the ConfigMap to copy. Must be this object's own namespace unless kopper
+    /// allows cross-namespace sources.
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub source_namespace: String,
+
+    /// A namespace to copy the ConfigMap into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub destination_namespace: Option<String>,
+
+    /// More namespaces to copy the ConfigMap into.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 256),
+        inner(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))
+    )]
+    pub destination_namespaces: Vec<String>,
+
+    /// Every namespace whose labels match this selector also receives a copy (the source
+    /// namespace excepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_selector: Option<LabelSelector>,
+
+    /// Name of the ConfigMap to copy; the copies have the same name.
+    #[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    pub config_map_name: String,
+}
+
+/// What kopper last observed for this object.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapSyncStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// When kopper last wrote or removed a copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+
+    /// Namespaces holding an up-to-date copy, in name order; at most 100 are listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub synced_namespaces: Vec<String>,
+
+    /// Number of namespaces holding an up-to-date copy, including those not listed.
+    #[serde(default)]
+    pub synced_count: i32,
+
+    /// Copies wanted but not written because an object of that name exists and was not made
+    /// by kopper, or an older rule claims it. At most 20 are listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<CopyConflict>,
+
+    /// `Ready` is True when every destination holds an up-to-date copy. Reason
+    /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn crd_is_namespaced_with_status() {
+        let crd = ConfigMapSync::crd();
+        assert_eq!(crd.spec.group, "kopper.dev");
+        assert_eq!(crd.spec.scope, "Namespaced");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+    }
+
+    #[test]
+    fn schema_requires_the_seed_fields_and_validates_names() {
+        let crd = serde_json::to_value(ConfigMapSync::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let required: Vec<&str> =
+            spec["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        assert!(required.contains(&"sourceNamespace") && required.contains(&"configMapName"));
+        assert_eq!(spec["properties"]["sourceNamespace"]["maxLength"], Value::from(63));
+        assert!(spec["properties"]["configMapName"]["pattern"].is_string());
+    }
+
+    #[test]
+    fn seed_sample_parses() {
+        let sample = include_str!("../../../../../config/samples/configmapsync-seed-002.yaml");
+        let sync: ConfigMapSync = serde_yaml::from_str(sample).unwrap();
+        assert_eq!(sync.spec.source_namespace, "source-namespace");
+        assert_eq!(sync.spec.destination_namespace.as_deref(), Some("destination-namespace"));
+        assert_eq!(sync.spec.config_map_name, "configmap-name");
+    }
+}

@@ -1,0 +1,645 @@
+//! What copies should exist and what to do about the objects that are there: pure functions
+//! of rules, source objects, namespaces and existing copies, so every decision the engine
+//! makes is unit-tested without a server.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::core::{ObjectMeta, Selector, SelectorExt};
+
+use crate::controllers::namespace_access::matching::glob_matches;
+
+/// Label every copy carries, so kopper can watch its copies alone and never mistakes an
+/// object someone else made for its own.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "kopper";
+/// Label naming the rule a copy belongs to (see [`RuleId::label_value`]).
+pub const REPLICATED_BY_LABEL: &str = "kopper.dev/replicated-by";
+pub const SOURCE_NAMESPACE_ANNOTATION: &str = "kopper.dev/source-namespace";
+pub const SOURCE_NAME_ANNOTATION: &str = "kopper.dev/source-name";
+pub const SOURCE_UID_ANNOTATION: &str = "kopper.dev/source-uid";
+/// The source's resourceVersion the copy was written from: a copy whose annotation matches
+/// its source and that nobody edited since is known to be in sync without reading it.
+pub const SOURCE_VERSION_ANNOTATION: &str = "kopper.dev/source-resource-version";
+
+/// Annotations that describe the source object itself, not its content, and would mislead
+/// anyone (or any tool) reading them on a copy.
+const SOURCE_ONLY_ANNOTATIONS: [&str; 2] =
+    ["kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision"];
+/// Namespaces that receive copies only when a rule names them.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+/// Label values are limited to 63 characters.
+const MAX_LABEL_VALUE: usize = 63;
+
+/// The kinds of object the engine replicates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    ConfigMap,
+    Secret,
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ConfigMap => "ConfigMap",
+            Self::Secret => "Secret",
+        })
+    }
+}
+
+/// The custom resources that front the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RuleKind {
+    ReplicationRule,
+    ConfigMapSync,
+}
+
+/// Identifies one rule across both custom resources.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId {
+    pub kind: RuleKind,
+    pub name: String,
+    /// Set for namespaced rules (ConfigMapSync).
+    pub namespace: Option<String>,
+}
+
+impl RuleId {
+    pub fn replication_rule(name: &str) -> Self {
+        Self { kind: RuleKind::ReplicationRule, name: name.to_owned(), namespace: None }
+    }
+
+    pub fn config_map_sync(namespace: &str, name: &str) -> Self {
+        Self { kind: RuleKind::ConfigMapSync, name: name.to_owned(), namespace: Some(namespace.to_owned()) }
+    }
+
+    /// The value of [`REPLICATED_BY_LABEL`]: `ReplicationRule.<name>` or
+    /// `ConfigMapSync.<name>.<namespace>`. Names too long for a label value are shortened
+    /// and end in a hash of the full form, so distinct rules keep distinct values.
+    pub fn label_value(&self) -> String {
+        let full = self.to_string();
+        if full.len() <= MAX_LABEL_VALUE {
+            return full;
+        }
+        let hash = format!("{:016x}", fnv1a(full.as_bytes()));
+        let keep = MAX_LABEL_VALUE - hash.len() - 1;
+        let prefix: String = full.chars().take(keep).collect();
+        format!("{}-{hash}", prefix.trim_end_matches(['.', '-']))
+    }
+}
+
+impl fmt::Display for RuleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.kind, &self.namespace) {
+            (RuleKind::ReplicationRule, _) => write!(f, "ReplicationRule.{}", self.name),
+            (RuleKind::ConfigMapSync, Some(namespace)) => {
+                write!(f, "ConfigMapSync.{}.{namespace}", self.name)
+            }
+            (RuleKind::ConfigMapSync, None) => write!(f, "ConfigMapSync.{}", self.name),
+        }
+    }
+}
+
+/// A stable hash for label values: the standard library's hasher may change between releases.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// One rule, whichever resource it came from, in the form the engine decides on.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    pub id: RuleId,
+    /// When the rule was created; the oldest rule wins a copy two rules want.
+    pub created: Option<Timestamp>,
+    pub kind: ObjectKind,
+    pub sources: SourceMatch,
+    pub targets: TargetMatch,
+}
+
+/// Which objects a rule copies.
+#[derive(Clone, Debug, Default)]
+pub struct SourceMatch {
+    pub namespaces: Vec<String>,
+    /// Only the object of this name (ConfigMapSync).
+    pub name: Option<String>,
+    /// Only objects whose labels match (ReplicationRule).
+    pub selector: Option<Selector>,
+}
+
+impl SourceMatch {
+    /// Whether `object` is one of the sources. kopper's own copies never are, so one rule's
+    /// copies cannot feed another rule and loop.
+    pub fn matches(&self, object: &ObjectInfo) -> bool {
+        !object.deleting
+            && !object.is_kopper_copy()
+            && self.namespaces.contains(&object.namespace)
+            && self.name.as_ref().is_none_or(|name| *name == object.name)
+            && self.selector.as_ref().is_none_or(|selector| selector.matches(&object.labels))
+    }
+}
+
+/// Which namespaces receive copies.
+#[derive(Clone, Debug)]
+pub enum TargetMatch {
+    /// The named namespaces and those the selector matches (ConfigMapSync).
+    Listed { names: BTreeSet<String>, selector: Option<Selector> },
+    /// Every namespace the selector and the name patterns allow (ReplicationRule). System
+    /// namespaces only when `include` names them.
+    Matching { selector: Option<Selector>, include: Vec<String>, exclude: Vec<String> },
+}
+
+/// What the engine knows of a namespace: its metadata, nothing more.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// False once the namespace is being deleted: it gets no new copies.
+    pub active: bool,
+}
+
+impl NamespaceInfo {
+    pub fn from_meta(meta: &ObjectMeta) -> Self {
+        Self {
+            name: meta.name.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            active: meta.deletion_timestamp.is_none(),
+        }
+    }
+}
+
+impl Rule {
+    /// Whether `namespace` receives this rule's copies.
+    pub fn targets(&self, namespace: &NamespaceInfo) -> bool {
+        if !namespace.active || self.sources.namespaces.contains(&namespace.name) {
+            return false;
+        }
+        match &self.targets {
+            TargetMatch::Listed { names, selector } => {
+                names.contains(&namespace.name)
+                    || selector.as_ref().is_some_and(|selector| selector.matches(&namespace.labels))
+            }
+            TargetMatch::Matching { selector, include, exclude } => {
+                let selected = selector.as_ref().is_none_or(|selector| selector.matches(&namespace.labels));
+                let included = if include.is_empty() {
+                    !SYSTEM_NAMESPACES.contains(&namespace.name.as_str())
+                } else {
+                    include.iter().any(|pattern| glob_matches(pattern, &namespace.name))
+                };
+                let excluded = exclude.iter().any(|pattern| glob_matches(pattern, &namespace.name));
+                selected && included && !excluded
+            }
+        }
+    }
+
+    /// The order in which rules win a copy they both want: oldest first, then by identity.
+    fn precedence(&self) -> (bool, Option<Timestamp>, &RuleId) {
+        (self.created.is_none(), self.created, &self.id)
+    }
+}
+
+/// The metadata of a ConfigMap or Secret: what the engine watches for every object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Has a deletion timestamp.
+    pub deleting: bool,
+}
+
+impl ObjectInfo {
+    pub fn from_meta(meta: &ObjectMeta) -> Self {
+        Self {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            deleting: meta.deletion_timestamp.is_some(),
+        }
+    }
+
+    /// Carries kopper's managed-by label: kopper may update or delete it.
+    pub fn is_kopper_copy(&self) -> bool {
+        self.labels.get(MANAGED_BY_LABEL).is_some_and(|value| value == MANAGED_BY_VALUE)
+    }
+
+    /// The rule label value this copy carries, if it is kopper's.
+    pub fn replicated_by(&self) -> Option<&str> {
+        self.is_kopper_copy().then(|| self.labels.get(REPLICATED_BY_LABEL).map(String::as_str)).flatten()
+    }
+
+    pub fn key(&self, kind: ObjectKind) -> CopyKey {
+        CopyKey { kind, namespace: self.namespace.clone(), name: self.name.clone() }
+    }
+}
+
+/// Where a copy lives.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CopyKey {
+    pub kind: ObjectKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for CopyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// The content a copy takes from its source. Secrets keep their bytes in `binary_data`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Payload {
+    pub data: BTreeMap<String, String>,
+    pub binary_data: BTreeMap<String, ByteString>,
+    /// A Secret's type; `Opaque` when the source has none, as the API server defaults it.
+    pub secret_type: Option<String>,
+    pub immutable: bool,
+}
+
+impl Payload {
+    pub fn from_config_map(config_map: &ConfigMap) -> Self {
+        Self {
+            data: config_map.data.clone().unwrap_or_default(),
+            binary_data: config_map.binary_data.clone().unwrap_or_default(),
+            secret_type: None,
+            immutable: config_map.immutable.unwrap_or(false),
+        }
+    }
+
+    pub fn from_secret(secret: &Secret) -> Self {
+        Self {
+            data: BTreeMap::new(),
+            binary_data: secret.data.clone().unwrap_or_default(),
+            secret_type: Some(secret.type_.clone().unwrap_or_else(|| "Opaque".to_owned())),
+            immutable: secret.immutable.unwrap_or(false),
+        }
+    }
+}
+
+/// A source object with its content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub info: ObjectInfo,
+    pub payload: Payload,
+}
+
+/// One copy that should exist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredCopy {
+    pub key: CopyKey,
+    pub rule: RuleId,
+    pub source: ObjectInfo,
+    /// Every label and annotation kopper sets; nothing else is sent.
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub payload: Payload,
+}
+
+/// Builds the copy of `source` that `rule` puts into `namespace`: the source's content and
+/// its own labels and annotations, without server-set metadata or kopper's marks, plus
+/// marks naming the rule and the source version.
+pub fn desired_copy(rule: &RuleId, kind: ObjectKind, source: &Source, namespace: &str) -> DesiredCopy {
+    let mut labels: BTreeMap<String, String> =
+        source.info.labels.iter().filter(|(key, _)| is_user_key(key)).map(clone_pair).collect();
+    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
+    labels.insert(REPLICATED_BY_LABEL.to_owned(), rule.label_value());
+    let mut annotations: BTreeMap<String, String> = source
+        .info
+        .annotations
+        .iter()
+        .filter(|(key, _)| is_user_key(key) && !SOURCE_ONLY_ANNOTATIONS.contains(&key.as_str()))
+        .map(clone_pair)
+        .collect();
+    annotations.insert(SOURCE_NAMESPACE_ANNOTATION.to_owned(), source.info.namespace.clone());
+    annotations.insert(SOURCE_NAME_ANNOTATION.to_owned(), source.info.name.clone());
+    annotations.insert(SOURCE_UID_ANNOTATION.to_owned(), source.info.uid.clone());
+    annotations.insert(SOURCE_VERSION_ANNOTATION.to_owned(), source.info.resource_version.clone());
+    DesiredCopy {
+        key: CopyKey { kind, namespace: namespace.to_owned(), name: source.info.name.clone() },
+        rule: rule.clone(),
+        source: source.info.clone(),
+        labels,
+        annotations,
+        payload: source.payload.clone(),
+    }
+}
+
+/// Keys kopper sets itself are never taken from the source.
+fn is_user_key(key: &str) -> bool {
+    key != MANAGED_BY_LABEL && !key.starts_with("kopper.dev/")
+}
+
+fn clone_pair((key, value): (&String, &String)) -> (String, String) {
+    (key.clone(), value.clone())
+}
+
+/// Everything the engine knows that more than one rule depends on: all rules, the
+/// namespaces, and the objects that could be sources.
+pub struct World<'a> {
+    pub rules: &'a [Rule],
+    pub namespaces: &'a BTreeMap<String, NamespaceInfo>,
+    candidates: HashMap<(&'a str, &'a str), &'a ObjectInfo>,
+}
+
+impl<'a> World<'a> {
+    /// `candidates` are the objects of one kind in the rules' source namespaces.
+    pub fn new(
+        rules: &'a [Rule],
+        namespaces: &'a BTreeMap<String, NamespaceInfo>,
+        candidates: &'a [ObjectInfo],
+    ) -> Self {
+        let candidates = candidates
+            .iter()
+            .map(|object| ((object.namespace.as_str(), object.name.as_str()), object))
+            .collect();
+        Self { rules, namespaces, candidates }
+    }
+
+    /// The sources `rule` copies, in a stable order.
+    pub fn matched_sources(&self, rule: &Rule) -> Vec<&'a ObjectInfo> {
+        let mut sources: Vec<&ObjectInfo> =
+            self.candidates.values().copied().filter(|object| rule.sources.matches(object)).collect();
+        sources.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        sources
+    }
+
+    /// The rule and source that own the copy at `key`, of all that want it: the oldest rule,
+    /// then the rule's identity, then the source's namespace.
+    pub fn owner(&self, key: &CopyKey) -> Option<(&'a Rule, &'a ObjectInfo)> {
+        let namespace = self.namespaces.get(&key.namespace)?;
+        self.rules
+            .iter()
+            .filter(|rule| rule.kind == key.kind && rule.targets(namespace))
+            .flat_map(|rule| {
+                rule.sources.namespaces.iter().filter_map(move |source_namespace| {
+                    let source = self.candidates.get(&(source_namespace.as_str(), key.name.as_str()))?;
+                    rule.sources.matches(source).then_some((rule, *source))
+                })
+            })
+            .min_by(|(a, a_source), (b, b_source)| {
+                (a.precedence(), &a_source.namespace).cmp(&(b.precedence(), &b_source.namespace))
+            })
+    }
+
+    /// The target namespaces of `rule`, in name order.
+    pub fn target_namespaces(&self, rule: &Rule) -> Vec<&'a str> {
+        self.namespaces
+            .values()
+            .filter(|namespace| rule.targets(namespace))
+            .map(|n| n.name.as_str())
+            .collect()
+    }
+}
+
+/// An object found where a copy belongs. `content` is `None` when kopper wrote or verified
+/// exactly this version itself, so reading it again is not needed; see [`needs_content`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Existing {
+    pub info: ObjectInfo,
+    pub content: Option<Payload>,
+}
+
+/// Whether the content of `existing` must be read before deciding: always, unless kopper
+/// verified this very version and its marks say it was written from the current source.
+pub fn needs_content(desired: &DesiredCopy, existing: &ObjectInfo, verified: bool) -> bool {
+    existing.is_kopper_copy() && !(verified && marks_match(desired, existing))
+}
+
+/// Every label and annotation kopper sets is present with its value. Labels or annotations
+/// others added are left alone.
+fn marks_match(desired: &DesiredCopy, existing: &ObjectInfo) -> bool {
+    let contains = |wanted: &BTreeMap<String, String>, present: &BTreeMap<String, String>| {
+        wanted.iter().all(|(key, value)| present.get(key) == Some(value))
+    };
+    contains(&desired.labels, &existing.labels) && contains(&desired.annotations, &existing.annotations)
+}
+
+/// Why a wanted copy is not written.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConflictReason {
+    /// An object of that name exists without kopper's mark.
+    NotManagedByKopper,
+    /// Another rule, or another source of this rule, wins the copy.
+    ClaimedByOtherRule(String),
+}
+
+impl ConflictReason {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotManagedByKopper => "NotManagedByKopper",
+            Self::ClaimedByOtherRule(_) => "ClaimedByOtherRule",
+        }
+    }
+
+    pub fn message(&self, key: &CopyKey) -> String {
+        match self {
+            Self::NotManagedByKopper => {
+                format!("{key} exists and was not created by kopper; it is left as it is")
+            }
+            Self::ClaimedByOtherRule(owner) => {
+                format!("{key} is replicated by {owner}, which takes precedence")
+            }
+        }
+    }
+}
+
+/// One step towards the desired state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    Create(DesiredCopy),
+    /// Server-side apply of the copy over kopper's existing one.
+    Update(DesiredCopy),
+    /// The existing copy cannot be changed in place (immutable, or a Secret of another type):
+    /// delete it, then create it again.
+    Replace {
+        existing_uid: String,
+        copy: DesiredCopy,
+    },
+    /// A copy kopper made that nothing wants any more.
+    Delete {
+        key: CopyKey,
+        uid: String,
+    },
+    Conflict {
+        key: CopyKey,
+        reason: ConflictReason,
+    },
+}
+
+impl Change {
+    pub fn key(&self) -> &CopyKey {
+        match self {
+            Self::Create(copy) | Self::Update(copy) | Self::Replace { copy, .. } => &copy.key,
+            Self::Delete { key, .. } | Self::Conflict { key, .. } => key,
+        }
+    }
+}
+
+/// What one rule should do now, and what is already right.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RulePlan {
+    pub changes: Vec<Change>,
+    pub sources_matched: usize,
+    /// Copies in place and identical to their source.
+    pub in_sync: BTreeSet<CopyKey>,
+    /// Copies this rule should own.
+    pub wanted: usize,
+    /// Rules that now own copies this rule made, and should be woken to take them over.
+    pub hand_over: BTreeSet<RuleId>,
+}
+
+impl RulePlan {
+    pub fn conflicts(&self) -> impl Iterator<Item = (&CopyKey, &ConflictReason)> {
+        self.changes.iter().filter_map(|change| match change {
+            Change::Conflict { key, reason } => Some((key, reason)),
+            _ => None,
+        })
+    }
+
+    /// Writes this plan makes (conflicts write nothing).
+    pub fn writes(&self) -> impl Iterator<Item = &Change> {
+        self.changes.iter().filter(|change| !matches!(change, Change::Conflict { .. }))
+    }
+}
+
+/// Decides everything `rule` must do, given the world, its sources as read (by uid),
+/// the objects found where its copies belong (by key) and the copies it made before.
+pub fn plan_rule(
+    rule: &Rule,
+    world: &World<'_>,
+    sources: &HashMap<String, Source>,
+    existing: &BTreeMap<CopyKey, Existing>,
+    own_copies: &[ObjectInfo],
+) -> RulePlan {
+    let mut plan = RulePlan::default();
+    let mut wanted_keys = BTreeSet::new();
+    let matched = world.matched_sources(rule);
+    plan.sources_matched = matched.len();
+    let targets = world.target_namespaces(rule);
+    // A source that was not read is gone since the cache saw it; its event follows.
+    for source in matched.iter().filter_map(|info| sources.get(&info.uid)) {
+        for namespace in &targets {
+            let copy = desired_copy(&rule.id, rule.kind, source, namespace);
+            wanted_keys.insert(copy.key.clone());
+            match world.owner(&copy.key) {
+                Some((owner, owner_source)) if owner.id != rule.id || owner_source.uid != source.info.uid => {
+                    let holder = if owner.id == rule.id {
+                        format!("{} from {}/{}", owner.id, owner_source.namespace, owner_source.name)
+                    } else {
+                        owner.id.to_string()
+                    };
+                    let reason = ConflictReason::ClaimedByOtherRule(holder);
+                    plan.changes.push(Change::Conflict { key: copy.key, reason });
+                }
+                _ => {
+                    plan.wanted += 1;
+                    let found = existing.get(&copy.key);
+                    decide(copy, found, &mut plan);
+                }
+            }
+        }
+    }
+    stale_copies(rule, world, own_copies, &wanted_keys, &mut plan);
+    plan
+}
+
+/// Compares one copy this rule owns with what is there.
+fn decide(copy: DesiredCopy, existing: Option<&Existing>, plan: &mut RulePlan) {
+    let Some(existing) = existing else {
+        plan.changes.push(Change::Create(copy));
+        return;
+    };
+    if !existing.info.is_kopper_copy() {
+        let key = copy.key;
+        plan.changes.push(Change::Conflict { key, reason: ConflictReason::NotManagedByKopper });
+        return;
+    }
+    if existing.info.deleting {
+        // Its deletion will be seen and the copy created again then.
+        return;
+    }
+    let content_matches = existing.content.as_ref().is_none_or(|content| *content == copy.payload);
+    if content_matches && marks_match(&copy, &existing.info) {
+        plan.in_sync.insert(copy.key);
+        return;
+    }
+    let unchangeable = existing.content.as_ref().is_some_and(|content| {
+        (content.immutable && !content_matches) || content.secret_type != copy.payload.secret_type
+    });
+    if unchangeable {
+        plan.changes.push(Change::Replace { existing_uid: existing.info.uid.clone(), copy });
+    } else {
+        plan.changes.push(Change::Update(copy));
+    }
+}
+
+/// Copies this rule made that it no longer wants: deleted, unless another rule wants them,
+/// in which case that rule is named so it can be woken to take them over. Copies in a
+/// namespace being deleted are left to go with it.
+fn stale_copies(
+    rule: &Rule,
+    world: &World<'_>,
+    own_copies: &[ObjectInfo],
+    wanted: &BTreeSet<CopyKey>,
+    plan: &mut RulePlan,
+) {
+    let label = rule.id.label_value();
+    let stale = own_copies
+        .iter()
+        .filter(|copy| copy.replicated_by() == Some(label.as_str()) && !copy.deleting)
+        .filter(|copy| world.namespaces.get(&copy.namespace).is_some_and(|namespace| namespace.active))
+        .filter(|copy| !wanted.contains(&copy.key(rule.kind)));
+    for copy in stale {
+        let key = copy.key(rule.kind);
+        match world.owner(&key) {
+            Some((owner, _)) => {
+                plan.hand_over.insert(owner.id.clone());
+            }
+            None => plan.changes.push(Change::Delete { key, uid: copy.uid.clone() }),
+        }
+    }
+}
+
+/// Every copy a deleted rule leaves behind: all are removed. A rule that also wants one
+/// creates it again, with its own marks.
+pub fn cleanup(rule: &RuleId, kind: ObjectKind, own_copies: &[ObjectInfo]) -> Vec<Change> {
+    let label = rule.label_value();
+    own_copies
+        .iter()
+        .filter(|copy| copy.replicated_by() == Some(label.as_str()) && !copy.deleting)
+        .map(|copy| Change::Delete { key: copy.key(kind), uid: copy.uid.clone() })
+        .collect()
+}
+
+/// The rules an event on `object` concerns: those it is a source of, the one whose copy it
+/// is, and those that want a copy where it is (so a conflict can clear when it goes away).
+pub fn rules_affected_by<'a>(
+    rules: &'a [Rule],
+    kind: ObjectKind,
+    object: &'a ObjectInfo,
+    source_named: impl Fn(&Rule, &str) -> bool + 'a,
+) -> impl Iterator<Item = &'a RuleId> + 'a {
+    rules
+        .iter()
+        .filter(move |rule| rule.kind == kind)
+        .filter(move |rule| {
+            let replicated_by = object.replicated_by();
+            rule.sources.matches(object)
+                || replicated_by.is_some_and(|label| label == rule.id.label_value())
+                || (!rule.sources.namespaces.contains(&object.namespace) && source_named(rule, &object.name))
+        })
+        .map(|rule| &rule.id)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,569 @@
+use super::*;
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+fn namespaces(names: &[&str]) -> BTreeMap<String, NamespaceInfo> {
+    names
+        .iter()
+        .map(|name| {
+            (
+                (*name).to_owned(),
+                NamespaceInfo { name: (*name).to_owned(), labels: BTreeMap::new(), active: true },
+            )
+        })
+        .collect()
+}
+
+fn source(namespace: &str, name: &str, uid: &str, version: &str) -> ObjectInfo {
+    ObjectInfo {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid: uid.to_owned(),
+        resource_version: version.to_owned(),
+        labels: labels(&[("copy", "yes")]),
+        annotations: BTreeMap::new(),
+        deleting: false,
+    }
+}
+
+fn payload(value: &str) -> Payload {
+    Payload { data: labels(&[("key", value)]), ..Payload::default() }
+}
+
+fn rule(name: &str, created_second: i64) -> Rule {
+    Rule {
+        id: RuleId::replication_rule(name),
+        created: Some(Timestamp::from_second(created_second).unwrap()),
+        kind: ObjectKind::ConfigMap,
+        sources: SourceMatch {
+            namespaces: vec!["src".to_owned()],
+            name: None,
+            selector: Some(Selector::from_iter([("copy", "yes")])),
+        },
+        targets: TargetMatch::Matching { selector: None, include: vec![], exclude: vec![] },
+    }
+}
+
+fn payloads(sources: &[&ObjectInfo], value: &str) -> HashMap<String, Source> {
+    sources.iter().map(|source| (source.uid.clone(), read(source, payload(value)))).collect()
+}
+
+fn read(info: &ObjectInfo, payload: Payload) -> Source {
+    Source { info: info.clone(), payload }
+}
+
+/// The object kopper would have written for `copy`, as read back from the server.
+fn written(copy: &DesiredCopy) -> Existing {
+    Existing {
+        info: ObjectInfo {
+            namespace: copy.key.namespace.clone(),
+            name: copy.key.name.clone(),
+            uid: format!("copy-{}", copy.key.namespace),
+            resource_version: "7".to_owned(),
+            labels: copy.labels.clone(),
+            annotations: copy.annotations.clone(),
+            deleting: false,
+        },
+        content: Some(copy.payload.clone()),
+    }
+}
+
+fn key(namespace: &str, name: &str) -> CopyKey {
+    CopyKey { kind: ObjectKind::ConfigMap, namespace: namespace.to_owned(), name: name.to_owned() }
+}
+
+fn creates(plan: &RulePlan) -> Vec<&CopyKey> {
+    plan.changes.iter().filter(|c| matches!(c, Change::Create(_))).map(Change::key).collect()
+}
+
+/// Plans `rule` with all copies created earlier written exactly as desired.
+fn plan_after_first_pass(
+    rules: &[Rule],
+    ns: &BTreeMap<String, NamespaceInfo>,
+    objects: &[ObjectInfo],
+) -> RulePlan {
+    let world = World::new(rules, ns, objects);
+    let first = plan_rule(
+        &rules[0],
+        &world,
+        &payloads(&objects.iter().collect::<Vec<_>>(), "v1"),
+        &BTreeMap::new(),
+        &[],
+    );
+    let existing: BTreeMap<CopyKey, Existing> = first
+        .changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Create(copy) => Some((copy.key.clone(), written(copy))),
+            _ => None,
+        })
+        .collect();
+    let own: Vec<ObjectInfo> = existing.values().map(|e| e.info.clone()).collect();
+    plan_rule(&rules[0], &world, &payloads(&objects.iter().collect::<Vec<_>>(), "v1"), &existing, &own)
+}
+
+#[test]
+fn copies_go_to_every_active_namespace_but_the_source_and_system_ones() {
+    let rules = [rule("r", 1)];
+    let mut ns = namespaces(&["src", "a", "b", "kube-system", "kube-public", "kube-node-lease"]);
+    ns.insert("gone".into(), NamespaceInfo { name: "gone".into(), labels: BTreeMap::new(), active: false });
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &BTreeMap::new(), &[]);
+    assert_eq!(creates(&plan), vec![&key("a", "cfg"), &key("b", "cfg")]);
+    assert_eq!(plan.sources_matched, 1);
+}
+
+#[test]
+fn include_and_exclude_patterns_and_namespace_selector_narrow_the_targets() {
+    let mut r = rule("r", 1);
+    r.targets = TargetMatch::Matching {
+        selector: Some(Selector::from_iter([("team", "x")])),
+        include: vec!["team-*".into(), "kube-system".into()],
+        exclude: vec!["*-tmp".into()],
+    };
+    let team =
+        |name: &str| NamespaceInfo { name: name.into(), labels: labels(&[("team", "x")]), active: true };
+    assert!(r.targets(&team("team-a")));
+    assert!(r.targets(&team("kube-system")), "system namespaces are targeted when included by name");
+    assert!(!r.targets(&team("team-a-tmp")));
+    assert!(!r.targets(&team("other")));
+    assert!(!r.targets(&NamespaceInfo { name: "team-b".into(), labels: BTreeMap::new(), active: true }));
+}
+
+#[test]
+fn listed_targets_take_named_and_selected_namespaces() {
+    let r = Rule {
+        targets: TargetMatch::Listed {
+            names: ["dest".to_owned()].into(),
+            selector: Some(Selector::from_iter([("sync", "on")])),
+        },
+        ..rule("r", 1)
+    };
+    let ns =
+        |name: &str, l: &[(&str, &str)]| NamespaceInfo { name: name.into(), labels: labels(l), active: true };
+    assert!(r.targets(&ns("dest", &[])));
+    assert!(r.targets(&ns("labelled", &[("sync", "on")])));
+    assert!(!r.targets(&ns("other", &[])));
+    assert!(!r.targets(&ns("src", &[("sync", "on")])), "never into the source namespace");
+}
+
+#[test]
+fn copy_is_not_written_when_identical() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a", "b"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let plan = plan_after_first_pass(&rules, &ns, &objects);
+    assert_eq!(plan.writes().count(), 0, "{:?}", plan.changes);
+    assert_eq!(plan.in_sync.len(), 2);
+}
+
+#[test]
+fn verified_copy_is_in_sync_without_reading_its_content() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let copy = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &Source { info: objects[0].clone(), payload: payload("v1") },
+        "a",
+    );
+    let mut existing = written(&copy);
+    assert!(!needs_content(&copy, &existing.info, true));
+    assert!(needs_content(&copy, &existing.info, false), "a version kopper has not seen must be read");
+    existing.content = None;
+    let plan = plan_rule(
+        &rules[0],
+        &world,
+        &payloads(&[&objects[0]], "v1"),
+        &[(copy.key.clone(), existing)].into(),
+        &[],
+    );
+    assert_eq!(plan.writes().count(), 0);
+}
+
+#[test]
+fn source_change_updates_the_copy() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let old = source("src", "cfg", "u1", "1");
+    let copy = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &Source { info: old.clone(), payload: payload("v1") },
+        "a",
+    );
+    let objects = [source("src", "cfg", "u1", "2")];
+    let world = World::new(&rules, &ns, &objects);
+    let existing = [(copy.key.clone(), written(&copy))].into();
+    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v2"), &existing, &[]);
+    match plan.changes.as_slice() {
+        [Change::Update(updated)] => {
+            assert_eq!(updated.payload, payload("v2"));
+            assert_eq!(updated.annotations[SOURCE_VERSION_ANNOTATION], "2");
+        }
+        other => panic!("expected one update, got {other:?}"),
+    }
+}
+
+#[test]
+fn edited_copy_is_restored() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let copy = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &Source { info: objects[0].clone(), payload: payload("v1") },
+        "a",
+    );
+    let mut edited = written(&copy);
+    edited.content = Some(payload("hand-edited"));
+    let plan = plan_rule(
+        &rules[0],
+        &world,
+        &payloads(&[&objects[0]], "v1"),
+        &[(copy.key.clone(), edited)].into(),
+        &[],
+    );
+    assert!(matches!(plan.changes.as_slice(), [Change::Update(_)]), "{:?}", plan.changes);
+}
+
+#[test]
+fn labels_others_added_to_a_copy_do_not_cause_writes() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let copy = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &Source { info: objects[0].clone(), payload: payload("v1") },
+        "a",
+    );
+    let mut existing = written(&copy);
+    existing.info.labels.insert("added-by".into(), "someone".into());
+    let plan = plan_rule(
+        &rules[0],
+        &world,
+        &payloads(&[&objects[0]], "v1"),
+        &[(copy.key.clone(), existing)].into(),
+        &[],
+    );
+    assert_eq!(plan.writes().count(), 0);
+}
+
+#[test]
+fn unmanaged_object_is_reported_not_overwritten() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let theirs = Existing {
+        info: ObjectInfo {
+            namespace: "a".into(),
+            name: "cfg".into(),
+            uid: "theirs".into(),
+            ..ObjectInfo::default()
+        },
+        content: None,
+    };
+    let own = [theirs.info.clone()];
+    let plan = plan_rule(
+        &rules[0],
+        &world,
+        &payloads(&[&objects[0]], "v1"),
+        &[(key("a", "cfg"), theirs)].into(),
+        &own,
+    );
+    assert_eq!(
+        plan.changes,
+        vec![Change::Conflict { key: key("a", "cfg"), reason: ConflictReason::NotManagedByKopper }]
+    );
+}
+
+#[test]
+fn oldest_rule_wins_a_contested_copy() {
+    let rules = [rule("young", 20), rule("old", 10)];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let p = payloads(&[&objects[0]], "v1");
+    let young = plan_rule(&rules[0], &world, &p, &BTreeMap::new(), &[]);
+    let old = plan_rule(&rules[1], &world, &p, &BTreeMap::new(), &[]);
+    assert_eq!(creates(&old), vec![&key("a", "cfg")]);
+    assert_eq!(
+        young.changes,
+        vec![Change::Conflict {
+            key: key("a", "cfg"),
+            reason: ConflictReason::ClaimedByOtherRule("ReplicationRule.old".into())
+        }]
+    );
+}
+
+#[test]
+fn rules_created_together_are_ordered_by_name() {
+    let rules = [rule("b", 10), rule("a", 10)];
+    let ns = namespaces(&["src", "x"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let (owner, _) = world.owner(&key("x", "cfg")).unwrap();
+    assert_eq!(owner.id.name, "a");
+}
+
+#[test]
+fn winning_rule_adopts_a_copy_the_losing_rule_wrote() {
+    let rules = [rule("old", 10), rule("young", 20)];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let theirs = desired_copy(
+        &rules[1].id,
+        ObjectKind::ConfigMap,
+        &Source { info: objects[0].clone(), payload: payload("v1") },
+        "a",
+    );
+    let existing = [(theirs.key.clone(), written(&theirs))].into();
+    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &existing, &[]);
+    match plan.changes.as_slice() {
+        [Change::Update(copy)] => assert_eq!(copy.labels[REPLICATED_BY_LABEL], "ReplicationRule.old"),
+        other => panic!("expected adoption, got {other:?}"),
+    }
+}
+
+#[test]
+fn server_set_metadata_is_not_copied() {
+    let mut info = source("src", "cfg", "u1", "42");
+    info.labels.insert(MANAGED_BY_LABEL.into(), "Helm".into());
+    info.labels.insert("kopper.dev/replicated-by".into(), "forged".into());
+    info.annotations = labels(&[
+        ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+        ("kopper.dev/source-uid", "forged"),
+        ("team", "payments"),
+    ]);
+    let copy = desired_copy(
+        &RuleId::replication_rule("r"),
+        ObjectKind::ConfigMap,
+        &Source { info, payload: payload("v") },
+        "a",
+    );
+    assert_eq!(
+        copy.labels,
+        labels(&[("copy", "yes"), (MANAGED_BY_LABEL, "kopper"), (REPLICATED_BY_LABEL, "ReplicationRule.r")])
+    );
+    assert_eq!(
+        copy.annotations,
+        labels(&[
+            ("team", "payments"),
+            (SOURCE_NAMESPACE_ANNOTATION, "src"),
+            (SOURCE_NAME_ANNOTATION, "cfg"),
+            (SOURCE_UID_ANNOTATION, "u1"),
+            (SOURCE_VERSION_ANNOTATION, "42"),
+        ])
+    );
+}
+
+#[test]
+fn copies_are_never_sources() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let mut copy_in_source_namespace = source("src", "other", "u2", "1");
+    copy_in_source_namespace.labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into());
+    let objects = [source("src", "cfg", "u1", "1"), copy_in_source_namespace];
+    let world = World::new(&rules, &ns, &objects);
+    assert_eq!(world.matched_sources(&rules[0]).len(), 1);
+}
+
+#[test]
+fn copy_is_deleted_when_its_source_stops_matching() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let mut unlabelled = source("src", "cfg", "u1", "2");
+    unlabelled.labels.clear();
+    let old = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &Source { info: source("src", "cfg", "u1", "1"), payload: payload("v1") },
+        "a",
+    );
+    let own = [written(&old).info];
+    let objects = [unlabelled];
+    let world = World::new(&rules, &ns, &objects);
+    let plan = plan_rule(&rules[0], &world, &HashMap::new(), &BTreeMap::new(), &own);
+    assert_eq!(plan.changes, vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into() }]);
+}
+
+#[test]
+fn copies_in_a_terminating_namespace_are_left_to_go_with_it() {
+    let rules = [rule("r", 1)];
+    let mut ns = namespaces(&["src"]);
+    ns.insert("a".into(), NamespaceInfo { name: "a".into(), labels: BTreeMap::new(), active: false });
+    let objects = [source("src", "cfg", "u1", "1")];
+    let copy = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &Source { info: objects[0].clone(), payload: payload("v1") },
+        "a",
+    );
+    let world = World::new(&rules, &ns, &objects);
+    let plan = plan_rule(
+        &rules[0],
+        &world,
+        &payloads(&[&objects[0]], "v1"),
+        &BTreeMap::new(),
+        &[written(&copy).info],
+    );
+    assert!(plan.changes.is_empty(), "{:?}", plan.changes);
+}
+
+#[test]
+fn unwanted_copy_another_rule_wants_is_handed_over_not_deleted() {
+    let mut narrow = rule("first", 1);
+    narrow.targets = TargetMatch::Matching { selector: None, include: vec![], exclude: vec!["a".into()] };
+    let rules = [narrow, rule("second", 2)];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let copy = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &Source { info: objects[0].clone(), payload: payload("v1") },
+        "a",
+    );
+    let world = World::new(&rules, &ns, &objects);
+    let plan = plan_rule(
+        &rules[0],
+        &world,
+        &payloads(&[&objects[0]], "v1"),
+        &BTreeMap::new(),
+        &[written(&copy).info],
+    );
+    assert!(plan.changes.is_empty(), "{:?}", plan.changes);
+    assert_eq!(plan.hand_over, [RuleId::replication_rule("second")].into());
+}
+
+#[test]
+fn immutable_copy_is_replaced_when_the_source_is_replaced() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let immutable = |value: &str| Payload { immutable: true, ..payload(value) };
+    let old = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &Source { info: source("src", "cfg", "u1", "1"), payload: immutable("v1") },
+        "a",
+    );
+    let objects = [source("src", "cfg", "u2", "5")];
+    let world = World::new(&rules, &ns, &objects);
+    let new_payloads = [("u2".to_owned(), read(&objects[0], immutable("v2")))].into();
+    let plan = plan_rule(&rules[0], &world, &new_payloads, &[(old.key.clone(), written(&old))].into(), &[]);
+    match plan.changes.as_slice() {
+        [Change::Replace { existing_uid, copy }] => {
+            assert_eq!(existing_uid, "copy-a");
+            assert!(copy.payload.immutable);
+        }
+        other => panic!("expected a replacement, got {other:?}"),
+    }
+}
+
+#[test]
+fn secret_type_change_replaces_the_copy() {
+    let mut r = rule("r", 1);
+    r.kind = ObjectKind::Secret;
+    let rules = [r];
+    let ns = namespaces(&["src", "a"]);
+    let typed = |t: &str| Payload { secret_type: Some(t.into()), ..payload("v") };
+    let objects = [source("src", "tls", "u1", "2")];
+    let mut old = desired_copy(
+        &rules[0].id,
+        ObjectKind::Secret,
+        &Source { info: source("src", "tls", "u1", "1"), payload: typed("Opaque") },
+        "a",
+    );
+    old.key.kind = ObjectKind::Secret;
+    let world = World::new(&rules, &ns, &objects);
+    let p = [("u1".to_owned(), read(&objects[0], typed("kubernetes.io/tls")))].into();
+    let plan = plan_rule(&rules[0], &world, &p, &[(old.key.clone(), written(&old))].into(), &[]);
+    assert!(matches!(plan.changes.as_slice(), [Change::Replace { .. }]), "{:?}", plan.changes);
+}
+
+#[test]
+fn secret_payload_keeps_type_and_defaults_to_opaque() {
+    let secret = Secret { type_: None, ..Secret::default() };
+    assert_eq!(Payload::from_secret(&secret).secret_type.as_deref(), Some("Opaque"));
+    let tls = Secret { type_: Some("kubernetes.io/tls".into()), ..Secret::default() };
+    assert_eq!(Payload::from_secret(&tls).secret_type.as_deref(), Some("kubernetes.io/tls"));
+}
+
+#[test]
+fn two_sources_with_one_name_report_the_loser() {
+    let mut r = rule("r", 1);
+    r.sources.namespaces = vec!["src".into(), "src2".into()];
+    let rules = [r];
+    let ns = namespaces(&["src", "src2", "a"]);
+    let objects = [source("src", "cfg", "u1", "1"), source("src2", "cfg", "u2", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let plan =
+        plan_rule(&rules[0], &world, &payloads(&[&objects[0], &objects[1]], "v"), &BTreeMap::new(), &[]);
+    assert_eq!(creates(&plan), vec![&key("a", "cfg")]);
+    assert_eq!(plan.conflicts().count(), 1);
+}
+
+#[test]
+fn cleanup_deletes_only_the_rules_own_copies() {
+    let rule_id = RuleId::replication_rule("r");
+    let mine = desired_copy(
+        &rule_id,
+        ObjectKind::ConfigMap,
+        &Source { info: source("src", "cfg", "u1", "1"), payload: payload("v") },
+        "a",
+    );
+    let other = desired_copy(
+        &RuleId::replication_rule("other"),
+        ObjectKind::ConfigMap,
+        &Source { info: source("src", "cfg", "u1", "1"), payload: payload("v") },
+        "b",
+    );
+    let unmarked = ObjectInfo { namespace: "c".into(), name: "cfg".into(), ..ObjectInfo::default() };
+    let changes =
+        cleanup(&rule_id, ObjectKind::ConfigMap, &[written(&mine).info, written(&other).info, unmarked]);
+    assert_eq!(changes, vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into() }]);
+}
+
+#[test]
+fn long_rule_names_give_distinct_valid_label_values() {
+    let a = RuleId::config_map_sync(&"n".repeat(63), &"a".repeat(200));
+    let b = RuleId::config_map_sync(&"n".repeat(63), &format!("{}b", "a".repeat(199)));
+    assert!(a.label_value().len() <= 63);
+    assert_ne!(a.label_value(), b.label_value());
+    assert_eq!(RuleId::config_map_sync("ns", "sync").label_value(), "ConfigMapSync.sync.ns");
+}
+
+#[test]
+fn events_wake_the_rules_they_concern() {
+    let rules = [rule("r", 1), rule("unrelated", 1)];
+    let mut rules = rules.to_vec();
+    rules[1].sources.namespaces = vec!["elsewhere".into()];
+    let no_sources = |_: &Rule, _: &str| false;
+    let src = source("src", "cfg", "u1", "1");
+    let woken: Vec<_> = rules_affected_by(&rules, ObjectKind::ConfigMap, &src, no_sources).collect();
+    assert_eq!(woken, vec![&rules[0].id]);
+    let copy = desired_copy(
+        &rules[1].id,
+        ObjectKind::ConfigMap,
+        &Source { info: src.clone(), payload: payload("v") },
+        "a",
+    );
+    let copy = written(&copy).info;
+    let woken: Vec<_> = rules_affected_by(&rules, ObjectKind::ConfigMap, &copy, no_sources).collect();
+    assert_eq!(woken, vec![&rules[1].id]);
+    let blocker = ObjectInfo { namespace: "a".into(), name: "cfg".into(), ..ObjectInfo::default() };
+    let named = |rule: &Rule, name: &str| rule.id.name == "r" && name == "cfg";
+    let woken: Vec<_> = rules_affected_by(&rules, ObjectKind::ConfigMap, &blocker, named).collect();
+    assert_eq!(woken, vec![&rules[0].id]);
+    assert_eq!(rules_affected_by(&rules, ObjectKind::Secret, &src, no_sources).count(), 0);
+}

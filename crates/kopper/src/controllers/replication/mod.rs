@@ -1,0 +1,240 @@
+//! The replication engine behind ConfigMapSync (seed 002) and ReplicationRule (seed 003).
+//!
+//! One engine decides what copies should exist and applies the difference; the two custom
+//! resources are its front doors ([`rules`]). Metadata-only caches of namespaces,
+//! ConfigMaps and Secrets ([`index`]) wake exactly the rules a change concerns, two
+//! kube-runtime controllers (one per resource) run the passes ([`engine`]), each a pure
+//! decision ([`desired`]) followed by thin writes ([`apply`]). [`plan`] runs the same
+//! decision against the live cluster and writes nothing.
+//!
+//! A rule holds the finalizer [`FINALIZER`] until its copies are removed, so besides
+//! get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on ConfigMaps
+//! and Secrets and patch on the status subresources, kopper needs `patch` on
+//! `configmapsyncs` and `replicationrules` themselves.
+
+pub mod apply;
+pub mod desired;
+pub mod engine;
+pub mod index;
+pub mod plan;
+pub mod rules;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Patch, PatchParams};
+use kube::core::error_boundary::InvalidObject;
+use kube::core::{ApiResource, DynamicObject, ObjectMeta};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+
+use self::engine::{Engine, Memo, SyncError};
+use self::index::{CacheStopped, Caches, Guarded, Router, RuleStores, Wakers};
+use self::rules::RuleObject;
+use crate::controllers::config_map_sync::types::ConfigMapSync;
+use crate::controllers::replication_rule::types::ReplicationRule;
+use crate::runtime::controller::run_controller;
+use crate::runtime::{Context, ErrorCategory};
+
+pub use self::engine::{SOURCE_TO_COPY_SECONDS, register_metrics};
+pub use self::plan::plan;
+
+/// Controller names, as they appear in metrics and logs.
+pub const RULE_CONTROLLER: &str = "replication-rule";
+pub const SYNC_CONTROLLER: &str = "config-map-sync";
+/// The label of the engine's own metrics (copies written, conflicts), shared by both.
+pub const METRICS_NAME: &str = "replication";
+/// Holds a rule until its copies are removed.
+pub const FINALIZER: &str = "kopper.dev/replication";
+/// Gathers a burst of changes (a thousand namespaces created at once) into fewer passes.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    CacheStopped(#[from] CacheStopped),
+    #[error("adding the finalizer: {0}")]
+    AddFinalizer(#[source] kube::Error),
+    #[error("removing the finalizer: {0}")]
+    RemoveFinalizer(#[source] kube::Error),
+    #[error(transparent)]
+    Finalizer(Box<finalizer::Error<SyncError>>),
+}
+
+impl ErrorCategory for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::CacheStopped(_) => "cache",
+            Self::AddFinalizer(_) | Self::RemoveFinalizer(_) => "kube_api",
+            Self::Finalizer(error) => match error.as_ref() {
+                finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
+                    error.category()
+                }
+                finalizer::Error::AddFinalizer(_) | finalizer::Error::RemoveFinalizer(_) => "kube_api",
+                _ => "finalizer",
+            },
+        }
+    }
+}
+
+/// Runs the ReplicationRule and ConfigMapSync controllers until `shutdown` resolves and
+/// in-flight passes end.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let shutdown = shutdown.shared();
+    let client = ctx.client.clone();
+    let config = crate::runtime::controller::config(&ctx).debounce(DEBOUNCE);
+    let (wakers, rule_wakes, sync_wakes) = Wakers::new();
+    let rule_controller =
+        Controller::new(Api::<Guarded<ReplicationRule>>::all(client.clone()), watcher::Config::default())
+            .with_config(config.clone())
+            .reconcile_on(rule_wakes)
+            .graceful_shutdown_on(shutdown.clone());
+    let sync_controller =
+        Controller::new(Api::<Guarded<ConfigMapSync>>::all(client.clone()), watcher::Config::default())
+            .with_config(config)
+            .reconcile_on(sync_wakes)
+            .graceful_shutdown_on(shutdown.clone());
+    let router = Arc::new(Router {
+        rules: RuleStores { rules: rule_controller.store(), syncs: sync_controller.store() },
+        wakers,
+        settings: ctx.settings.clone(),
+        memo: Arc::new(Memo::default()),
+    });
+    let caches = Caches::spawn(&client, router.clone(), ctx.metrics.clone(), shutdown.clone());
+    let engine = Arc::new(Engine { caches, router });
+    let for_rules = engine.clone();
+    let for_syncs = engine.clone();
+    let controllers = async {
+        tokio::join!(
+            run_controller(RULE_CONTROLLER, rule_controller, ctx.clone(), move |rule, ctx| {
+                reconcile(rule, ctx, for_rules.clone())
+            }),
+            run_controller(SYNC_CONTROLLER, sync_controller, ctx, move |sync, ctx| {
+                reconcile(sync, ctx, for_syncs.clone())
+            }),
+        )
+    };
+    // A controller told to stop before its first list completes waits for that list for
+    // ever; nothing has run yet then, so there is nothing to wait for.
+    let stopped_before_start = async {
+        shutdown.clone().await;
+        if engine.router.rules.wait_until_ready().now_or_never().is_some() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = controllers => {}
+        () = stopped_before_start => {}
+    }
+    if let Some(engine) = Arc::into_inner(engine) {
+        engine.caches.join().await;
+    }
+    Ok(())
+}
+
+/// One pass for one rule: its copies made right, or removed when it is being deleted.
+async fn reconcile<R: RuleObject>(
+    guarded: Arc<Guarded<R>>,
+    ctx: Arc<Context>,
+    engine: Arc<Engine>,
+) -> Result<Action, Error> {
+    engine.ready().await?;
+    match &guarded.0 {
+        Ok(object) => reconcile_rule(Arc::new(object.clone()), &ctx, &engine).await,
+        Err(invalid) => reconcile_unreadable::<R>(invalid, &guarded.object_ref(&()), &ctx, &engine).await,
+    }
+}
+
+async fn reconcile_rule<R: RuleObject>(
+    object: Arc<R>,
+    ctx: &Context,
+    engine: &Engine,
+) -> Result<Action, Error> {
+    let api = object.api(ctx.client.clone());
+    if object.meta().deletion_timestamp.is_none() && !object.finalizers().iter().any(|f| f == FINALIZER) {
+        add_finalizer(&api, object.as_ref()).await.map_err(Error::AddFinalizer)?;
+        // The write comes back as a watch event, which starts the first real pass.
+        return Ok(Action::await_change());
+    }
+    finalizer(&api, FINALIZER, object, move |event| async move {
+        match event {
+            finalizer::Event::Apply(object) => engine.sync(ctx, object.as_ref()).await,
+            finalizer::Event::Cleanup(object) => engine.cleanup(ctx, &object.rule_id()).await,
+        }
+    })
+    .await
+    .map_err(|error| Error::Finalizer(Box::new(error)))
+}
+
+/// An object kopper cannot read (its stored form no longer fits the schema) keeps its
+/// copies and gets a Warning; deleting it still removes them and releases it.
+async fn reconcile_unreadable<R: RuleObject>(
+    invalid: &InvalidObject,
+    reference: &ObjectReference,
+    ctx: &Context,
+    engine: &Engine,
+) -> Result<Action, Error> {
+    let meta = &invalid.metadata;
+    let ours = meta.finalizers.iter().flatten().any(|f| f == FINALIZER);
+    if meta.deletion_timestamp.is_none() || !ours {
+        let note =
+            format!("kopper cannot read this object, so its copies are left as they are: {}", invalid.error);
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InvalidObject".into(),
+            note: Some(note),
+            action: "Replicate".into(),
+            secondary: None,
+        };
+        if let Err(error) = ctx.recorder.publish(&event, reference).await {
+            tracing::warn!(%error, "could not publish an Event");
+        }
+        return Ok(Action::await_change());
+    }
+    engine
+        .cleanup(ctx, &R::id_of(meta))
+        .await
+        .map_err(|error| Error::Finalizer(Box::new(finalizer::Error::CleanupFailed(error))))?;
+    remove_finalizer::<R>(&ctx.client, meta).await.map_err(Error::RemoveFinalizer)?;
+    Ok(Action::await_change())
+}
+
+/// Removes kopper's finalizer from an object that cannot be read as `R`, through the
+/// untyped API.
+async fn remove_finalizer<R: RuleObject>(
+    client: &kube::Client,
+    meta: &ObjectMeta,
+) -> Result<(), kube::Error> {
+    let resource = ApiResource::erase::<R>(&());
+    let api: Api<DynamicObject> = match &meta.namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let finalizers: Vec<&String> = meta.finalizers.iter().flatten().filter(|f| *f != FINALIZER).collect();
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": finalizers, "resourceVersion": meta.resource_version }
+    });
+    let name = meta.name.as_deref().unwrap_or_default();
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+}
+
+/// Adds kopper's finalizer with a merge patch that fails if the object changed since it was
+/// read. (kube-runtime's helper adds it with a JSON patch whose `test` of an absent list is
+/// not accepted by every API server.)
+async fn add_finalizer<R: RuleObject>(api: &Api<R>, object: &R) -> Result<(), kube::Error> {
+    let mut finalizers = object.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_owned());
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": finalizers, "resourceVersion": object.resource_version() }
+    });
+    api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+}

@@ -1,0 +1,400 @@
+//! The two front doors of the engine: how a ConfigMapSync and a ReplicationRule become a
+//! [`Rule`], and how the engine's findings become each one's status. Pure, unit-tested.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::core::{ObjectMeta, Selector};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::apply::Applied;
+use super::desired::{ObjectKind, Rule, RuleId, RulePlan, SourceMatch, TargetMatch};
+use crate::controllers::config_map_sync::types::{ConfigMapSync, ConfigMapSyncStatus};
+use crate::controllers::replication_rule::types::{
+    CopyConflict, ReplicatedKind, ReplicationRule, ReplicationRuleStatus,
+};
+use crate::runtime::Settings;
+
+/// Conflicts listed in status; the count covers the rest.
+pub const MAX_LISTED_CONFLICTS: usize = 20;
+/// Synced namespaces a ConfigMapSync lists (a selector may match thousands); the count
+/// covers the rest.
+pub const MAX_LISTED_NAMESPACES: usize = 100;
+const READY: &str = "Ready";
+
+/// Why a rule's spec is not acted on. Permanent: it waits for the spec to change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What the engine found for one rule, for its status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Findings {
+    pub sources_matched: usize,
+    pub wanted: usize,
+    /// Namespaces holding an up-to-date copy.
+    pub synced_namespaces: BTreeSet<String>,
+    pub copies_in_sync: usize,
+    pub conflicts: Vec<CopyConflict>,
+    /// Whether this pass wrote or deleted any copy.
+    pub wrote: bool,
+    /// Copies that could not be written this pass (they are retried).
+    pub failed: usize,
+}
+
+impl Findings {
+    /// Summarises `plan` once `applied` tells which of its writes were made.
+    pub fn from_plan(plan: &RulePlan, applied: &Applied) -> Self {
+        let in_sync: BTreeSet<_> = plan.in_sync.iter().chain(applied.written.iter()).collect();
+        let mut conflicts: Vec<CopyConflict> = plan
+            .conflicts()
+            .map(|(key, reason)| CopyConflict {
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+                reason: reason.reason().to_owned(),
+                message: reason.message(key),
+            })
+            .collect();
+        conflicts.sort();
+        Self {
+            sources_matched: plan.sources_matched,
+            wanted: plan.wanted,
+            synced_namespaces: in_sync.iter().map(|key| key.namespace.clone()).collect(),
+            copies_in_sync: in_sync.len().min(plan.wanted),
+            conflicts,
+            wrote: !applied.written.is_empty() || applied.deleted > 0,
+            failed: applied.failed.len(),
+        }
+    }
+
+    /// The `Ready` condition's status, reason and message.
+    fn readiness(&self) -> (&'static str, &'static str, String) {
+        if self.failed > 0 {
+            ("False", "WriteFailed", format!("{} copies could not be written; retrying", self.failed))
+        } else if !self.conflicts.is_empty() {
+            (
+                "False",
+                "Conflict",
+                format!("{} copies are held by objects kopper does not own", self.conflicts.len()),
+            )
+        } else if self.sources_matched == 0 {
+            ("True", "NoSources", "no source object matches".to_owned())
+        } else {
+            ("True", "Synced", format!("{} copies in sync", self.copies_in_sync))
+        }
+    }
+}
+
+/// A custom resource that asks the engine for copies.
+pub trait RuleObject:
+    Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug + Send + Sync + 'static
+{
+    /// The identity of the rule an object with this metadata is, readable or not.
+    fn id_of(meta: &ObjectMeta) -> RuleId;
+    fn rule_id(&self) -> RuleId {
+        Self::id_of(self.meta())
+    }
+    /// The API to write this object's status through.
+    fn api(&self, client: Client) -> Api<Self>;
+    /// The reason of the current `Ready` condition.
+    fn ready_reason(&self) -> Option<String>;
+    /// The rule this object asks for, or why it is refused.
+    fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal>;
+    /// The status to write after a pass, given what the engine found (or why the spec is
+    /// refused); `None` when the current status already says it.
+    fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value>;
+    /// Conflicts the current status reports, so Events go out only for new ones.
+    fn reported_conflicts(&self) -> Vec<CopyConflict>;
+}
+
+impl RuleObject for ReplicationRule {
+    fn id_of(meta: &ObjectMeta) -> RuleId {
+        RuleId::replication_rule(meta.name.as_deref().unwrap_or_default())
+    }
+
+    fn api(&self, client: Client) -> Api<Self> {
+        Api::all(client)
+    }
+
+    fn ready_reason(&self) -> Option<String> {
+        ready_reason(self.status.as_ref().map(|status| status.conditions.as_slice()))
+    }
+
+    fn to_rule(&self, _settings: &Settings) -> Result<Rule, Refusal> {
+        let spec = &self.spec;
+        Ok(Rule {
+            id: self.rule_id(),
+            created: self.meta().creation_timestamp.as_ref().map(|time| time.0),
+            kind: match spec.kind {
+                ReplicatedKind::ConfigMap => ObjectKind::ConfigMap,
+                ReplicatedKind::Secret => ObjectKind::Secret,
+            },
+            sources: SourceMatch {
+                namespaces: spec.namespaces.clone(),
+                name: None,
+                selector: Some(selector(&spec.selector, "selector")?),
+            },
+            targets: TargetMatch::Matching {
+                selector: spec
+                    .namespace_selector
+                    .as_ref()
+                    .map(|s| selector(s, "namespaceSelector"))
+                    .transpose()?,
+                include: spec.include_namespaces.clone(),
+                exclude: spec.exclude_namespaces.clone(),
+            },
+        })
+    }
+
+    fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
+        let old = self.status.clone().unwrap_or_default();
+        let generation = self.meta().generation;
+        let mut new = ReplicationRuleStatus {
+            observed_generation: generation,
+            conditions: vec![ready_condition(&old.conditions, outcome, generation, now)],
+            ..old.clone()
+        };
+        if let Ok(findings) = outcome {
+            new.sources_matched = count(findings.sources_matched);
+            new.copies_in_sync = count(findings.copies_in_sync);
+            new.conflict_count = count(findings.conflicts.len());
+            new.conflicts = findings.conflicts.iter().take(MAX_LISTED_CONFLICTS).cloned().collect();
+            new.last_sync_time = sync_time(old.last_sync_time.as_ref(), findings, now);
+        }
+        (new != old).then(|| serde_json::json!({ "status": new }))
+    }
+
+    fn reported_conflicts(&self) -> Vec<CopyConflict> {
+        self.status.as_ref().map(|status| status.conflicts.clone()).unwrap_or_default()
+    }
+}
+
+impl RuleObject for ConfigMapSync {
+    fn id_of(meta: &ObjectMeta) -> RuleId {
+        RuleId::config_map_sync(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    fn api(&self, client: Client) -> Api<Self> {
+        Api::namespaced(client, &self.namespace().unwrap_or_default())
+    }
+
+    fn ready_reason(&self) -> Option<String> {
+        ready_reason(self.status.as_ref().map(|status| status.conditions.as_slice()))
+    }
+
+    fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal> {
+        let spec = &self.spec;
+        let own_namespace = self.namespace().unwrap_or_default();
+        if spec.source_namespace != own_namespace && !settings.allow_cross_namespace_sources {
+            return Err(Refusal {
+                reason: "CrossNamespaceSourceDenied",
+                message: format!(
+                    "sourceNamespace {:?} is not this ConfigMapSync's namespace {own_namespace:?}; kopper copies \
+                     from other namespaces only when started with --allow-cross-namespace-sources",
+                    spec.source_namespace
+                ),
+            });
+        }
+        let names: BTreeSet<String> =
+            spec.destination_namespace.iter().chain(&spec.destination_namespaces).cloned().collect();
+        if names.is_empty() && spec.destination_selector.is_none() {
+            return Err(Refusal {
+                reason: "NoDestination",
+                message: "set destinationNamespace, destinationNamespaces or destinationSelector".to_owned(),
+            });
+        }
+        Ok(Rule {
+            id: self.rule_id(),
+            created: self.meta().creation_timestamp.as_ref().map(|time| time.0),
+            kind: ObjectKind::ConfigMap,
+            sources: SourceMatch {
+                namespaces: vec![spec.source_namespace.clone()],
+                name: Some(spec.config_map_name.clone()),
+                selector: None,
+            },
+            targets: TargetMatch::Listed {
+                names,
+                selector: spec
+                    .destination_selector
+                    .as_ref()
+                    .map(|s| selector(s, "destinationSelector"))
+                    .transpose()?,
+            },
+        })
+    }
+
+    fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
+        let old = self.status.clone().unwrap_or_default();
+        let generation = self.meta().generation;
+        let mut new = ConfigMapSyncStatus {
+            observed_generation: generation,
+            conditions: vec![ready_condition(&old.conditions, outcome, generation, now)],
+            ..old.clone()
+        };
+        match outcome {
+            Ok(findings) => {
+                new.synced_namespaces =
+                    findings.synced_namespaces.iter().take(MAX_LISTED_NAMESPACES).cloned().collect();
+                new.synced_count = count(findings.synced_namespaces.len());
+                new.conflicts = findings.conflicts.iter().take(MAX_LISTED_CONFLICTS).cloned().collect();
+                new.last_sync_time = sync_time(old.last_sync_time.as_ref(), findings, now);
+            }
+            Err(_) => {
+                new.synced_namespaces.clear();
+                new.synced_count = 0;
+                new.conflicts.clear();
+            }
+        }
+        (new != old).then(|| serde_json::json!({ "status": new }))
+    }
+
+    fn reported_conflicts(&self) -> Vec<CopyConflict> {
+        self.status.as_ref().map(|status| status.conflicts.clone()).unwrap_or_default()
+    }
+}
+
+fn selector(selector: &LabelSelector, field: &str) -> Result<Selector, Refusal> {
+    Selector::try_from(selector.clone())
+        .map_err(|error| Refusal { reason: "InvalidSelector", message: format!("{field}: {error}") })
+}
+
+fn ready_reason(conditions: Option<&[Condition]>) -> Option<String> {
+    conditions?.iter().find(|condition| condition.type_ == READY).map(|condition| condition.reason.clone())
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The last sync time moves only when copies were written, so a pass that changes nothing
+/// writes no status and wakes nothing.
+fn sync_time(old: Option<&Time>, findings: &Findings, now: Timestamp) -> Option<Time> {
+    if findings.wrote || old.is_none() { Some(Time(now)) } else { old.cloned() }
+}
+
+/// The `Ready` condition, keeping its transition time while its status stays the same.
+fn ready_condition(
+    old: &[Condition],
+    outcome: &Result<Findings, Refusal>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let (status, reason, message) = match outcome {
+        Ok(findings) => findings.readiness(),
+        Err(refusal) => ("False", refusal.reason, refusal.message.clone()),
+    };
+    let previous = old.iter().find(|condition| condition.type_ == READY);
+    let last_transition_time = previous
+        .filter(|condition| condition.status == status)
+        .map(|condition| condition.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: READY.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::config_map_sync::types::ConfigMapSyncSpec;
+
+    fn sync(own_namespace: &str, source_namespace: &str) -> ConfigMapSync {
+        let mut sync = ConfigMapSync::new(
+            "s",
+            ConfigMapSyncSpec {
+                source_namespace: source_namespace.into(),
+                destination_namespace: Some("dest".into()),
+                destination_namespaces: vec![],
+                destination_selector: None,
+                config_map_name: "cfg".into(),
+            },
+        );
+        sync.metadata.namespace = Some(own_namespace.into());
+        sync.metadata.generation = Some(3);
+        sync
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_000).unwrap()
+    }
+
+    #[test]
+    fn cross_namespace_source_is_refused_by_default_and_names_the_flag() {
+        let refusal = sync("tenant", "other").to_rule(&Settings::default()).unwrap_err();
+        assert_eq!(refusal.reason, "CrossNamespaceSourceDenied");
+        assert!(refusal.message.contains("--allow-cross-namespace-sources"));
+        let allowed = Settings { allow_cross_namespace_sources: true, ..Settings::default() };
+        assert!(sync("tenant", "other").to_rule(&allowed).is_ok());
+        assert!(sync("tenant", "tenant").to_rule(&Settings::default()).is_ok());
+    }
+
+    #[test]
+    fn refusal_is_written_as_ready_false_with_observed_generation() {
+        let object = sync("tenant", "other");
+        let outcome = object.to_rule(&Settings::default()).map(|_| Findings::default());
+        let status = object.next_status(&outcome, now()).unwrap();
+        let condition = &status["status"]["conditions"][0];
+        assert_eq!(condition["status"], "False");
+        assert_eq!(condition["reason"], "CrossNamespaceSourceDenied");
+        assert_eq!(condition["observedGeneration"], 3);
+    }
+
+    #[test]
+    fn status_is_not_rewritten_when_nothing_changed() {
+        let mut object = sync("tenant", "tenant");
+        let findings =
+            Ok(Findings { sources_matched: 1, wanted: 1, copies_in_sync: 1, ..Findings::default() });
+        let first = object.next_status(&findings, now()).unwrap();
+        object.status = Some(serde_json::from_value(first["status"].clone()).unwrap());
+        let later = Timestamp::from_second(2_000).unwrap();
+        assert_eq!(object.next_status(&findings, later), None);
+    }
+
+    #[test]
+    fn conflicts_make_the_rule_not_ready_and_are_bounded() {
+        let rule: ReplicationRule = serde_yaml::from_str(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: r}\n\
+             spec: {kind: Secret, namespaces: [src], selector: {matchLabels: {a: b}}}",
+        )
+        .unwrap();
+        let conflicts = (0..30)
+            .map(|i| CopyConflict {
+                namespace: format!("ns{i:02}"),
+                name: "x".into(),
+                reason: "NotManagedByKopper".into(),
+                message: String::new(),
+            })
+            .collect();
+        let findings = Ok(Findings { sources_matched: 1, wanted: 30, conflicts, ..Findings::default() });
+        let status = rule.next_status(&findings, now()).unwrap();
+        assert_eq!(status["status"]["conflicts"].as_array().unwrap().len(), MAX_LISTED_CONFLICTS);
+        assert_eq!(status["status"]["conflictCount"], 30);
+        assert_eq!(status["status"]["conditions"][0]["status"], "False");
+        assert_eq!(rule.to_rule(&Settings::default()).unwrap().kind, ObjectKind::Secret);
+    }
+
+    #[test]
+    fn invalid_selector_is_refused() {
+        let rule: ReplicationRule = serde_yaml::from_str(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: r}\nspec: {kind: ConfigMap, \
+             namespaces: [src], selector: {matchExpressions: [{key: a, operator: Bogus}]}}",
+        )
+        .unwrap();
+        assert_eq!(rule.to_rule(&Settings::default()).unwrap_err().reason, "InvalidSelector");
+    }
+}

@@ -1,0 +1,164 @@
+//! The ReplicationRule custom resource (seed 003). Doc comments here are user documentation:
+//! they become the CRD's descriptions and what `kubectl explain replicationrule` prints.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Copies every ConfigMap or Secret that matches into every target namespace: copies are
+/// created when a source or a namespace appears, updated when the source changes, restored
+/// when edited or deleted, and removed when the source goes away, stops matching, or this
+/// rule is deleted. An object of the same name that kopper did not create is never touched;
+/// it is reported in status and as an Event.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "kopper.dev",
+    version = "v1alpha1",
+    kind = "ReplicationRule",
+    plural = "replicationrules",
+    shortname = "rr",
+    status = "ReplicationRuleStatus",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
+    printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.sourcesMatched","description":"Sources this rule copies"}"#,
+    printcolumn = r#"{"name":"In sync","type":"integer","jsonPath":".status.copiesInSync","description":"Copies in place and up to date"}"#,
+    printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflictCount"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationRuleSpec {
+    /// What to copy: ConfigMap or Secret.
+    pub kind: ReplicatedKind,
+
+    /// Namespaces the sources are read from.
+    #[schemars(
+        length(min = 1, max = 32),
+        inner(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))
+    )]
+    pub namespaces: Vec<String>,
+
+    /// Only sources whose labels match this selector are copied, e.g.
+    /// `matchLabels: {copyrator: "true"}`.
+    pub selector: LabelSelector,
+
+    /// Only namespaces whose labels match this selector receive copies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+
+    /// Namespace name patterns that receive copies. `*` matches any run of characters, `?`
+    /// exactly one. Omit to target every namespace except the source namespaces and the
+    /// system ones (kube-system, kube-public, kube-node-lease); system namespaces receive
+    /// copies only when listed here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$")))]
+    pub include_namespaces: Vec<String>,
+
+    /// Namespace name patterns that never receive copies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$")))]
+    pub exclude_namespaces: Vec<String>,
+}
+
+/// The kind of object a rule copies.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ReplicatedKind {
+    ConfigMap,
+    Secret,
+}
+
+/// What kopper last observed for this rule.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationRuleStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Source objects this rule copies.
+    #[serde(default)]
+    pub sources_matched: i32,
+
+    /// Copies in place and identical to their source.
+    #[serde(default)]
+    pub copies_in_sync: i32,
+
+    /// Copies this rule wants but does not get, because an object of that name exists and
+    /// was not made by kopper, or an older rule claims it. At most 20 are listed;
+    /// `conflictCount` has the total.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<CopyConflict>,
+
+    /// Number of conflicts, including those not listed.
+    #[serde(default)]
+    pub conflict_count: i32,
+
+    /// When kopper last wrote or removed a copy for this rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+
+    /// `Ready` is True when every copy this rule wants is in place and up to date.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A copy a rule wants but does not own.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyConflict {
+    /// Namespace of the copy.
+    pub namespace: String,
+    /// Name of the copy.
+    pub name: String,
+    /// NotManagedByKopper or ClaimedByOtherRule.
+    pub reason: String,
+    /// Who holds the name.
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::Value;
+
+    use super::*;
+
+    fn schema() -> Value {
+        let crd = serde_json::to_value(ReplicationRule::crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    }
+
+    #[test]
+    fn crd_is_cluster_scoped_with_status_and_columns() {
+        let crd = ReplicationRule::crd();
+        assert_eq!(crd.spec.group, "kopper.dev");
+        assert_eq!(crd.spec.scope, "Cluster");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+        assert!(version.additional_printer_columns.as_ref().unwrap().len() >= 5);
+    }
+
+    #[test]
+    fn schema_requires_kind_namespaces_and_selector_and_limits_kind() {
+        let spec = &schema()["properties"]["spec"];
+        let required: Vec<&str> =
+            spec["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        assert!(
+            required.contains(&"kind") && required.contains(&"namespaces") && required.contains(&"selector")
+        );
+        let kinds = spec["properties"]["kind"]["enum"].as_array().unwrap();
+        assert_eq!(kinds.len(), 2);
+        assert_eq!(spec["properties"]["namespaces"]["minItems"], 1);
+        assert!(spec["properties"]["namespaces"]["items"]["pattern"].is_string());
+    }
+
+    #[test]
+    fn seed_sample_parses() {
+        let sample = include_str!("../../../../../config/samples/replicationrule-seed-003.yaml");
+        let rule: ReplicationRule = serde_yaml::from_str(sample).unwrap();
+        assert_eq!(rule.spec.kind, ReplicatedKind::ConfigMap);
+        assert_eq!(rule.spec.namespaces, vec!["default".to_owned()]);
+    }
+}

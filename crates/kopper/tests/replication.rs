@@ -1,0 +1,682 @@
+//! Replication end to end: ReplicationRule and ConfigMapSync run against a fresh kubesim per test.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use kopper::controllers::config_map_sync::types::ConfigMapSync;
+use kopper::controllers::replication;
+use kopper::controllers::replication_rule::types::ReplicationRule;
+use kopper::runtime::metrics::ControllerLabels;
+use kopper::runtime::{Context, Metrics, Settings};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-seed-003.yaml");
+const SYNC_SAMPLE: &str = include_str!("../../../config/samples/configmapsync-seed-002.yaml");
+
+struct Cluster {
+    sim: kubesim::Server,
+    client: Client,
+    metrics: Arc<Metrics>,
+    settings: Settings,
+    operator: Option<Operator>,
+}
+
+struct Operator {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        Self::start_with(Settings::default()).await
+    }
+
+    async fn start_with(settings: Settings) -> Self {
+        Self::start_with_crds(settings, [ReplicationRule::crd(), ConfigMapSync::crd()]).await
+    }
+
+    async fn start_with_crds(settings: Settings, crds: [CustomResourceDefinition; 2]) -> Self {
+        // RUST_LOG=kopper=debug shows the controllers' logs of a failing test.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+        let client = sim.client();
+        let api = Api::<CustomResourceDefinition>::all(client.clone());
+        for crd in crds {
+            api.create(&PostParams::default(), &crd).await.unwrap();
+        }
+        let mut cluster =
+            Self { sim, client, metrics: Arc::new(Metrics::default()), settings, operator: None };
+        cluster.start_operator();
+        cluster
+    }
+
+    fn start_operator(&mut self) {
+        let ctx = Arc::new(Context::new(self.client.clone(), self.metrics.clone(), self.settings.clone()));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(replication::run(ctx, async move {
+            let _ = stopped.await;
+        }));
+        self.operator = Some(Operator { stop, task });
+    }
+
+    async fn stop_operator(&mut self) {
+        let operator = self.operator.take().unwrap();
+        let _ = operator.stop.send(());
+        tokio::time::timeout(DEADLINE, operator.task).await.unwrap().unwrap().unwrap();
+    }
+
+    fn config_maps(&self, namespace: &str) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn rules(&self) -> Api<ReplicationRule> {
+        Api::all(self.client.clone())
+    }
+
+    async fn namespace(&self, name: &str, labels: serde_json::Value) {
+        let namespace: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        Api::<Namespace>::all(self.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    }
+
+    async fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+        labels: serde_json::Value,
+        data: serde_json::Value,
+    ) {
+        let config_map: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": data}))
+                .unwrap();
+        let params = PatchParams::apply("test").force();
+        self.config_maps(namespace).patch(name, &params, &Patch::Apply(&config_map)).await.unwrap();
+    }
+
+    async fn apply_rule(&self, yaml: &str) -> ReplicationRule {
+        let rule: ReplicationRule = serde_yaml::from_str(yaml).unwrap();
+        let params = PatchParams::apply("test").force();
+        self.rules().patch(&rule.name_any(), &params, &Patch::Apply(&rule)).await.unwrap()
+    }
+
+    /// The copy's data once it satisfies `done`.
+    async fn copy_data_when(
+        &self,
+        namespace: &str,
+        name: &str,
+        done: impl Fn(Option<&BTreeMap<String, String>>) -> bool,
+    ) -> Option<BTreeMap<String, String>> {
+        let api = self.config_maps(namespace);
+        eventually(&format!("ConfigMap {namespace}/{name}"), || async {
+            let found = api.get_opt(name).await.unwrap();
+            let data = found.as_ref().map(|cm| cm.data.clone().unwrap_or_default());
+            done(data.as_ref()).then_some(data)
+        })
+        .await
+    }
+
+    async fn copy_has(&self, namespace: &str, name: &str, key: &str, value: &str) {
+        self.copy_data_when(namespace, name, |data| {
+            data.and_then(|d| d.get(key)).is_some_and(|v| v == value)
+        })
+        .await;
+    }
+
+    async fn copy_absent(&self, namespace: &str, name: &str) {
+        self.copy_data_when(namespace, name, |data| data.is_none()).await;
+    }
+
+    fn reconciles(&self) -> u64 {
+        let labels = ControllerLabels { controller: replication::RULE_CONTROLLER.to_owned() };
+        self.metrics.reconciles.get_or_create(&labels).get()
+    }
+
+    async fn rule_status(&self, name: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let api = self.rules();
+        eventually(&format!("status of ReplicationRule {name}"), || async {
+            let rule = api.get(name).await.unwrap();
+            let status = serde_json::to_value(&rule.status).unwrap();
+            done(&status).then_some(status)
+        })
+        .await
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing the test at the deadline.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn copyrator() -> serde_json::Value {
+    json!({"copyrator": "true"})
+}
+
+#[tokio::test]
+async fn copies_appear_in_new_namespaces_and_follow_source_updates() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+
+    cluster.namespace("team-b", json!({})).await;
+    cluster.copy_has("team-b", "app-config", "level", "info").await;
+
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "debug"})).await;
+    cluster.copy_has("team-a", "app-config", "level", "debug").await;
+    cluster.copy_has("team-b", "app-config", "level", "debug").await;
+
+    let copy = cluster.config_maps("team-a").get("app-config").await.unwrap();
+    assert_eq!(copy.labels()["app.kubernetes.io/managed-by"], "kopper");
+    assert_eq!(copy.labels()["kopper.dev/replicated-by"], "ReplicationRule.main-rule");
+    assert_eq!(copy.annotations()["kopper.dev/source-namespace"], "default");
+    for system in ["kube-system", "kube-public", "kube-node-lease"] {
+        assert!(cluster.config_maps(system).get_opt("app-config").await.unwrap().is_none());
+    }
+    let status = cluster.rule_status("main-rule", |s| s["copiesInSync"] == 2).await;
+    assert_eq!(status["sourcesMatched"], 1);
+    assert_eq!(status["conditions"][0]["status"], "True");
+}
+
+#[tokio::test]
+async fn deleted_or_edited_copy_is_restored() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+
+    cluster.config_maps("team-a").delete("app-config", &DeleteParams::default()).await.unwrap();
+    cluster.copy_absent("team-a", "app-config").await;
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+
+    let edit = json!({"data": {"level": "hacked"}});
+    cluster
+        .config_maps("team-a")
+        .patch("app-config", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+}
+
+#[tokio::test]
+async fn copy_is_deleted_when_its_source_stops_matching_and_when_the_rule_goes() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "one", copyrator(), json!({"k": "1"})).await;
+    cluster.config_map("default", "two", copyrator(), json!({"k": "2"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "one", "k", "1").await;
+    cluster.copy_has("team-a", "two", "k", "2").await;
+
+    cluster.config_map("default", "one", json!({}), json!({"k": "1"})).await;
+    cluster.copy_absent("team-a", "one").await;
+
+    cluster.rules().delete("main-rule", &DeleteParams::default()).await.unwrap();
+    cluster.copy_absent("team-a", "two").await;
+    eventually("the rule to be gone", || async {
+        cluster.rules().get_opt("main-rule").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(
+        cluster.config_maps("default").get_opt("two").await.unwrap().is_some(),
+        "sources are never deleted"
+    );
+}
+
+#[tokio::test]
+async fn unmanaged_object_is_left_byte_for_byte() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.namespace("team-b", json!({})).await;
+    cluster.config_map("team-a", "app-config", json!({"owner": "team-a"}), json!({"mine": "yes"})).await;
+    let before =
+        serde_json::to_value(cluster.config_maps("team-a").get("app-config").await.unwrap()).unwrap();
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+
+    cluster.copy_has("team-b", "app-config", "level", "info").await;
+    let status = cluster.rule_status("main-rule", |s| s["conflictCount"] == 1).await;
+    assert_eq!(status["conflicts"][0]["namespace"], "team-a");
+    assert_eq!(status["conflicts"][0]["reason"], "NotManagedByKopper");
+    assert_eq!(status["conditions"][0]["status"], "False");
+    let after = serde_json::to_value(cluster.config_maps("team-a").get("app-config").await.unwrap()).unwrap();
+    assert_eq!(before, after);
+
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone());
+    eventually("a Warning Event for the conflict", || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items.iter().any(|e| e.reason.as_deref() == Some("NotManagedByKopper")).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn oldest_rule_wins_and_the_other_reports_the_conflict() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    let first = cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.rule_status("main-rule", |s| s["copiesInSync"] == 1).await;
+    // Creation times have one-second resolution; the younger rule's name sorts first, so
+    // only its age can make it lose.
+    let created = first.metadata.creation_timestamp.unwrap().0;
+    eventually("the next second", || async {
+        (k8s_openapi::jiff::Timestamp::now().as_second() > created.as_second()).then_some(())
+    })
+    .await;
+    cluster.apply_rule(&RULE_SAMPLE.replace("name: main-rule", "name: a-younger-rule")).await;
+    let status = cluster.rule_status("a-younger-rule", |s| s["conflictCount"] == 1).await;
+    assert_eq!(status["conflicts"][0]["reason"], "ClaimedByOtherRule");
+    let copy = cluster.config_maps("team-a").get("app-config").await.unwrap();
+    assert_eq!(copy.labels()["kopper.dev/replicated-by"], "ReplicationRule.main-rule");
+}
+
+#[tokio::test]
+async fn cross_namespace_config_map_sync_is_refused() {
+    let cluster = Cluster::start().await;
+    for namespace in ["tenant", "source-namespace", "destination-namespace"] {
+        cluster.namespace(namespace, json!({})).await;
+    }
+    cluster.config_map("source-namespace", "configmap-name", json!({}), json!({"secret": "theirs"})).await;
+    let mut sync: ConfigMapSync = serde_yaml::from_str(SYNC_SAMPLE).unwrap();
+    sync.metadata.namespace = Some("tenant".into());
+    Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "tenant")
+        .create(&PostParams::default(), &sync)
+        .await
+        .unwrap();
+    let api = Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "tenant");
+    let condition = eventually("the refusal in status", || async {
+        let sync = api.get("configmapsync-sample").await.unwrap();
+        sync.status.and_then(|s| s.conditions.into_iter().next())
+    })
+    .await;
+    assert_eq!(condition.status, "False");
+    assert_eq!(condition.reason, "CrossNamespaceSourceDenied");
+    assert!(condition.message.contains("--allow-cross-namespace-sources"));
+    assert!(cluster.config_maps("destination-namespace").get_opt("configmap-name").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn seed_config_map_sync_copies_from_its_own_namespace() {
+    let cluster = Cluster::start().await;
+    for namespace in ["source-namespace", "destination-namespace"] {
+        cluster.namespace(namespace, json!({})).await;
+    }
+    cluster.config_map("source-namespace", "configmap-name", json!({}), json!({"a": "1"})).await;
+    let sync: ConfigMapSync = serde_yaml::from_str(SYNC_SAMPLE).unwrap();
+    Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "source-namespace")
+        .create(&PostParams::default(), &sync)
+        .await
+        .unwrap();
+    cluster.copy_has("destination-namespace", "configmap-name", "a", "1").await;
+    let api = Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "source-namespace");
+    let status = eventually("synced namespaces in status", || async {
+        let status = api.get("configmapsync-sample").await.unwrap().status?;
+        (status.synced_namespaces == ["destination-namespace"]).then_some(status)
+    })
+    .await;
+    assert!(status.last_sync_time.is_some());
+}
+
+#[tokio::test]
+async fn restart_converges_with_no_duplicate_and_no_orphan() {
+    let mut cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.namespace("team-b", json!({})).await;
+    cluster.config_map("default", "one", copyrator(), json!({"k": "1"})).await;
+    cluster.config_map("default", "two", copyrator(), json!({"k": "2"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-b", "two", "k", "2").await;
+    cluster.copy_has("team-a", "one", "k", "1").await;
+
+    cluster.stop_operator().await;
+    cluster.config_map("default", "one", copyrator(), json!({"k": "1-new"})).await;
+    cluster.config_map("default", "two", json!({}), json!({"k": "2"})).await;
+    cluster.namespace("team-c", json!({})).await;
+    Api::<Namespace>::all(cluster.client.clone()).delete("team-b", &DeleteParams::default()).await.unwrap();
+    cluster.start_operator();
+
+    cluster.copy_has("team-a", "one", "k", "1-new").await;
+    cluster.copy_has("team-c", "one", "k", "1-new").await;
+    cluster.copy_absent("team-a", "two").await;
+    cluster.copy_absent("team-c", "two").await;
+    let copies = eventually("exactly the wanted copies", || async {
+        let all = Api::<ConfigMap>::all(cluster.client.clone())
+            .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kopper"))
+            .await
+            .unwrap();
+        let mut names: Vec<String> =
+            all.items.iter().map(|cm| format!("{}/{}", cm.namespace().unwrap(), cm.name_any())).collect();
+        names.sort();
+        (names == ["team-a/one", "team-c/one"]).then_some(names)
+    })
+    .await;
+    assert_eq!(copies.len(), 2);
+}
+
+#[tokio::test]
+async fn closed_watches_and_compacted_history_still_converge() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "v", "1").await;
+
+    cluster.sim.compact();
+    cluster.sim.faults().close_watches();
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "2"})).await;
+    cluster.namespace("team-b", json!({})).await;
+    cluster.copy_has("team-a", "app-config", "v", "2").await;
+    cluster.copy_has("team-b", "app-config", "v", "2").await;
+}
+
+#[tokio::test]
+async fn one_write_per_copy_and_none_when_nothing_changed() {
+    let cluster = Cluster::start().await;
+    for namespace in ["a", "b", "c"] {
+        cluster.namespace(namespace, json!({})).await;
+    }
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    let writes_before = cluster.sim.counters().writes("configmaps");
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.rule_status("main-rule", |s| s["copiesInSync"] == 3).await;
+    assert_eq!(cluster.sim.counters().writes("configmaps") - writes_before, 3, "one write per copy");
+
+    // A relist wakes every rule; a pass that finds everything in sync writes nothing.
+    let reconciles = cluster.reconciles();
+    cluster.sim.faults().close_watches();
+    eventually("a pass after the relist", || async { (cluster.reconciles() > reconciles).then_some(()) })
+        .await;
+    let unrelated = json!({"metadata": {"labels": {"unrelated": "yes"}}});
+    Api::<Namespace>::all(cluster.client.clone())
+        .patch("a", &PatchParams::default(), &Patch::Merge(&unrelated))
+        .await
+        .unwrap();
+    let reconciles = cluster.reconciles();
+    eventually("a pass after the namespace change", || async {
+        (cluster.reconciles() > reconciles).then_some(())
+    })
+    .await;
+    assert_eq!(
+        cluster.sim.counters().writes("configmaps") - writes_before,
+        3,
+        "no write when nothing changed"
+    );
+}
+
+#[tokio::test]
+async fn secret_copies_keep_their_type_and_immutable_copies_are_replaced() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    let secrets = |namespace: &str| Api::<Secret>::namespaced(cluster.client.clone(), namespace);
+    let secret = |value: &str| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": "tls", "labels": {"copyrator": "true"}},
+            "type": "kubernetes.io/tls",
+            "immutable": true,
+            "data": {"tls.crt": ByteString(value.as_bytes().to_vec()), "tls.key": ByteString(b"key".to_vec())},
+        }))
+        .unwrap()
+    };
+    secrets("default").create(&PostParams::default(), &secret("cert-1")).await.unwrap();
+    cluster.apply_rule(&RULE_SAMPLE.replace("kind: ConfigMap", "kind: Secret")).await;
+    let copy =
+        eventually("the Secret copy", || async { secrets("team-a").get_opt("tls").await.unwrap() }).await;
+    assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert_eq!(copy.immutable, Some(true));
+
+    secrets("default").delete("tls", &DeleteParams::default()).await.unwrap();
+    eventually("the source to be gone", || async {
+        secrets("default").get_opt("tls").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    secrets("default").create(&PostParams::default(), &secret("cert-2")).await.unwrap();
+    eventually("the copy replaced", || async {
+        let copy = secrets("team-a").get_opt("tls").await.unwrap()?;
+        (copy.data?.get("tls.crt")? == &ByteString(b"cert-2".to_vec())).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn plan_prints_what_would_change_and_writes_nothing() {
+    let mut cluster = Cluster::start().await;
+    cluster.stop_operator().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    let writes = cluster.sim.counters().snapshot();
+    let out = replication::plan(&cluster.client, &Settings::default()).await.unwrap();
+    assert!(out.contains("+ create  ConfigMap team-a/app-config (from default/app-config)"), "{out}");
+    assert!(out.contains("1 to create"), "{out}");
+    let after = cluster.sim.counters().snapshot();
+    let wrote = |counts: &BTreeMap<(String, String), u64>| {
+        counts
+            .iter()
+            .filter(|((verb, _), _)| !["get", "list", "watch"].contains(&verb.as_str()))
+            .map(|(_, n)| n)
+            .sum::<u64>()
+    };
+    assert_eq!(wrote(&writes), wrote(&after));
+}
+
+#[tokio::test]
+async fn conflict_clears_when_the_unmanaged_object_goes() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("team-a", "app-config", json!({}), json!({"mine": "yes"})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.rule_status("main-rule", |s| s["conflictCount"] == 1).await;
+
+    cluster.config_maps("team-a").delete("app-config", &DeleteParams::default()).await.unwrap();
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+    let status = cluster.rule_status("main-rule", |s| s["conflictCount"] == 0).await;
+    assert_eq!(status["conditions"][0]["status"], "True");
+}
+
+#[tokio::test]
+async fn config_map_sync_follows_its_destination_list_and_selector() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("apps", json!({})).await;
+    cluster.namespace("listed", json!({})).await;
+    cluster.namespace("prod-1", json!({"env": "prod"})).await;
+    cluster.namespace("dev-1", json!({"env": "dev"})).await;
+    cluster.config_map("apps", "settings", json!({}), json!({"a": "1"})).await;
+    let sync: ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "ConfigMapSync",
+        "metadata": {"name": "settings", "namespace": "apps"},
+        "spec": {
+            "sourceNamespace": "apps",
+            "configMapName": "settings",
+            "destinationNamespaces": ["listed"],
+            "destinationSelector": {"matchLabels": {"env": "prod"}},
+        },
+    }))
+    .unwrap();
+    let syncs = Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "apps");
+    syncs.create(&PostParams::default(), &sync).await.unwrap();
+    cluster.copy_has("listed", "settings", "a", "1").await;
+    cluster.copy_has("prod-1", "settings", "a", "1").await;
+    assert!(cluster.config_maps("dev-1").get_opt("settings").await.unwrap().is_none());
+
+    cluster.namespace("prod-2", json!({"env": "prod"})).await;
+    cluster.copy_has("prod-2", "settings", "a", "1").await;
+    let demote = json!({"metadata": {"labels": {"env": "dev"}}});
+    Api::<Namespace>::all(cluster.client.clone())
+        .patch("prod-1", &PatchParams::default(), &Patch::Merge(&demote))
+        .await
+        .unwrap();
+    cluster.copy_absent("prod-1", "settings").await;
+
+    syncs.delete("settings", &DeleteParams::default()).await.unwrap();
+    cluster.copy_absent("listed", "settings").await;
+    cluster.copy_absent("prod-2", "settings").await;
+}
+
+#[tokio::test]
+async fn namespaces_deleted_while_copies_are_written_are_not_errors() {
+    let cluster = Cluster::start().await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    let names: Vec<String> = (0..20).map(|i| format!("team-{i:02}")).collect();
+    for name in &names {
+        cluster.namespace(name, json!({})).await;
+    }
+    cluster.apply_rule(RULE_SAMPLE).await;
+    let namespaces = Api::<Namespace>::all(cluster.client.clone());
+    for name in names.iter().step_by(2) {
+        namespaces.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    for name in names.iter().skip(1).step_by(2) {
+        cluster.copy_has(name, "app-config", "v", "1").await;
+    }
+    let status = cluster.rule_status("main-rule", |s| s["copiesInSync"] == 10).await;
+    assert_eq!(status["conditions"][0]["status"], "True", "{status}");
+}
+
+#[tokio::test]
+async fn source_near_the_size_limit_is_copied() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    let big = "x".repeat(1_000_000);
+    cluster.config_map("default", "big", copyrator(), json!({"blob": big})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    let data = cluster
+        .copy_data_when("team-a", "big", |data| {
+            data.and_then(|d| d.get("blob")).is_some_and(|v| v.len() == big.len())
+        })
+        .await;
+    assert_eq!(data.unwrap()["blob"], big);
+}
+
+#[tokio::test]
+async fn source_update_costs_one_write_per_copy() {
+    let cluster = Cluster::start().await;
+    for namespace in ["a", "b", "c", "d"] {
+        cluster.namespace(namespace, json!({})).await;
+    }
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.rule_status("main-rule", |s| s["copiesInSync"] == 4).await;
+    for namespace in ["a", "b", "c", "d"] {
+        cluster.copy_has(namespace, "app-config", "v", "1").await;
+    }
+    let before = cluster.sim.counters().writes("configmaps");
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "2"})).await;
+    for namespace in ["a", "b", "c", "d"] {
+        cluster.copy_has(namespace, "app-config", "v", "2").await;
+    }
+    let reconciles = cluster.reconciles();
+    cluster.sim.faults().close_watches();
+    eventually("a pass after the relist", || async { (cluster.reconciles() > reconciles).then_some(()) })
+        .await;
+    // One write for the source itself, one per copy.
+    assert_eq!(cluster.sim.counters().writes("configmaps") - before, 1 + 4);
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    replication::register_metrics(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let observed = text
+        .lines()
+        .find_map(|line| line.strip_prefix("replication_source_to_copy_seconds_count "))
+        .and_then(|count| count.trim().parse::<u64>().ok());
+    assert!(observed.is_some_and(|count| count > 0), "{text}");
+}
+
+/// The ReplicationRule CRD with a spec that accepts anything, so an object kopper cannot
+/// read can be stored.
+fn permissive_rule_crd() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(ReplicationRule::crd()).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] =
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    serde_json::from_value(crd).unwrap()
+}
+
+#[tokio::test]
+async fn unreadable_rule_is_reported_and_does_not_stop_the_others() {
+    let cluster =
+        Cluster::start_with_crds(Settings::default(), [permissive_rule_crd(), ConfigMapSync::crd()]).await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    cluster.config_map("default", "other", json!({"other": "yes"}), json!({"k": "v"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+
+    // The rule becomes unreadable: its copies stay, and an Event says why.
+    let broken = json!({"spec": {"kind": 42}});
+    let raw = Api::<kube::core::DynamicObject>::all_with(
+        cluster.client.clone(),
+        &kube::core::ApiResource::erase::<ReplicationRule>(&()),
+    );
+    raw.patch("main-rule", &PatchParams::default(), &Patch::Merge(&broken)).await.unwrap();
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone());
+    eventually("a Warning Event for the unreadable rule", || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items.iter().any(|e| e.reason.as_deref() == Some("InvalidObject")).then_some(())
+    })
+    .await;
+
+    // Another rule still works.
+    let other = RULE_SAMPLE
+        .replace("name: main-rule", "name: other-rule")
+        .replace("copyrator: \"true\"", "other: \"yes\"");
+    cluster.apply_rule(&other).await;
+    cluster.copy_has("team-a", "other", "k", "v").await;
+    assert!(cluster.config_maps("team-a").get_opt("app-config").await.unwrap().is_some());
+
+    // Deleting the unreadable rule still removes its copies and releases it.
+    raw.delete("main-rule", &DeleteParams::default()).await.unwrap();
+    cluster.copy_absent("team-a", "app-config").await;
+    eventually("the rule to be gone", || async {
+        raw.get_opt("main-rule").await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn failed_writes_are_retried_and_reported_until_they_succeed() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    let fault = kubesim::Fault {
+        verb: Some("patch".into()),
+        resource: Some("configmaps".into()),
+        count: 2,
+        status: 500,
+    };
+    cluster.sim.faults().fail_next(fault);
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+    let status = cluster.rule_status("main-rule", |s| s["copiesInSync"] == 1).await;
+    assert_eq!(status["conditions"][0]["status"], "True");
+    let errors = cluster.metrics.encode();
+    assert!(errors.contains("category=\"write\""), "{errors}");
+}
