@@ -212,6 +212,78 @@ pub fn evaluate(user: &UserInfo, attrs: &RequestAttributes, rbac: &RbacSnapshot)
     Verdict { decision: Decision::Deny, reason }
 }
 
+/// Whether `user` may write a binding in `binding_namespace` (empty for a ClusterRoleBinding)
+/// that grants `role_ref`, as kube-apiserver's privilege-escalation check decides
+/// (`BindingAuthorized`, then `ConfirmNoEscalation`): with the `bind` verb on that role, or
+/// by already holding every permission the role grants there. Without this, anyone allowed
+/// to write bindings could bind themselves to `cluster-admin`.
+pub fn may_bind(user: &UserInfo, role_ref: &Value, binding_namespace: &str, rbac: &RbacSnapshot) -> bool {
+    let resource = match str_at(role_ref, "/kind") {
+        "Role" => "roles",
+        "ClusterRole" => "clusterroles",
+        // Validation refuses any other kind; there is no role to escalate to.
+        _ => return true,
+    };
+    let bind = RequestAttributes {
+        verb: "bind".to_owned(),
+        api_group: RBAC_GROUP.to_owned(),
+        resource: resource.to_owned(),
+        subresource: None,
+        namespace: (!binding_namespace.is_empty()).then(|| binding_namespace.to_owned()),
+        name: Some(str_at(role_ref, "/name").to_owned()),
+        path: String::new(),
+        is_resource_request: true,
+    };
+    if authorize(user, &bind, rbac) == Decision::Allow {
+        return true;
+    }
+    let Ok(rules) = role_reference_rules(rbac, role_ref, binding_namespace) else { return false };
+    rules.iter().all(|rule| holds_rule(user, rule, binding_namespace, rbac))
+}
+
+/// Whether `user` is allowed everything `rule` allows, in `namespace`. Wildcards in `rule`
+/// are only held by a wildcard.
+fn holds_rule(user: &UserInfo, rule: &Value, namespace: &str, rbac: &RbacSnapshot) -> bool {
+    let allowed = |attrs: RequestAttributes| authorize(user, &attrs, rbac) == Decision::Allow;
+    let request = |verb: &str| RequestAttributes {
+        verb: verb.to_owned(),
+        api_group: String::new(),
+        resource: String::new(),
+        subresource: None,
+        namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+        name: None,
+        path: String::new(),
+        is_resource_request: true,
+    };
+    let names: Vec<Option<&str>> = match strings(rule, "resourceNames").map(Some).collect::<Vec<_>>() {
+        names if names.is_empty() => vec![None],
+        names => names,
+    };
+    strings(rule, "verbs").all(|verb| {
+        let urls_held = strings(rule, "nonResourceURLs").all(|url| {
+            allowed(RequestAttributes { path: url.to_owned(), is_resource_request: false, ..request(verb) })
+        });
+        let resources_held = strings(rule, "apiGroups").all(|group| {
+            strings(rule, "resources").all(|resource| {
+                let (resource, subresource) = match resource.split_once('/') {
+                    Some((resource, sub)) => (resource, Some(sub.to_owned())),
+                    None => (resource, None),
+                };
+                names.iter().all(|name| {
+                    allowed(RequestAttributes {
+                        api_group: group.to_owned(),
+                        resource: resource.to_owned(),
+                        subresource: subresource.clone(),
+                        name: name.map(str::to_owned),
+                        ..request(verb)
+                    })
+                })
+            })
+        });
+        urls_held && resources_held
+    })
+}
+
 /// The message of the 403 Status kube-apiserver sends for a denied request, e.g.
 /// `configmaps "x" is forbidden: User "alice" cannot get resource "configmaps" in API
 /// group "" in the namespace "default"`.
@@ -839,6 +911,51 @@ mod tests {
             assert_eq!(user_from_token(token), None, "{token}");
         }
         assert_eq!(unauthorized_message(), "Unauthorized");
+    }
+
+    fn binder_objects(binder_rules: Vec<Value>) -> Objects {
+        Objects {
+            cluster_roles: vec![
+                plain_cluster_role("editor", json!({}), vec![rule(&[""], &["configmaps"], &["*"])]),
+                plain_cluster_role("binder", json!({}), binder_rules),
+            ],
+            cluster_role_bindings: vec![binding(
+                None,
+                "alice",
+                "ClusterRole",
+                "binder",
+                user_subject("alice"),
+            )],
+            ..Objects::default()
+        }
+    }
+
+    fn editor_ref() -> Value {
+        json!({"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "editor"})
+    }
+
+    #[test]
+    fn binding_a_role_needs_bind_on_it_or_all_its_permissions() {
+        let write_bindings = rule(&[RBAC_GROUP], &["rolebindings"], &["create"]);
+        let objects = binder_objects(vec![write_bindings.clone()]);
+        assert!(!may_bind(&alice(), &editor_ref(), "dev", &objects.snapshot()));
+
+        let mut bind_editor = rule(&[RBAC_GROUP], &["clusterroles"], &["bind"]);
+        bind_editor["resourceNames"] = json!(["editor"]);
+        let objects = binder_objects(vec![write_bindings.clone(), bind_editor]);
+        assert!(may_bind(&alice(), &editor_ref(), "dev", &objects.snapshot()));
+
+        let holds_editor = rule(&[""], &["configmaps"], &["*"]);
+        let objects = binder_objects(vec![write_bindings, holds_editor]);
+        assert!(may_bind(&alice(), &editor_ref(), "dev", &objects.snapshot()));
+        assert!(may_bind(&UserInfo::admin(), &editor_ref(), "", &Objects::default().snapshot()));
+    }
+
+    #[test]
+    fn holding_named_verbs_does_not_cover_a_wildcard() {
+        let reads = rule(&[""], &["configmaps"], &["get", "list", "watch", "create", "update", "delete"]);
+        let objects = binder_objects(vec![reads]);
+        assert!(!may_bind(&alice(), &editor_ref(), "dev", &objects.snapshot()));
     }
 
     #[test]

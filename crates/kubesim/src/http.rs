@@ -71,10 +71,12 @@ async fn handle(
         .map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
     let request = Request { method, path: uri.path().to_owned(), query, headers, body };
-    match route(&app, &request).await {
+    let response = match route(&app, &request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
-    }
+    };
+    app.sim.counters.record_status(response.status().as_u16());
+    response
 }
 
 async fn route(app: &App, req: &Request) -> ApiResult<Response> {
@@ -471,7 +473,8 @@ fn authorize(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> 
         path: req.path.clone(),
         is_resource_request: true,
     };
-    check(app, req, &attrs, Some(t))
+    check(app, req, &attrs, Some(t))?;
+    authorize_binding(app, req, t, verb)
 }
 
 fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
@@ -493,31 +496,9 @@ fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
 
 /// Authenticates the bearer token and asks RBAC, answering 401 or 403 as kube-apiserver does.
 fn check(app: &App, req: &Request, attrs: &RequestAttributes, t: Option<&Target>) -> ApiResult<()> {
-    let token = req.header(header::AUTHORIZATION).strip_prefix("Bearer ").unwrap_or_default().trim();
-    let user = authz::user_from_token(token).ok_or_else(ApiError::unauthorized)?;
-    let rbac_objects = |state: &crate::store::State, resource: &str| -> Vec<Value> {
-        let key = crate::registry::StorageKey {
-            group: "rbac.authorization.k8s.io".into(),
-            resource: resource.into(),
-        };
-        state.list(&key, None).into_iter().map(|(_, s)| s.value()).collect()
-    };
-    let (roles, role_bindings, cluster_roles, cluster_role_bindings) = {
-        let state = app.sim.lock();
-        (
-            rbac_objects(&state, "roles"),
-            rbac_objects(&state, "rolebindings"),
-            rbac_objects(&state, "clusterroles"),
-            rbac_objects(&state, "clusterrolebindings"),
-        )
-    };
-    let snapshot = authz::RbacSnapshot {
-        roles: &roles,
-        role_bindings: &role_bindings,
-        cluster_roles: &cluster_roles,
-        cluster_role_bindings: &cluster_role_bindings,
-    };
-    let verdict = authz::evaluate(&user, attrs, &snapshot);
+    let user = authenticate(req)?;
+    let objects = RbacObjects::load(app);
+    let verdict = authz::evaluate(&user, attrs, &objects.snapshot());
     if matches!(verdict.decision, authz::Decision::Allow) {
         return Ok(());
     }
@@ -528,6 +509,80 @@ fn check(app: &App, req: &Request, attrs: &RequestAttributes, t: Option<&Target>
         }
         None => ApiError::new(403, "Forbidden", message).with_details(crate::error::Details::default()),
     })
+}
+
+fn authenticate(req: &Request) -> ApiResult<authz::UserInfo> {
+    let token = req.header(header::AUTHORIZATION).strip_prefix("Bearer ").unwrap_or_default().trim();
+    authz::user_from_token(token).ok_or_else(ApiError::unauthorized)
+}
+
+/// The stored RBAC objects, copied out so that no lock is held while deciding.
+struct RbacObjects {
+    roles: Vec<Value>,
+    role_bindings: Vec<Value>,
+    cluster_roles: Vec<Value>,
+    cluster_role_bindings: Vec<Value>,
+}
+
+impl RbacObjects {
+    fn load(app: &App) -> Self {
+        let state = app.sim.lock();
+        let objects = |resource: &str| -> Vec<Value> {
+            state.list(&rbac_storage(resource), None).into_iter().map(|(_, s)| s.value()).collect()
+        };
+        Self {
+            roles: objects("roles"),
+            role_bindings: objects("rolebindings"),
+            cluster_roles: objects("clusterroles"),
+            cluster_role_bindings: objects("clusterrolebindings"),
+        }
+    }
+
+    fn snapshot(&self) -> authz::RbacSnapshot<'_> {
+        authz::RbacSnapshot {
+            roles: &self.roles,
+            role_bindings: &self.role_bindings,
+            cluster_roles: &self.cluster_roles,
+            cluster_role_bindings: &self.cluster_role_bindings,
+        }
+    }
+}
+
+fn rbac_storage(resource: &str) -> crate::registry::StorageKey {
+    crate::registry::StorageKey { group: "rbac.authorization.k8s.io".into(), resource: resource.into() }
+}
+
+/// kube-apiserver's privilege-escalation check on RoleBindings and ClusterRoleBindings: a
+/// create, or a write that changes `roleRef`, needs `bind` on the role or every permission
+/// it grants (see [`authz::may_bind`]). Writes whose body names no `roleRef` (most patches)
+/// cannot change it. The 403 message is kube-apiserver's, without its list of missing rules.
+fn authorize_binding(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> {
+    let is_binding = t.rt.group == "rbac.authorization.k8s.io"
+        && matches!(t.rt.resource.as_str(), "rolebindings" | "clusterrolebindings");
+    if !is_binding || t.subresource.is_some() || !matches!(verb, "create" | "update" | "patch") {
+        return Ok(());
+    }
+    // YAML reads JSON too; a body that is neither is refused with 400 by the handler.
+    let Ok(body) = serde_yaml::from_slice::<Value>(&req.body) else { return Ok(()) };
+    let Some(role_ref) = body.get("roleRef") else { return Ok(()) };
+    let namespace = t.namespace.clone().unwrap_or_default();
+    let name = t.name.clone().or_else(|| body.pointer("/metadata/name")?.as_str().map(str::to_owned));
+    let name = name.unwrap_or_default();
+    let stored = app.sim.lock().get(&rbac_storage(&t.rt.resource), &(namespace.clone(), name.clone()));
+    if stored.is_some_and(|binding| binding.value().get("roleRef") == Some(role_ref)) {
+        return Ok(());
+    }
+    let user = authenticate(req)?;
+    if authz::may_bind(&user, role_ref, &namespace, &RbacObjects::load(app).snapshot()) {
+        return Ok(());
+    }
+    let message = format!(
+        "{} {name:?} is forbidden: user {:?} (groups={:?}) is attempting to grant RBAC permissions not currently held",
+        crate::error::qualified(&t.rt.group, &t.rt.resource),
+        user.name,
+        user.groups,
+    );
+    Err(ApiError::forbidden(&t.rt.group, &t.rt.resource, &name, message))
 }
 
 fn respond(req: &Request, code: StatusCode, object: Value) -> ApiResult<Response> {

@@ -121,15 +121,28 @@ impl Faults {
     }
 }
 
-/// Requests served, per verb and resource (`resource/subresource` for subresources).
+/// Requests served, per verb and resource (`resource/subresource` for subresources), and
+/// responses sent, per status code.
 #[derive(Default)]
 pub struct Counters {
     counts: Mutex<BTreeMap<(String, String), u64>>,
+    statuses: Mutex<BTreeMap<u16, u64>>,
 }
 
 impl Counters {
     pub(crate) fn record(&self, verb: &str, resource: &str) {
         *lock(&self.counts).entry((verb.to_owned(), resource.to_owned())).or_default() += 1;
+    }
+
+    pub(crate) fn record_status(&self, code: u16) {
+        *lock(&self.statuses).entry(code).or_default() += 1;
+    }
+
+    /// Responses answered with this HTTP status code, for any request, including the ones
+    /// refused before they reached a resource (401, 403): how a test proves that a client
+    /// was never denied.
+    pub fn status(&self, code: u16) -> u64 {
+        lock(&self.statuses).get(&code).copied().unwrap_or(0)
     }
 
     pub fn get(&self, verb: &str, resource: &str) -> u64 {
@@ -150,6 +163,7 @@ impl Counters {
 
     pub fn reset(&self) {
         lock(&self.counts).clear();
+        lock(&self.statuses).clear();
     }
 }
 

@@ -30,6 +30,21 @@ async fn user_without_bindings_is_forbidden_with_kube_apiservers_message() {
 }
 
 #[tokio::test]
+async fn status_counter_counts_each_denied_request() {
+    let Some(mut cluster) = rbac_cluster().await else { return };
+    let ns = cluster.namespace("authz").await;
+    let sim = cluster.sim().unwrap();
+    let before_ok = sim.counters().status(200);
+    let alice = Api::<ConfigMap>::namespaced(sim.client_for_user("alice", &[]), &ns);
+    assert_eq!(sim.counters().status(403), 0);
+    api_error(alice.list(&ListParams::default()).await);
+    api_error(alice.get("x").await);
+    assert_eq!(sim.counters().status(403), 2);
+    Api::<ConfigMap>::namespaced(cluster.client.clone(), &ns).list(&ListParams::default()).await.unwrap();
+    assert_eq!(sim.counters().status(200), before_ok + 1);
+}
+
+#[tokio::test]
 async fn rolebinding_to_edit_grants_access_in_its_namespace_only() {
     let Some(mut cluster) = rbac_cluster().await else { return };
     let team = cluster.namespace("authz").await;

@@ -1,0 +1,332 @@
+//! config/rbac/ is what kopper runs with in a cluster. These tests run kopper in-process as its
+//! ServiceAccount on kubesim with RBAC enforced, and prove the RBAC both sufficient (every
+//! controller does its whole job and the API server never answers 403) and minimal (without
+//! any one of its rules, kopper is refused something).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{DEADLINE, Operator, run_args, wait_for};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use kopper::controllers::config_map_sync::types::ConfigMapSync;
+use kopper::controllers::namespace_access::types::NamespaceAccess;
+use kopper::controllers::replication_rule::types::ReplicationRule;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+const NAMESPACE_ACCESS_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-seed-000.yaml");
+const CONFIG_MAP_SYNC_SAMPLE: &str = include_str!("../../../config/samples/configmapsync-seed-002.yaml");
+const REPLICATION_RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-seed-003.yaml");
+
+/// kopper's identity in the cluster, as config/rbac/ binds it.
+const KOPPER_NAMESPACE: &str = "kopper-system";
+const KOPPER_SERVICE_ACCOUNT: &str = "kopper";
+/// How long a cut-down RBAC may take to get kopper refused. Refusals come within a second or
+/// two; this only bounds a failing run.
+const REFUSAL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Every document of every file in config/rbac/, in file order.
+fn rbac_documents() -> Vec<serde_json::Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rbac");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    files.iter().flat_map(|file| yaml_documents(&std::fs::read_to_string(file).unwrap())).collect()
+}
+
+fn yaml_documents(text: &str) -> Vec<serde_json::Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|document| serde::Deserialize::deserialize(document).unwrap())
+        .filter(|document: &serde_json::Value| !document.is_null())
+        .collect()
+}
+
+fn kind_of(document: &serde_json::Value) -> &str {
+    document["kind"].as_str().unwrap_or_default()
+}
+
+/// The documents of config/rbac/ with rule `index` of the object of `kind` removed.
+fn without_rule(documents: &[serde_json::Value], kind: &str, index: usize) -> Vec<serde_json::Value> {
+    let mut documents = documents.to_vec();
+    let document = documents.iter_mut().find(|document| kind_of(document) == kind).unwrap();
+    document["rules"].as_array_mut().unwrap().remove(index);
+    documents
+}
+
+fn rules_of(documents: &[serde_json::Value], kind: &str) -> Vec<PolicyRule> {
+    let document = documents.iter().find(|document| kind_of(document) == kind).unwrap();
+    serde_json::from_value(document["rules"].clone()).unwrap()
+}
+
+/// `verbs on group/resources[names]`, to name a rule in a failure message.
+fn describe(kind: &str, rule: &PolicyRule) -> String {
+    let groups = rule.api_groups.clone().unwrap_or_default().join(",");
+    let resources = rule.resources.clone().unwrap_or_default().join(",");
+    let names = rule.resource_names.clone().map(|names| format!(" {names:?}")).unwrap_or_default();
+    format!("{kind} rule {:?} on {groups}/{resources}{names}", rule.verbs)
+}
+
+async fn create<K>(client: &Client, document: serde_json::Value)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let object: K = serde_json::from_value(document).unwrap();
+    let namespace = object.namespace().unwrap();
+    Api::<K>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &object).await.unwrap();
+}
+
+async fn create_cluster_scoped<K>(client: &Client, document: serde_json::Value)
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let object: K = serde_json::from_value(document).unwrap();
+    Api::<K>::all(client.clone()).create(&PostParams::default(), &object).await.unwrap();
+}
+
+/// Creates one RBAC manifest as the admin.
+async fn apply_rbac_document(client: &Client, document: serde_json::Value) {
+    match kind_of(&document) {
+        "ClusterRole" => create_cluster_scoped::<ClusterRole>(client, document).await,
+        "ClusterRoleBinding" => create_cluster_scoped::<ClusterRoleBinding>(client, document).await,
+        "Role" => create::<Role>(client, document).await,
+        "RoleBinding" => create::<RoleBinding>(client, document).await,
+        "ServiceAccount" => create::<ServiceAccount>(client, document).await,
+        other => panic!("config/rbac/ holds a {other}, which this test does not know how to apply"),
+    }
+}
+
+/// A kubesim enforcing RBAC, set up as an administrator would install kopper: its namespace,
+/// the given RBAC manifests and the CRDs; and kopper running as its ServiceAccount.
+struct Installation {
+    sim: kubesim::Server,
+    admin: Client,
+    operator: Option<Operator>,
+    _dir: tempfile::TempDir,
+}
+
+impl Installation {
+    async fn start(rbac: Vec<serde_json::Value>) -> Self {
+        let config =
+            kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() };
+        let sim = kubesim::Server::start(config).await.unwrap();
+        let admin = sim.client();
+        create_namespace(&admin, KOPPER_NAMESPACE).await;
+        for document in rbac {
+            apply_rbac_document(&admin, document).await;
+        }
+        let crds = Api::all(admin.clone());
+        for crd in kopper::crds::all() {
+            crds.create(&PostParams::default(), &crd).await.unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let service_account = sim.kubeconfig_for_service_account(KOPPER_NAMESPACE, KOPPER_SERVICE_ACCOUNT);
+        std::fs::write(&kubeconfig, serde_yaml::to_string(&service_account).unwrap()).unwrap();
+        let args = run_args(
+            &kubeconfig,
+            &["--leader-elect", "true", "--lease-namespace", KOPPER_NAMESPACE, "--log-level", "error"],
+        );
+        let operator = Some(Operator::start(args));
+        Self { sim, admin, operator, _dir: dir }
+    }
+
+    fn forbidden(&self) -> u64 {
+        self.sim.counters().status(403)
+    }
+
+    /// Resolves once kubesim has answered any request with 403.
+    async fn first_refusal(&self) {
+        wait_for(REFUSAL_DEADLINE, "kopper to be refused something", || async { self.forbidden() > 0 }).await;
+    }
+
+    /// Stops kopper and kubesim; false if kopper did not stop within [`DEADLINE`]. A kopper
+    /// that was refused may have stopped with an error already: only a clean shutdown
+    /// matters to the sufficient case, which checks it itself.
+    async fn stop(mut self) -> bool {
+        let mut stopped = true;
+        if let Some(operator) = self.operator.take() {
+            operator.shutdown.trigger();
+            let abort = operator.handle.abort_handle();
+            stopped = tokio::time::timeout(DEADLINE, operator.handle).await.is_ok();
+            abort.abort();
+        }
+        self.sim.shutdown().await;
+        stopped
+    }
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+}
+
+fn from_yaml<K: DeserializeOwned>(yaml: &str) -> K {
+    serde_yaml::from_str(yaml).unwrap()
+}
+
+/// What a user of every controller does, and what they then expect to see, in order. Panics
+/// naming the expectation that was not met.
+async fn use_every_controller(admin: &Client) {
+    for namespace in ["team-a", "source-namespace", "destination-namespace"] {
+        create_namespace(admin, namespace).await;
+    }
+    let params = PostParams::default();
+    let shared_labels = json!({"copyrator": "true"});
+    let source: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "configmap-name"}, "data": {"a": "1"}})).unwrap();
+    Api::namespaced(admin.clone(), "source-namespace").create(&params, &source).await.unwrap();
+    let shared: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "shared", "labels": shared_labels}, "data": {"b": "2"}}),
+    )
+    .unwrap();
+    Api::namespaced(admin.clone(), "default").create(&params, &shared).await.unwrap();
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "shared-secret", "labels": shared_labels}, "stringData": {"c": "3"}}),
+    )
+    .unwrap();
+    Api::namespaced(admin.clone(), "default").create(&params, &secret).await.unwrap();
+
+    let policy: NamespaceAccess = from_yaml(NAMESPACE_ACCESS_SAMPLE);
+    Api::all(admin.clone()).create(&params, &policy).await.unwrap();
+    let sync: ConfigMapSync = from_yaml(CONFIG_MAP_SYNC_SAMPLE);
+    Api::namespaced(admin.clone(), "source-namespace").create(&params, &sync).await.unwrap();
+    let rules: Api<ReplicationRule> = Api::all(admin.clone());
+    rules.create(&params, &from_yaml(REPLICATION_RULE_SAMPLE)).await.unwrap();
+    let secret_rule = REPLICATION_RULE_SAMPLE.replace("name: main-rule", "name: secret-rule");
+    rules.create(&params, &from_yaml(&secret_rule.replace("kind: ConfigMap", "kind: Secret"))).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
+    let pod = common::pod("hello", &[("kopper.dev/add-pod-name-label", "true")], &[]);
+    pods.create(&params, &pod).await.unwrap();
+
+    let exists = |namespace: &'static str| Api::<RoleBinding>::namespaced(admin.clone(), namespace);
+    wait_for(DEADLINE, "RoleBinding team-a/ad-kubernetes-team-a binding ClusterRole edit", || async {
+        exists("team-a").get_opt("ad-kubernetes-team-a").await.unwrap().is_some()
+    })
+    .await;
+    wait_for(DEADLINE, "pod team-a/hello labelled with its name", || async {
+        common::label_of(&pods, "hello", "kopper.dev/pod-name").await.as_deref() == Some("hello")
+    })
+    .await;
+    let config_maps = |namespace: &str| Api::<ConfigMap>::namespaced(admin.clone(), namespace);
+    wait_for(DEADLINE, "ConfigMapSync's copy in destination-namespace", || async {
+        config_maps("destination-namespace").get_opt("configmap-name").await.unwrap().is_some()
+    })
+    .await;
+    wait_for(DEADLINE, "ReplicationRule main-rule's copy in team-a", || async {
+        config_maps("team-a").get_opt("shared").await.unwrap().is_some()
+    })
+    .await;
+    let secrets = Api::<Secret>::namespaced(admin.clone(), "team-a");
+    wait_for(DEADLINE, "ReplicationRule secret-rule's copy in team-a", || async {
+        secrets.get_opt("shared-secret").await.unwrap().is_some()
+    })
+    .await;
+    expect_statuses(admin).await;
+
+    rules.delete("main-rule", &DeleteParams::default()).await.unwrap();
+    wait_for(DEADLINE, "main-rule's copies removed and its finalizer released", || async {
+        config_maps("team-a").get_opt("shared").await.unwrap().is_none()
+            && rules.get_opt("main-rule").await.unwrap().is_none()
+    })
+    .await;
+    let events: Api<Event> = Api::all(admin.clone());
+    wait_for(DEADLINE, "Events reported by kopper", || async {
+        let events = events.list(&ListParams::default()).await.unwrap();
+        events.items.iter().any(|event| event.reporting_controller.as_deref() == Some("kopper"))
+    })
+    .await;
+}
+
+/// Every kind of kopper object got a status written by kopper.
+async fn expect_statuses(admin: &Client) {
+    let policies: Api<NamespaceAccess> = Api::all(admin.clone());
+    wait_for(DEADLINE, "NamespaceAccess ad-kubernetes's status", || async {
+        let policy = policies.get("ad-kubernetes").await.unwrap();
+        policy.status.is_some_and(|status| !status.conditions.is_empty())
+    })
+    .await;
+    let syncs: Api<ConfigMapSync> = Api::namespaced(admin.clone(), "source-namespace");
+    wait_for(DEADLINE, "ConfigMapSync configmapsync-sample's status", || async {
+        let sync = syncs.get("configmapsync-sample").await.unwrap();
+        sync.status.is_some_and(|status| status.synced_count == 1)
+    })
+    .await;
+    let rules: Api<ReplicationRule> = Api::all(admin.clone());
+    wait_for(DEADLINE, "ReplicationRule main-rule's status", || async {
+        let rule = rules.get("main-rule").await.unwrap();
+        rule.status.is_some_and(|status| status.copies_in_sync > 0)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kopper_does_every_controllers_job_as_its_service_account_and_is_never_refused() {
+    let mut installation = Installation::start(rbac_documents()).await;
+    use_every_controller(&installation.admin).await;
+    assert_eq!(installation.forbidden(), 0, "kubesim answered 403 to kopper");
+    assert_eq!(installation.sim.counters().status(401), 0, "kubesim answered 401 to kopper");
+    let lease = installation.sim.counters().get("update", "leases")
+        + installation.sim.counters().get("create", "leases");
+    assert!(lease > 0, "kopper ran without taking its lease");
+    installation.operator.take().unwrap().stop().await.unwrap();
+    installation.stop().await;
+}
+
+/// The rule missing from an installation, and whether kopper got refused without it.
+struct Case {
+    rule: String,
+    refused: bool,
+    stopped: bool,
+}
+
+async fn run_without(rule: String, rbac: Vec<serde_json::Value>) -> Case {
+    let installation = Installation::start(rbac).await;
+    let refused = tokio::select! {
+        () = installation.first_refusal() => true,
+        () = use_every_controller(&installation.admin) => installation.forbidden() > 0,
+    };
+    let stopped = installation.stop().await;
+    Case { rule, refused, stopped }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_any_one_rule_kopper_is_refused() {
+    let documents = rbac_documents();
+    let mut cases = tokio::task::JoinSet::new();
+    for kind in ["ClusterRole", "Role"] {
+        for (index, rule) in rules_of(&documents, kind).iter().enumerate() {
+            let rbac = without_rule(&documents, kind, index);
+            cases.spawn(run_without(describe(kind, rule), rbac));
+        }
+    }
+    let mut unneeded = Vec::new();
+    while let Some(case) = cases.join_next().await {
+        let case = case.unwrap();
+        if !case.stopped {
+            eprintln!("kopper did not stop on shutdown without the {}", case.rule);
+        }
+        if !case.refused {
+            unneeded.push(case.rule);
+        }
+    }
+    assert!(unneeded.is_empty(), "kopper did its whole job without these rules: {unneeded:#?}");
+}
