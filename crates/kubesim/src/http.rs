@@ -474,7 +474,21 @@ fn authorize(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> 
         is_resource_request: true,
     };
     check(app, req, &attrs, Some(t))?;
+    if creates_by_apply(app, req, t, verb) {
+        check(app, req, &RequestAttributes { verb: "create".to_owned(), ..attrs }, Some(t))?;
+    }
     authorize_binding(app, req, t, verb)
+}
+
+/// Whether this is a server-side apply of an object that does not exist yet. kube-apiserver
+/// authorizes such a patch as a `create` as well, so `patch` alone cannot create objects.
+fn creates_by_apply(app: &App, req: &Request, t: &Target, verb: &str) -> bool {
+    let is_apply = PatchType::from_content_type(req.header(header::CONTENT_TYPE)) == Some(PatchType::Apply);
+    if verb != "patch" || !is_apply || t.subresource.is_some() {
+        return false;
+    }
+    let key = (t.namespace.clone().unwrap_or_default(), t.name.clone().unwrap_or_default());
+    app.sim.lock().get(&t.rt.storage, &key).is_none()
 }
 
 fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
