@@ -1,7 +1,8 @@
 //! config/rbac/ is what kopper runs with in a cluster. These tests run kopper in-process as its
 //! ServiceAccount on kubesim with RBAC enforced, and prove the RBAC both sufficient (every
 //! controller does its whole job and the API server never answers 403) and minimal (without
-//! any one of its rules, kopper is refused something).
+//! any one verb of any rule, of the ClusterRole or of the leader-election Role, kopper is
+//! refused something).
 
 mod common;
 
@@ -169,6 +170,10 @@ impl Installation {
                 "3s",
                 "--renew-interval",
                 "1s",
+                // A controller whose watch is refused never syncs and only stops when the
+                // grace period ends: keep that short.
+                "--shutdown-grace-period",
+                "2s",
             ],
         );
         let operator = Some(Operator::start(args));
