@@ -55,3 +55,50 @@ async fn demo_applies_samples_shows_the_results_and_stops_on_ctrl_c() {
     let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// The README's first command, with the committed samples: every seed's behaviour shows up.
+#[tokio::test]
+async fn demo_with_the_committed_samples_shows_every_seed_at_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/samples");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .args(["demo", "--log-level", "error", "--admin-addr", &free_admin_addr()])
+        .arg("--samples")
+        .arg(&samples)
+        .arg("--kubeconfig-out")
+        .arg(dir.path().join("kubeconfig"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut output = Vec::new();
+    tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let done = line.contains("Ctrl-C");
+            output.push(line);
+            if done {
+                break;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the demo printed no summary: {output:#?}"));
+    let output = output.join("\n");
+    assert!(!output.contains("skipped sample"), "{output}");
+    assert!(
+        output.contains("team-a/ad-kubernetes-team-a -> ClusterRole edit for Group ad-kubernetes-team-a"),
+        "seed 000: {output}"
+    );
+    assert!(output.contains("team-a/hello  kopper.dev/pod-name=hello"), "seed 001: {output}");
+    assert!(
+        output.contains("destination-namespace/configmap-name <- source-namespace/configmap-name"),
+        "seed 002: {output}"
+    );
+    assert!(output.contains("team-b/shared-settings <- default/shared-settings"), "seed 003: {output}");
+    let pid = child.id().unwrap().to_string();
+    assert!(tokio::process::Command::new("kill").args(["-INT", &pid]).status().await.unwrap().success());
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
