@@ -6,16 +6,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::discovery::Scope;
 use kube::{Api, ResourceExt};
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::cli::{Cli, Command, DemoArgs, RunArgs};
+use crate::controllers::replication::desired::{
+    MANAGED_BY_LABEL, REPLICATED_BY_LABEL, SOURCE_NAME_ANNOTATION, SOURCE_NAMESPACE_ANNOTATION,
+};
 use crate::runtime::Shutdown;
 
 const FIELD_MANAGER: &str = "kopper-demo";
@@ -114,10 +116,18 @@ async fn apply_samples(client: &kube::Client, dir: &Path) -> anyhow::Result<Vec<
         let label = describe(&object);
         match apply(client, object).await {
             Ok(()) => applied.push(label),
-            Err(error) => println!("skipped sample {label}: {error:#}"),
+            Err(error) => println!("skipped sample {label}: {}", short_error(&error)),
         }
     }
     Ok(applied)
+}
+
+/// The API server's own message for a refused request, without kube's debug dump.
+fn short_error(error: &anyhow::Error) -> String {
+    match error.downcast_ref::<kube::Error>() {
+        Some(kube::Error::Api(status)) => status.message.clone(),
+        _ => format!("{error:#}"),
+    }
 }
 
 fn read_documents(dir: &Path) -> anyhow::Result<Vec<DynamicObject>> {
@@ -134,12 +144,9 @@ fn read_documents(dir: &Path) -> anyhow::Result<Vec<DynamicObject>> {
     for path in paths {
         let text =
             std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_json::Value::deserialize(document)
-                .with_context(|| format!("{} is not valid YAML", path.display()))?;
-            if value.is_null() {
-                continue;
-            }
+        let values = crate::samples::documents(&text)
+            .with_context(|| format!("{} is not valid YAML", path.display()))?;
+        for value in values {
             let object: DynamicObject = serde_json::from_value(value).with_context(|| {
                 format!("{} holds a document that is not a Kubernetes object", path.display())
             })?;
@@ -200,9 +207,15 @@ async fn create_demo_workload(client: &kube::Client, args: &RunArgs) -> anyhow::
 /// RoleBinding. The summary then shows results rather than a race.
 async fn wait_until_settled(client: &kube::Client, applied: &[String]) {
     let expect_bindings = applied.iter().any(|label| label.starts_with("NamespaceAccess "));
+    let expect_copies = applied
+        .iter()
+        .any(|label| label.starts_with("ReplicationRule ") || label.starts_with("ConfigMapSync "));
     let deadline = tokio::time::Instant::now() + SETTLE_DEADLINE;
     while tokio::time::Instant::now() < deadline {
-        if demo_pod_labelled(client).await && (!expect_bindings || demo_namespaces_bound(client).await) {
+        if demo_pod_labelled(client).await
+            && (!expect_bindings || demo_namespaces_bound(client).await)
+            && (!expect_copies || demo_copies_made(client).await)
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -216,6 +229,23 @@ async fn demo_pod_labelled(client: &kube::Client) -> bool {
     let pods: Api<Pod> = Api::namespaced(client.clone(), DEMO_NAMESPACES[0]);
     let pod = pods.get_opt(DEMO_POD).await.ok().flatten();
     pod.is_some_and(|pod| pod.labels().values().any(|value| value == DEMO_POD))
+}
+
+/// Every demo namespace holds a copy, and so does `destination-namespace` when the seed
+/// 002 sample created it.
+async fn demo_copies_made(client: &kube::Client) -> bool {
+    let copies = managed_copies(client).await;
+    let has_copy = |namespace: &str| copies.iter().any(|copy| copy.namespace().as_deref() == Some(namespace));
+    let destination =
+        Api::<Namespace>::all(client.clone()).get_opt("destination-namespace").await.ok().flatten();
+    DEMO_NAMESPACES.iter().all(|ns| has_copy(ns))
+        && (destination.is_none() || has_copy("destination-namespace"))
+}
+
+async fn managed_copies(client: &kube::Client) -> Vec<ConfigMap> {
+    let selector = format!("{MANAGED_BY_LABEL}=kopper,{REPLICATED_BY_LABEL}");
+    let copies: Api<ConfigMap> = Api::all(client.clone());
+    copies.list(&ListParams::default().labels(&selector)).await.map(|list| list.items).unwrap_or_default()
 }
 
 async fn demo_namespaces_bound(client: &kube::Client) -> bool {
@@ -255,6 +285,19 @@ async fn print_summary(client: &kube::Client, applied: &[String]) -> anyhow::Res
             binding.role_ref.kind,
             binding.role_ref.name,
             subjects.join(", ")
+        );
+    }
+    println!("\nConfigMap copies kopper keeps:");
+    for copy in managed_copies(client).await {
+        let annotations = copy.annotations();
+        let source = |key: &str| annotations.get(key).cloned().unwrap_or_default();
+        println!(
+            "  {}/{} <- {}/{} ({})",
+            copy.namespace().unwrap_or_default(),
+            copy.name_any(),
+            source(SOURCE_NAMESPACE_ANNOTATION),
+            source(SOURCE_NAME_ANNOTATION),
+            copy.labels().get(REPLICATED_BY_LABEL).cloned().unwrap_or_default()
         );
     }
     let pods: Api<Pod> = Api::all(client.clone());

@@ -6,6 +6,7 @@ pub mod crds;
 pub mod demo;
 pub mod operator;
 pub mod runtime;
+pub mod samples;
 
 pub use operator::run;
 

@@ -3,33 +3,27 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Stdio;
 
 use common::{DEADLINE, free_admin_addr};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
 
-#[tokio::test]
-async fn demo_applies_samples_shows_the_results_and_stops_on_ctrl_c() {
-    let dir = tempfile::tempdir().unwrap();
-    let samples = dir.path().join("samples");
-    std::fs::create_dir(&samples).unwrap();
-    let sample = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-x\ndata:\n  a: b\n\
-                  ---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-x\n\
-                  ---\napiVersion: example.dev/v1\nkind: Unknown\nmetadata:\n  name: nothing\n";
-    std::fs::write(samples.join("sample.yaml"), sample).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
+/// Starts `kopper demo` on `samples` and returns the running child and everything it
+/// printed up to its "Ctrl-C" line.
+async fn demo_summary(samples: &Path, kubeconfig: &Path) -> (Child, String) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
         .args(["demo", "--log-level", "error", "--admin-addr", &free_admin_addr()])
         .arg("--samples")
-        .arg(&samples)
+        .arg(samples)
         .arg("--kubeconfig-out")
-        .arg(&kubeconfig)
+        .arg(kubeconfig)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut output = Vec::new();
     tokio::time::timeout(DEADLINE, async {
@@ -43,15 +37,53 @@ async fn demo_applies_samples_shows_the_results_and_stops_on_ctrl_c() {
     })
     .await
     .unwrap_or_else(|_| panic!("the demo printed no summary: {output:#?}"));
-    let output = output.join("\n");
+    (child, output.join("\n"))
+}
+
+/// Sends Ctrl-C and expects a clean exit.
+async fn interrupt(mut child: Child) {
+    let pid = child.id().unwrap().to_string();
+    assert!(tokio::process::Command::new("kill").args(["-INT", &pid]).status().await.unwrap().success());
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn demo_applies_samples_shows_the_results_and_stops_on_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("samples");
+    std::fs::create_dir(&samples).unwrap();
+    let sample = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-x\ndata:\n  a: b\n\
+                  ---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-x\n\
+                  ---\napiVersion: example.dev/v1\nkind: Unknown\nmetadata:\n  name: nothing\n";
+    std::fs::write(samples.join("sample.yaml"), sample).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (child, output) = demo_summary(&samples, &kubeconfig).await;
     assert!(output.contains("ConfigMap team-x/settings"), "{output}");
     assert!(output.contains("skipped sample Unknown nothing"), "{output}");
     assert!(output.contains("team-a/hello  kopper.dev/pod-name=hello"), "{output}");
     assert!(output.contains(&kubeconfig.display().to_string()), "{output}");
     assert!(kube::config::Kubeconfig::read_from(&kubeconfig).is_ok());
 
-    let pid = child.id().unwrap().to_string();
-    assert!(tokio::process::Command::new("kill").args(["-INT", &pid]).status().await.unwrap().success());
-    let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
-    assert_eq!(status.code(), Some(0));
+    interrupt(child).await;
+}
+
+/// The README's first command, with the committed samples: every seed's behaviour shows up.
+#[tokio::test]
+async fn demo_with_the_committed_samples_shows_every_seed_at_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/samples");
+    let (child, output) = demo_summary(&samples, &dir.path().join("kubeconfig")).await;
+    assert!(!output.contains("skipped sample"), "{output}");
+    assert!(
+        output.contains("team-a/ad-kubernetes-team-a -> ClusterRole edit for Group ad-kubernetes-team-a"),
+        "seed 000: {output}"
+    );
+    assert!(output.contains("team-a/hello  kopper.dev/pod-name=hello"), "seed 001: {output}");
+    assert!(
+        output.contains("destination-namespace/configmap-name <- source-namespace/configmap-name"),
+        "seed 002: {output}"
+    );
+    assert!(output.contains("team-b/shared-settings <- default/shared-settings"), "seed 003: {output}");
+    interrupt(child).await;
 }

@@ -108,7 +108,7 @@ impl Cluster {
     }
 
     async fn apply_rule(&self, yaml: &str) -> ReplicationRule {
-        let rule: ReplicationRule = serde_yaml::from_str(yaml).unwrap();
+        let rule: ReplicationRule = kopper::samples::of_kind(yaml, "ReplicationRule").unwrap();
         let params = PatchParams::apply("test").force();
         self.rules().patch(&rule.name_any(), &params, &Patch::Apply(&rule)).await.unwrap()
     }
@@ -304,7 +304,7 @@ async fn cross_namespace_config_map_sync_is_refused() {
         cluster.namespace(namespace, json!({})).await;
     }
     cluster.config_map("source-namespace", "configmap-name", json!({}), json!({"secret": "theirs"})).await;
-    let mut sync: ConfigMapSync = serde_yaml::from_str(SYNC_SAMPLE).unwrap();
+    let mut sync: ConfigMapSync = kopper::samples::of_kind(SYNC_SAMPLE, "ConfigMapSync").unwrap();
     sync.metadata.namespace = Some("tenant".into());
     Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "tenant")
         .create(&PostParams::default(), &sync)
@@ -329,7 +329,7 @@ async fn seed_config_map_sync_copies_from_its_own_namespace() {
         cluster.namespace(namespace, json!({})).await;
     }
     cluster.config_map("source-namespace", "configmap-name", json!({}), json!({"a": "1"})).await;
-    let sync: ConfigMapSync = serde_yaml::from_str(SYNC_SAMPLE).unwrap();
+    let sync: ConfigMapSync = kopper::samples::of_kind(SYNC_SAMPLE, "ConfigMapSync").unwrap();
     Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "source-namespace")
         .create(&PostParams::default(), &sync)
         .await

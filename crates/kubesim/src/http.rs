@@ -339,7 +339,11 @@ fn decode_body(req: &Request) -> ApiResult<Value> {
             .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))),
         "application/yaml" => serde_yaml::from_slice(&req.body)
             .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))),
-        other => Err(ApiError::unsupported_media_type(other, &["application/json", "application/yaml"])),
+        crate::protobuf::MEDIA_TYPE => Ok(crate::protobuf::decode(&req.body)?),
+        other => Err(ApiError::unsupported_media_type(
+            other,
+            &["application/json", "application/yaml", crate::protobuf::MEDIA_TYPE],
+        )),
     }
 }
 

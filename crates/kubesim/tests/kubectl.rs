@@ -370,3 +370,65 @@ async fn explain_describes_fields_from_the_openapi_schema() {
     let explained = k.ok(&["explain", "configmap.data"]).await;
     assert!(explained.contains("FIELD: data <map[string]string>"), "{explained}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_configmap_from_literals_sends_protobuf_and_stores_the_literals() {
+    let Some(k) = Kubectl::start().await else { return };
+    let args =
+        ["create", "configmap", "settings", "--from-literal=mode=fast", "--from-literal=level=3", "-v=8"];
+    let output = k.run(&args).await;
+    let log = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(expect_success(&args, output).trim(), "configmap/settings created");
+    // Without this the test would no longer cover kubesim's protobuf decoding.
+    assert!(log.contains("Content-Type: application/vnd.kubernetes.protobuf"), "{log}");
+    let data = k.ok(&["get", "cm", "settings", "-o", "jsonpath={.data}"]).await;
+    let data: serde_json::Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(data, serde_json::json!({"mode": "fast", "level": "3"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_secret_generic_stores_the_literal_base64_encoded() {
+    let Some(k) = Kubectl::start().await else { return };
+    let created = k.ok(&["create", "secret", "generic", "creds", "--from-literal=password=s3cr3t"]).await;
+    assert_eq!(created.trim(), "secret/creds created");
+    assert_eq!(k.ok(&["get", "secret", "creds", "-o", "jsonpath={.data.password}"]).await, "czNjcjN0");
+    assert_eq!(k.ok(&["get", "secret", "creds", "-o", "jsonpath={.type}"]).await, "Opaque");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_namespace_makes_an_active_namespace() {
+    let Some(k) = Kubectl::start().await else { return };
+    assert_eq!(k.ok(&["create", "namespace", "team-a"]).await.trim(), "namespace/team-a created");
+    assert_eq!(k.ok(&["get", "ns", "team-a", "-o", "jsonpath={.status.phase}"]).await, "Active");
+    let in_it = k.ok(&["create", "serviceaccount", "builder", "-n", "team-a"]).await;
+    assert_eq!(in_it.trim(), "serviceaccount/builder created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_rolebinding_binds_a_group_to_a_cluster_role() {
+    let Some(k) = Kubectl::start().await else { return };
+    let created = k.ok(&["create", "rolebinding", "editors", "--clusterrole=edit", "--group=g"]).await;
+    assert_eq!(created.trim(), "rolebinding.rbac.authorization.k8s.io/editors created");
+    let binding = k.ok(&["get", "rolebinding", "editors", "-o", "json"]).await;
+    let binding: serde_json::Value = serde_json::from_str(&binding).unwrap();
+    assert_eq!(
+        binding["roleRef"],
+        serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "g"}])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_with_server_dry_run_prints_the_object_without_storing_it() {
+    let Some(k) = Kubectl::start().await else { return };
+    let printed =
+        k.ok(&["create", "configmap", "draft", "--from-literal=a=b", "--dry-run=server", "-o", "yaml"]).await;
+    let printed: serde_json::Value = serde_yaml::from_str(&printed).unwrap();
+    assert_eq!(printed["metadata"]["name"], "draft");
+    assert_eq!(printed["data"], serde_json::json!({"a": "b"}));
+    let stored = k.run(&["get", "cm", "draft"]).await;
+    assert!(String::from_utf8_lossy(&stored.stderr).contains("NotFound"), "a dry run stored the object");
+}

@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn seed_sample_parses() {
         let sample = include_str!("../../../../../config/samples/replicationrule-seed-003.yaml");
-        let rule: ReplicationRule = serde_yaml::from_str(sample).unwrap();
+        let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
         assert_eq!(rule.spec.kind, ReplicatedKind::ConfigMap);
         assert_eq!(rule.spec.namespaces, vec!["default".to_owned()]);
     }

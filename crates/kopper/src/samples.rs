@@ -1,0 +1,38 @@
+//! Reading the multi-document YAML of `config/samples/` (the demo applies it; tests pick
+//! the documents they need).
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Every non-empty document of a YAML stream.
+pub fn documents(text: &str) -> Result<Vec<Value>, serde_yaml::Error> {
+    let mut documents = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = Value::deserialize(document)?;
+        if !value.is_null() {
+            documents.push(value);
+        }
+    }
+    Ok(documents)
+}
+
+/// The first document of `kind`, as `T`; `None` if there is none or it does not fit `T`.
+pub fn of_kind<T: DeserializeOwned>(text: &str, kind: &str) -> Option<T> {
+    let document = documents(text).ok()?.into_iter().find(|d| d["kind"] == kind)?;
+    serde_json::from_value(document).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_document_of_a_kind_from_a_stream() {
+        let text = "kind: Namespace\nmetadata: {name: a}\n---\n---\nkind: ConfigMap\nmetadata: {name: b}\n";
+        assert_eq!(documents(text).unwrap().len(), 2);
+        let cm: Value = of_kind(text, "ConfigMap").unwrap();
+        assert_eq!(cm["metadata"]["name"], "b");
+        assert!(of_kind::<Value>(text, "Secret").is_none());
+    }
+}
