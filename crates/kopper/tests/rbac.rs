@@ -236,9 +236,9 @@ async fn expect_lease_renewed(admin: &Client) {
     .await;
 }
 
-/// The samples of seeds 000, 002 and 003 (not `team-editors`, which binds `view`: kopper may
-/// bind only `edit`), the seed 003 rule once more for Secrets, and a namespace with an
-/// annotated pod.
+/// The samples of seeds 000, 002 and 003 (`team-editors` is left out: it only adds bindings
+/// to roles kopper may bind), the seed 003 rule once more for Secrets, and a namespace with
+/// an annotated pod.
 async fn create_inputs(admin: &Client) {
     create_namespace(admin, "team-a").await;
     let mut samples: Vec<serde_json::Value> =
