@@ -38,7 +38,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use kopper::controllers::replication::desired::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_VERSION_ANNOTATION};
+use kopper::controllers::replication::desired::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_VERSION_ANNOTATION,
+};
 use kopper::controllers::replication_rule::types::ReplicationRule;
 
 /// Counts live heap bytes, so kubesim's memory for the replicated objects is measured, not
@@ -243,17 +245,38 @@ impl Kopper {
     }
 
     async fn ready(&self) -> bool {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", self.admin_port)).await else {
-            return false;
-        };
-        let request = "GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-        if stream.write_all(request.as_bytes()).await.is_err() {
-            return false;
+        self.get("/readyz").await.is_some_and(|response| response.starts_with("HTTP/1.1 200"))
+    }
+
+    /// Waits until the replication-rule controller has finished a pass since it started.
+    async fn wait_for_a_pass(&self) {
+        let deadline = Instant::now() + CONVERGENCE_LIMIT;
+        while self.passes().await == 0 {
+            assert!(Instant::now() < deadline, "timed out waiting for kopper's first replication pass");
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// `kopper_reconciles_total` of the replication-rule controller, from `/metrics`.
+    async fn passes(&self) -> u64 {
+        let metrics = self.get("/metrics").await.unwrap_or_default();
+        metrics
+            .lines()
+            .find(|l| l.starts_with("kopper_reconciles_total{controller=\"replication-rule\"}"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The raw HTTP response of the admin server for `path`.
+    async fn get(&self, path: &str) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.admin_port)).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
         let mut response = String::new();
-        let _ = stream.read_to_string(&mut response).await;
-        response.starts_with("HTTP/1.1 200")
+        stream.read_to_string(&mut response).await.ok()?;
+        Some(response)
     }
 
     /// (VmRSS, VmHWM) in KiB.
@@ -288,10 +311,19 @@ fn memory_kib(status_path: &str) -> (u64, u64) {
 enum Seen {
     /// The watch listed what exists and is now following changes.
     Synced,
-    Namespace { name: String },
-    Source { name: String, version: String },
+    Namespace {
+        name: String,
+    },
+    Source {
+        name: String,
+        version: String,
+    },
     /// A copy, with the source resourceVersion it was written from.
-    Copy { namespace: String, name: String, version: String },
+    Copy {
+        namespace: String,
+        name: String,
+        version: String,
+    },
 }
 
 struct Observed {
@@ -424,7 +456,11 @@ async fn new_namespace(cluster: &Cluster, observer: &mut Observer) -> NewNamespa
         if let Some(namespace_seen) = namespace_seen
             && copies.len() == LATENCY_SOURCES
         {
-            return NewNamespace { namespace_seen, copies_present: at, kopper_writes: cluster.writes() - writes };
+            return NewNamespace {
+                namespace_seen,
+                copies_present: at,
+                kopper_writes: cluster.writes() - writes,
+            };
         }
     }
 }
@@ -638,6 +674,16 @@ async fn memory_figures(namespaces: usize) {
     let (rss_all, _) = memory_kib("/proc/self/status");
     drop(kopper);
 
+    let writes = cluster.writes();
+    let restarted = Kopper::start(&cluster.kubeconfig);
+    let started = Instant::now();
+    restarted.wait_ready().await;
+    restarted.wait_for_a_pass().await;
+    let restart_pass = started.elapsed();
+    let (restart_rss, restart_peak) = restarted.memory_kib();
+    let restart_writes = cluster.writes() - writes;
+    drop(restarted);
+
     let copy = cluster.config_maps(&namespace_name(0)).get(&source_name(0)).await.unwrap();
     let copy_json = serde_json::to_vec(&copy).unwrap().len();
     let kubesim_heap = heap_all.saturating_sub(heap_empty) as f64;
@@ -660,6 +706,13 @@ async fn memory_figures(namespaces: usize) {
         mib(rss * 1024),
         mib(peak * 1024),
         peak.saturating_sub(idle_rss) as f64 * 1024.0 / copies as f64
+    );
+    println!(
+        "  kopper restarted, converged:  {:>8.1} MiB   peak {:.1} MiB; first pass done in {:.1} s with {} writes",
+        mib(restart_rss * 1024),
+        mib(restart_peak * 1024),
+        restart_pass.as_secs_f64(),
+        restart_writes
     );
     println!(
         "  kubesim heap for them:        {:>8.1} MiB   (namespaces + sources {:.1} MiB, copies {:.1} MiB = \
