@@ -10,7 +10,8 @@
 //! 4. kopper's peak resident memory with 5,000 namespaces and 50 sources replicated
 //!    (250,000 copies), next to the same binary idle on an empty cluster and to the heap
 //!    the same objects take in kubesim (counted by this process's global allocator, as
-//!    kubesim runs in-process).
+//!    kubesim runs in-process); then kopper restarted on the converged cluster: its memory,
+//!    how long its first pass takes, and its writes (aim: none).
 //!
 //! Run: `cargo bench -p kopper --bench replication` (prints figures; asserts nothing).
 //! `REPLICATION_BENCH_NAMESPACES` sets the namespaces of figure 4 (default 5000) and
