@@ -203,7 +203,8 @@ mod tests {
 
     fn copy(kind: ObjectKind, payload: Payload) -> DesiredCopy {
         let info = ObjectInfo { namespace: "src".into(), name: "x".into(), ..ObjectInfo::default() };
-        let mut copy = desired_copy(&RuleId::replication_rule("r"), kind, &Source { info, payload }, "dest");
+        let mut copy =
+            desired_copy(&RuleId::replication_rule("r"), kind, &Source::new(info, payload), "dest");
         copy.key.kind = kind;
         copy
     }

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -286,11 +287,18 @@ impl Payload {
     }
 }
 
-/// A source object with its content.
+/// A source object with its content. Shared (`Arc`) by every copy made from it, so a
+/// source replicated into thousands of namespaces is held once, not once per copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Source {
-    pub info: ObjectInfo,
-    pub payload: Payload,
+    pub info: Arc<ObjectInfo>,
+    pub payload: Arc<Payload>,
+}
+
+impl Source {
+    pub fn new(info: ObjectInfo, payload: Payload) -> Self {
+        Self { info: Arc::new(info), payload: Arc::new(payload) }
+    }
 }
 
 /// One copy that should exist.
@@ -298,11 +306,11 @@ pub struct Source {
 pub struct DesiredCopy {
     pub key: CopyKey,
     pub rule: RuleId,
-    pub source: ObjectInfo,
+    pub source: Arc<ObjectInfo>,
     /// Every label and annotation kopper sets; nothing else is sent.
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    pub payload: Payload,
+    pub payload: Arc<Payload>,
 }
 
 /// Builds the copy of `source` that `rule` puts into `namespace`: the source's content and
@@ -568,7 +576,7 @@ fn decide(copy: DesiredCopy, existing: Option<&Existing>, plan: &mut RulePlan) {
         // Its deletion will be seen and the copy created again then.
         return;
     }
-    let content_matches = existing.content.as_ref().is_none_or(|content| *content == copy.payload);
+    let content_matches = existing.content.as_ref().is_none_or(|content| *content == *copy.payload);
     if content_matches && marks_match(&copy, &existing.info) {
         plan.in_sync.insert(copy.key);
         return;

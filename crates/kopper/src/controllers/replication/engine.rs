@@ -285,9 +285,10 @@ impl Engine {
                     {
                         Some(Existing { info, content: None })
                     }
-                    _ => read(client, key.kind, &key.namespace, &key.name)
-                        .await?
-                        .map(|object| Existing { info: object.info, content: Some(object.payload) }),
+                    _ => read(client, key.kind, &key.namespace, &key.name).await?.map(|object| Existing {
+                        info: (*object.info).clone(),
+                        content: Some((*object.payload).clone()),
+                    }),
                 };
                 Ok::<_, SyncError>(found.map(|existing| (copy.key, existing)))
             })
@@ -429,17 +430,15 @@ pub async fn read(
             .get_opt(name)
             .await
             .map_err(|source| SyncError::Read { what: what(), source })?
-            .map(|object| Source {
-                info: ObjectInfo::from_meta(&object.metadata),
-                payload: Payload::from_config_map(&object),
+            .map(|object| {
+                Source::new(ObjectInfo::from_meta(&object.metadata), Payload::from_config_map(&object))
             }),
         ObjectKind::Secret => Api::<Secret>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await
             .map_err(|source| SyncError::Read { what: what(), source })?
-            .map(|object| Source {
-                info: ObjectInfo::from_meta(&object.metadata),
-                payload: Payload::from_secret(&object),
+            .map(|object| {
+                Source::new(ObjectInfo::from_meta(&object.metadata), Payload::from_secret(&object))
             }),
     };
     Ok(source)

@@ -41,20 +41,14 @@ pub async fn plan(client: &Client, settings: &Settings) -> anyhow::Result<String
         .await?
         .items
         .iter()
-        .map(|object| Source {
-            info: ObjectInfo::from_meta(&object.metadata),
-            payload: Payload::from_config_map(object),
-        })
+        .map(|object| Source::new(ObjectInfo::from_meta(&object.metadata), Payload::from_config_map(object)))
         .collect();
     let secrets: Vec<Source> = Api::<Secret>::all(client.clone())
         .list(&ListParams::default())
         .await?
         .items
         .iter()
-        .map(|object| Source {
-            info: ObjectInfo::from_meta(&object.metadata),
-            payload: Payload::from_secret(object),
-        })
+        .map(|object| Source::new(ObjectInfo::from_meta(&object.metadata), Payload::from_secret(object)))
         .collect();
     let mut out = String::new();
     for (id, refusal) in &refused {
@@ -108,7 +102,7 @@ fn plan_one(
     namespaces: &BTreeMap<String, NamespaceInfo>,
     objects: &[Source],
 ) -> Vec<Change> {
-    let infos: Vec<ObjectInfo> = objects.iter().map(|object| object.info.clone()).collect();
+    let infos: Vec<ObjectInfo> = objects.iter().map(|object| (*object.info).clone()).collect();
     let world = World::new(rules, namespaces, &infos);
     let sources: HashMap<String, Source> = world
         .matched_sources(rule)
@@ -119,7 +113,8 @@ fn plan_one(
     let existing: BTreeMap<CopyKey, Existing> = objects
         .iter()
         .map(|object| {
-            let existing = Existing { info: object.info.clone(), content: Some(object.payload.clone()) };
+            let existing =
+                Existing { info: (*object.info).clone(), content: Some((*object.payload).clone()) };
             (object.info.key(rule.kind), existing)
         })
         .collect();
@@ -180,7 +175,7 @@ mod tests {
         let rule = RuleId::replication_rule("r");
         let info = ObjectInfo { namespace: "src".into(), name: "cfg".into(), ..ObjectInfo::default() };
         let copy: DesiredCopy =
-            desired_copy(&rule, ObjectKind::ConfigMap, &Source { info, payload: Payload::default() }, "a");
+            desired_copy(&rule, ObjectKind::ConfigMap, &Source::new(info, Payload::default()), "a");
         let changes = vec![
             Change::Create(copy.clone()),
             Change::Delete { key: copy.key.clone(), uid: "u".into() },

@@ -51,7 +51,7 @@ fn payloads(sources: &[&ObjectInfo], value: &str) -> HashMap<String, Source> {
 }
 
 fn read(info: &ObjectInfo, payload: Payload) -> Source {
-    Source { info: info.clone(), payload }
+    Source::new(info.clone(), payload)
 }
 
 /// The object kopper would have written for `copy`, as read back from the server.
@@ -66,7 +66,7 @@ fn written(copy: &DesiredCopy) -> Existing {
             annotations: copy.annotations.clone(),
             deleting: false,
         },
-        content: Some(copy.payload.clone()),
+        content: Some((*copy.payload).clone()),
     }
 }
 
@@ -169,7 +169,7 @@ fn verified_copy_is_in_sync_without_reading_its_content() {
     let copy = desired_copy(
         &rules[0].id,
         ObjectKind::ConfigMap,
-        &Source { info: objects[0].clone(), payload: payload("v1") },
+        &Source::new(objects[0].clone(), payload("v1")),
         "a",
     );
     let mut existing = written(&copy);
@@ -191,19 +191,15 @@ fn source_change_updates_the_copy() {
     let rules = [rule("r", 1)];
     let ns = namespaces(&["src", "a"]);
     let old = source("src", "cfg", "u1", "1");
-    let copy = desired_copy(
-        &rules[0].id,
-        ObjectKind::ConfigMap,
-        &Source { info: old.clone(), payload: payload("v1") },
-        "a",
-    );
+    let copy =
+        desired_copy(&rules[0].id, ObjectKind::ConfigMap, &Source::new(old.clone(), payload("v1")), "a");
     let objects = [source("src", "cfg", "u1", "2")];
     let world = World::new(&rules, &ns, &objects);
     let existing = [(copy.key.clone(), written(&copy))].into();
     let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v2"), &existing, &[]);
     match plan.changes.as_slice() {
         [Change::Update(updated)] => {
-            assert_eq!(updated.payload, payload("v2"));
+            assert_eq!(*updated.payload, payload("v2"));
             assert_eq!(updated.annotations[SOURCE_VERSION_ANNOTATION], "2");
         }
         other => panic!("expected one update, got {other:?}"),
@@ -219,7 +215,7 @@ fn edited_copy_is_restored() {
     let copy = desired_copy(
         &rules[0].id,
         ObjectKind::ConfigMap,
-        &Source { info: objects[0].clone(), payload: payload("v1") },
+        &Source::new(objects[0].clone(), payload("v1")),
         "a",
     );
     let mut edited = written(&copy);
@@ -243,7 +239,7 @@ fn labels_others_added_to_a_copy_do_not_cause_writes() {
     let copy = desired_copy(
         &rules[0].id,
         ObjectKind::ConfigMap,
-        &Source { info: objects[0].clone(), payload: payload("v1") },
+        &Source::new(objects[0].clone(), payload("v1")),
         "a",
     );
     let mut existing = written(&copy);
@@ -325,7 +321,7 @@ fn winning_rule_adopts_a_copy_the_losing_rule_wrote() {
     let theirs = desired_copy(
         &rules[1].id,
         ObjectKind::ConfigMap,
-        &Source { info: objects[0].clone(), payload: payload("v1") },
+        &Source::new(objects[0].clone(), payload("v1")),
         "a",
     );
     let existing = [(theirs.key.clone(), written(&theirs))].into();
@@ -349,7 +345,7 @@ fn server_set_metadata_is_not_copied() {
     let copy = desired_copy(
         &RuleId::replication_rule("r"),
         ObjectKind::ConfigMap,
-        &Source { info, payload: payload("v") },
+        &Source::new(info, payload("v")),
         "a",
     );
     assert_eq!(
@@ -388,7 +384,7 @@ fn copy_is_deleted_when_its_source_stops_matching() {
     let old = desired_copy(
         &rules[0].id,
         ObjectKind::ConfigMap,
-        &Source { info: source("src", "cfg", "u1", "1"), payload: payload("v1") },
+        &Source::new(source("src", "cfg", "u1", "1"), payload("v1")),
         "a",
     );
     let own = [written(&old).info];
@@ -407,7 +403,7 @@ fn copies_in_a_terminating_namespace_are_left_to_go_with_it() {
     let copy = desired_copy(
         &rules[0].id,
         ObjectKind::ConfigMap,
-        &Source { info: objects[0].clone(), payload: payload("v1") },
+        &Source::new(objects[0].clone(), payload("v1")),
         "a",
     );
     let world = World::new(&rules, &ns, &objects);
@@ -431,7 +427,7 @@ fn unwanted_copy_another_rule_wants_is_handed_over_not_deleted() {
     let copy = desired_copy(
         &rules[0].id,
         ObjectKind::ConfigMap,
-        &Source { info: objects[0].clone(), payload: payload("v1") },
+        &Source::new(objects[0].clone(), payload("v1")),
         "a",
     );
     let world = World::new(&rules, &ns, &objects);
@@ -454,7 +450,7 @@ fn immutable_copy_is_replaced_when_the_source_is_replaced() {
     let old = desired_copy(
         &rules[0].id,
         ObjectKind::ConfigMap,
-        &Source { info: source("src", "cfg", "u1", "1"), payload: immutable("v1") },
+        &Source::new(source("src", "cfg", "u1", "1"), immutable("v1")),
         "a",
     );
     let objects = [source("src", "cfg", "u2", "5")];
@@ -481,7 +477,7 @@ fn secret_type_change_replaces_the_copy() {
     let mut old = desired_copy(
         &rules[0].id,
         ObjectKind::Secret,
-        &Source { info: source("src", "tls", "u1", "1"), payload: typed("Opaque") },
+        &Source::new(source("src", "tls", "u1", "1"), typed("Opaque")),
         "a",
     );
     old.key.kind = ObjectKind::Secret;
@@ -519,13 +515,13 @@ fn cleanup_deletes_only_the_rules_own_copies() {
     let mine = desired_copy(
         &rule_id,
         ObjectKind::ConfigMap,
-        &Source { info: source("src", "cfg", "u1", "1"), payload: payload("v") },
+        &Source::new(source("src", "cfg", "u1", "1"), payload("v")),
         "a",
     );
     let other = desired_copy(
         &RuleId::replication_rule("other"),
         ObjectKind::ConfigMap,
-        &Source { info: source("src", "cfg", "u1", "1"), payload: payload("v") },
+        &Source::new(source("src", "cfg", "u1", "1"), payload("v")),
         "b",
     );
     let unmarked = ObjectInfo { namespace: "c".into(), name: "cfg".into(), ..ObjectInfo::default() };
@@ -552,12 +548,8 @@ fn events_wake_the_rules_they_concern() {
     let src = source("src", "cfg", "u1", "1");
     let woken: Vec<_> = rules_affected_by(&rules, ObjectKind::ConfigMap, &src, no_sources).collect();
     assert_eq!(woken, vec![&rules[0].id]);
-    let copy = desired_copy(
-        &rules[1].id,
-        ObjectKind::ConfigMap,
-        &Source { info: src.clone(), payload: payload("v") },
-        "a",
-    );
+    let copy =
+        desired_copy(&rules[1].id, ObjectKind::ConfigMap, &Source::new(src.clone(), payload("v")), "a");
     let copy = written(&copy).info;
     let woken: Vec<_> = rules_affected_by(&rules, ObjectKind::ConfigMap, &copy, no_sources).collect();
     assert_eq!(woken, vec![&rules[1].id]);
