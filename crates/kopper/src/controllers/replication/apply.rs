@@ -165,8 +165,8 @@ pub fn manifest(copy: &DesiredCopy) -> Value {
         json!({
             "name": copy.key.name,
             "namespace": copy.key.namespace,
-            "labels": copy.labels,
-            "annotations": copy.annotations,
+            "labels": *copy.labels,
+            "annotations": *copy.annotations,
         }),
     );
     let payload = &copy.payload;

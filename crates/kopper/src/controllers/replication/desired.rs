@@ -307,16 +307,50 @@ pub struct DesiredCopy {
     pub key: CopyKey,
     pub rule: RuleId,
     pub source: Arc<ObjectInfo>,
-    /// Every label and annotation kopper sets; nothing else is sent.
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    /// Every label and annotation kopper sets; nothing else is sent. The same for every copy
+    /// of one source by one rule, so shared between them.
+    pub labels: Arc<BTreeMap<String, String>>,
+    pub annotations: Arc<BTreeMap<String, String>>,
     pub payload: Arc<Payload>,
+}
+
+/// What every copy of one source made by one rule has in common; built once per source, then
+/// stamped into each target namespace with [`CopyTemplate::into_namespace`].
+pub struct CopyTemplate<'a> {
+    rule: &'a RuleId,
+    kind: ObjectKind,
+    source: &'a Source,
+    labels: Arc<BTreeMap<String, String>>,
+    annotations: Arc<BTreeMap<String, String>>,
+}
+
+impl CopyTemplate<'_> {
+    pub fn into_namespace(&self, namespace: &str) -> DesiredCopy {
+        DesiredCopy {
+            key: CopyKey {
+                kind: self.kind,
+                namespace: namespace.to_owned(),
+                name: self.source.info.name.clone(),
+            },
+            rule: self.rule.clone(),
+            source: self.source.info.clone(),
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            payload: self.source.payload.clone(),
+        }
+    }
 }
 
 /// Builds the copy of `source` that `rule` puts into `namespace`: the source's content and
 /// its own labels and annotations, without server-set metadata or kopper's marks, plus
 /// marks naming the rule and the source version.
 pub fn desired_copy(rule: &RuleId, kind: ObjectKind, source: &Source, namespace: &str) -> DesiredCopy {
+    copy_template(rule, kind, source).into_namespace(namespace)
+}
+
+/// The labels and annotations of `rule`'s copies of `source`: the source's own, without
+/// server-set metadata or kopper's marks, plus marks naming the rule and the source version.
+pub fn copy_template<'a>(rule: &'a RuleId, kind: ObjectKind, source: &'a Source) -> CopyTemplate<'a> {
     let mut labels: BTreeMap<String, String> =
         source.info.labels.iter().filter(|(key, _)| is_user_key(key)).map(clone_pair).collect();
     labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
@@ -332,14 +366,7 @@ pub fn desired_copy(rule: &RuleId, kind: ObjectKind, source: &Source, namespace:
     annotations.insert(SOURCE_NAME_ANNOTATION.to_owned(), source.info.name.clone());
     annotations.insert(SOURCE_UID_ANNOTATION.to_owned(), source.info.uid.clone());
     annotations.insert(SOURCE_VERSION_ANNOTATION.to_owned(), source.info.resource_version.clone());
-    DesiredCopy {
-        key: CopyKey { kind, namespace: namespace.to_owned(), name: source.info.name.clone() },
-        rule: rule.clone(),
-        source: source.info.clone(),
-        labels,
-        annotations,
-        payload: source.payload.clone(),
-    }
+    CopyTemplate { rule, kind, source, labels: Arc::new(labels), annotations: Arc::new(annotations) }
 }
 
 /// Keys kopper sets itself are never taken from the source.
@@ -536,8 +563,9 @@ pub fn plan_rule(
     let targets = world.target_namespaces(rule);
     // A source that was not read is gone since the cache saw it; its event follows.
     for source in matched.iter().filter_map(|info| sources.get(&info.uid)) {
+        let template = copy_template(&rule.id, rule.kind, source);
         for namespace in &targets {
-            let copy = desired_copy(&rule.id, rule.kind, source, namespace);
+            let copy = template.into_namespace(namespace);
             wanted_keys.insert(copy.key.clone());
             match world.owner(&copy.key) {
                 Some((owner, owner_source)) if owner.id != rule.id || owner_source.uid != source.info.uid => {

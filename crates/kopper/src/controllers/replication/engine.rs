@@ -19,7 +19,7 @@ use super::METRICS_NAME;
 use super::apply::{self, Applied, WriteError};
 use super::desired::{
     Change, CopyKey, DesiredCopy, Existing, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId,
-    RulePlan, Source, World, cleanup, desired_copy, needs_content, plan_rule,
+    RulePlan, Source, World, cleanup, copy_template, needs_content, plan_rule,
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
@@ -212,7 +212,8 @@ impl Engine {
         let copies: Vec<DesiredCopy> = sources
             .values()
             .flat_map(|source| {
-                targets.iter().map(|namespace| desired_copy(&rule.id, rule.kind, source, namespace))
+                let template = copy_template(&rule.id, rule.kind, source);
+                targets.iter().map(move |namespace| template.into_namespace(namespace))
             })
             .collect();
         let existing = self.find_existing(&ctx.client, copies).await?;

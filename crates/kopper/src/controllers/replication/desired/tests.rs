@@ -62,8 +62,8 @@ fn written(copy: &DesiredCopy) -> Existing {
             name: copy.key.name.clone(),
             uid: format!("copy-{}", copy.key.namespace),
             resource_version: "7".to_owned(),
-            labels: copy.labels.clone(),
-            annotations: copy.annotations.clone(),
+            labels: (*copy.labels).clone(),
+            annotations: (*copy.annotations).clone(),
             deleting: false,
         },
         content: Some((*copy.payload).clone()),
@@ -349,11 +349,11 @@ fn server_set_metadata_is_not_copied() {
         "a",
     );
     assert_eq!(
-        copy.labels,
+        *copy.labels,
         labels(&[("copy", "yes"), (MANAGED_BY_LABEL, "kopper"), (REPLICATED_BY_LABEL, "ReplicationRule.r")])
     );
     assert_eq!(
-        copy.annotations,
+        *copy.annotations,
         labels(&[
             ("team", "payments"),
             (SOURCE_NAMESPACE_ANNOTATION, "src"),
