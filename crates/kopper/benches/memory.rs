@@ -117,7 +117,7 @@ async fn install_policy(client: &kube::Client) {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/samples/namespaceaccess-seed-000.yaml"),
     )
     .unwrap();
-    let policy: kube::api::DynamicObject = serde_yaml::from_str(&sample).unwrap();
+    let policy: kube::api::DynamicObject = kopper::samples::of_kind(&sample, "NamespaceAccess").unwrap();
     let gvk = kube::api::GroupVersionKind::gvk("kopper.dev", "v1alpha1", "NamespaceAccess");
     let api: Api<kube::api::DynamicObject> = Api::all_with(
         client.clone(),

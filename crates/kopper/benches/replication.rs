@@ -173,7 +173,7 @@ impl Cluster {
     }
 
     async fn apply_rule(&self) {
-        let rule: ReplicationRule = serde_yaml::from_str(RULE_SAMPLE).unwrap();
+        let rule: ReplicationRule = kopper::samples::of_kind(RULE_SAMPLE, "ReplicationRule").unwrap();
         Api::<ReplicationRule>::all(self.client.clone()).create(&PostParams::default(), &rule).await.unwrap();
     }
 
