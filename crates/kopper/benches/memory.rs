@@ -4,6 +4,10 @@
 //!
 //! Run: `cargo bench -p kopper --bench memory` (prints figures; asserts nothing).
 
+mod support;
+
+use support::memory_kib;
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -31,20 +35,6 @@ fn start_kopper(kubeconfig: &Path, admin_port: u16) -> Child {
         .stdout(Stdio::null())
         .spawn()
         .expect("the kopper binary starts")
-}
-
-/// (VmRSS, VmHWM) of a process, in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 async fn wait_until<F, Fut>(what: &str, limit: Duration, mut check: F)
@@ -138,7 +128,7 @@ async fn main() {
     let port = free_port();
     let mut idle = start_kopper(&kubeconfig, port);
     wait_until("kopper ready on an empty cluster", Duration::from_secs(60), || ready(port)).await;
-    let (idle_rss, _) = memory_kib(idle.id());
+    let (idle_rss, _) = memory_kib(&format!("/proc/{}/status", idle.id()));
     idle.kill().ok();
     idle.wait().ok();
 
@@ -160,7 +150,7 @@ async fn main() {
     })
     .await;
     let converged = started.elapsed();
-    let (rss, peak) = memory_kib(loaded.id());
+    let (rss, peak) = memory_kib(&format!("/proc/{}/status", loaded.id()));
     loaded.kill().ok();
     loaded.wait().ok();
 

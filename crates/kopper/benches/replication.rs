@@ -17,6 +17,10 @@
 //! `REPLICATION_BENCH_NAMESPACES` sets the namespaces of figure 4 (default 5000) and
 //! `REPLICATION_BENCH_UPDATES` the source updates timed for figure 2 (default 20).
 
+mod support;
+
+use support::memory_kib;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -291,20 +295,6 @@ impl Drop for Kopper {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// (VmRSS, VmHWM) in KiB from a `/proc/*/status` file.
-fn memory_kib(status_path: &str) -> (u64, u64) {
-    let status = std::fs::read_to_string(status_path).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 /// What one of the bench's watches saw.

@@ -540,15 +540,20 @@ pub fn update(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -
         return Err(t.not_found());
     };
     let old = convert::from_storage(&t.rt, existing.value());
-    if let Some(rv) = object["metadata"]["resourceVersion"].as_str()
-        && !rv.is_empty()
-        && rv != existing.resource_version.to_string()
-    {
-        return Err(ApiError::stale(&t.rt.group, &t.rt.resource, t.name()));
-    }
+    // An update without a resourceVersion is unconditional.
+    let sent = object["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty());
+    check_resource_version(t, sent, existing.resource_version)?;
     let mut object = prepare_update(t, &old, object)?;
     track_update(t, Some(&old), &mut object, &opts.field_manager);
     commit_update(state, t, &old, object, opts.dry_run)
+}
+
+/// A write that names a resourceVersion other than the stored one is stale: 409 Conflict.
+fn check_resource_version(t: &Target, sent: Option<&str>, current: u64) -> ApiResult<()> {
+    match sent {
+        Some(rv) if rv != current.to_string() => Err(ApiError::stale(&t.rt.group, &t.rt.resource, t.name())),
+        _ => Ok(()),
+    }
 }
 
 fn check_body_name(t: &Target, object: &mut Value) -> ApiResult<()> {
@@ -731,11 +736,7 @@ pub fn patch(
     check_known_fields(t, &patched, opts)?;
     let mut patched = typed_object(t, patched)?;
     check_body_name(t, &mut patched)?;
-    if let Some(rv) = patched["metadata"]["resourceVersion"].as_str()
-        && rv != existing.resource_version.to_string()
-    {
-        return Err(ApiError::stale(&t.rt.group, &t.rt.resource, t.name()));
-    }
+    check_resource_version(t, patched["metadata"]["resourceVersion"].as_str(), existing.resource_version)?;
     let mut object = prepare_update(t, &old, patched)?;
     track_update(t, Some(&old), &mut object, &opts.field_manager);
     commit_update(state, t, &old, object, opts.dry_run)
@@ -823,13 +824,10 @@ fn apply(
             insert_new(state, t, t.key(), object, opts.dry_run)
         }
         Some(old) => {
-            if let Some(rv) = applied["metadata"]["resourceVersion"].as_str()
-                && rv != old["metadata"]["resourceVersion"].as_str().unwrap_or_default()
-            {
-                return Err(ApiError::stale(&t.rt.group, &t.rt.resource, t.name()));
-            }
-            let object = prepare_update(t, &old, merged.clone())?;
-            let mut object = object;
+            let current =
+                old["metadata"]["resourceVersion"].as_str().and_then(|rv| rv.parse().ok()).unwrap_or(0);
+            check_resource_version(t, applied["metadata"]["resourceVersion"].as_str(), current)?;
+            let mut object = prepare_update(t, &old, merged.clone())?;
             if let Some(fields) = merged["metadata"].get("managedFields") {
                 metadata_mut(&mut object).insert("managedFields".into(), fields.clone());
             }

@@ -205,14 +205,12 @@ fn remove_finalizer(state: &mut State, t: &Target, finalizer: &str) {
 }
 
 fn empty_namespace(state: &mut State, ns_target: &Target, ns: &str) {
-    let mut remaining = 0;
     for storage in state.storages_with_objects() {
         let Some(rt) = native_type(state, &storage) else { continue };
         if !rt.namespaced {
             continue;
         }
         for (key, stored) in state.list(&storage, Some(ns)) {
-            remaining += 1;
             if !stored.deleting
                 && let Some(t) = target(state, &storage, &key)
             {
@@ -224,7 +222,8 @@ fn empty_namespace(state: &mut State, ns_target: &Target, ns: &str) {
             }
         }
     }
-    if remaining > 0 && state.storages_with_objects().iter().any(|s| state.count(s, Some(ns)) > 0) {
+    // Objects held by finalizers are still there; the namespace waits for them.
+    if state.storages_with_objects().iter().any(|s| state.count(s, Some(ns)) > 0) {
         return;
     }
     let Ok(mut object) = api::get(state, ns_target) else { return };

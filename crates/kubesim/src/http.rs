@@ -348,18 +348,16 @@ fn decode_body(req: &Request) -> ApiResult<Value> {
 }
 
 fn write_options(req: &Request) -> WriteOptions {
-    let field_manager = req.param("fieldManager").map(str::to_owned).unwrap_or_else(|| {
+    let is_apply = req.method == Method::PATCH
+        && PatchType::from_content_type(req.header(header::CONTENT_TYPE)) == Some(PatchType::Apply);
+    let field_manager = match req.param("fieldManager") {
+        Some(manager) => manager.to_owned(),
+        // An apply must name its manager (the API layer refuses it otherwise).
+        None if is_apply => String::new(),
         // kube-apiserver names an unnamed manager after the client's user agent product.
-        let agent = req.header(header::USER_AGENT);
-        let product = agent.split('/').next().unwrap_or_default();
-        product.chars().take(128).collect()
-    });
-    let field_manager = if req.method == Method::PATCH
-        && PatchType::from_content_type(req.header(header::CONTENT_TYPE)) == Some(PatchType::Apply)
-    {
-        req.param("fieldManager").unwrap_or_default().to_owned()
-    } else {
-        field_manager
+        None => {
+            req.header(header::USER_AGENT).split('/').next().unwrap_or_default().chars().take(128).collect()
+        }
     };
     WriteOptions {
         dry_run: req.param("dryRun") == Some("All"),
