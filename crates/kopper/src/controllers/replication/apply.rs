@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::core::Status;
+use kube::core::{ObjectMeta, Status};
 use kube::{Api, Client};
 use serde_json::{Map, Value, json};
 
-use super::desired::{Change, CopyKey, DesiredCopy, ObjectKind};
+use super::desired::{Change, CopyKey, DesiredCopy, ObjectInfo, ObjectKind};
 
 /// Writes in flight at once for one rule.
 const CONCURRENT_WRITES: usize = 16;
@@ -41,12 +41,16 @@ pub struct Applied {
     /// Copies removed (including those already gone).
     pub removed: BTreeSet<CopyKey>,
     pub deleted: usize,
+    /// Places where a copy was to be created but an object kopper did not make was found.
+    pub unmanaged: Vec<CopyKey>,
     pub failed: Vec<WriteError>,
 }
 
 enum Outcome {
     Written(CopyKey, String),
     Deleted(CopyKey),
+    /// An object kopper did not make holds the place; it is left as it is.
+    Unmanaged(CopyKey),
     /// Nothing to do after all: the namespace or the object is gone, or changed under us
     /// and the next event will say how.
     Skipped,
@@ -73,6 +77,7 @@ pub async fn execute(client: &Client, field_manager: &str, changes: &[Change]) -
                 applied.deleted += 1;
                 applied.removed.insert(key);
             }
+            Outcome::Unmanaged(key) => applied.unmanaged.push(key),
             Outcome::Skipped => {}
             Outcome::Failed(error) => applied.failed.push(error),
         }
@@ -83,6 +88,12 @@ pub async fn execute(client: &Client, field_manager: &str, changes: &[Change]) -
 async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> Outcome {
     match change {
         Change::Create(copy) => write(client, field_manager, copy, false).await,
+        Change::CreateIfAbsent(copy) => match look(client, &copy.key).await {
+            Ok(None) => write(client, field_manager, copy, false).await,
+            Ok(Some(meta)) if ObjectInfo::from_meta(&meta).is_kopper_copy() => Outcome::Skipped,
+            Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
+            Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
+        },
         Change::Update(copy) => write(client, field_manager, copy, true).await,
         Change::Replace { existing_uid, copy } => match delete(client, &copy.key, existing_uid).await {
             Outcome::Deleted(_) => write(client, field_manager, copy, false).await,
@@ -93,9 +104,25 @@ async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> 
     }
 }
 
+/// The metadata of whatever is at `key`, if anything.
+async fn look(client: &Client, key: &CopyKey) -> Result<Option<ObjectMeta>, kube::Error> {
+    let (namespace, name) = (&key.namespace, &key.name);
+    Ok(match key.kind {
+        ObjectKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .get_metadata_opt(name)
+            .await?
+            .map(|object| object.metadata),
+        ObjectKind::Secret => Api::<Secret>::namespaced(client.clone(), namespace)
+            .get_metadata_opt(name)
+            .await?
+            .map(|object| object.metadata),
+    })
+}
+
 /// Server-side apply of the copy. A create does not force: should an object of that name
-/// appear in the meantime, the API server reports the conflict instead of kopper taking
-/// its fields. An update forces, as kopper is the only writer of its copies' fields.
+/// appear in the meantime with other values, the API server reports the conflict instead of
+/// kopper taking its fields. An update forces, as kopper is the only writer of its copies'
+/// fields.
 async fn write(client: &Client, field_manager: &str, copy: &DesiredCopy, force: bool) -> Outcome {
     let mut params = PatchParams::apply(field_manager);
     params.force = force;
@@ -114,6 +141,10 @@ async fn write(client: &Client, field_manager: &str, copy: &DesiredCopy, force: 
     match result {
         Ok(version) => Outcome::Written(copy.key.clone(), version.unwrap_or_default()),
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
+        // Only another field manager's object conflicts with a create: not kopper's.
+        Err(kube::Error::Api(status)) if !force && status.is_conflict() => {
+            Outcome::Unmanaged(copy.key.clone())
+        }
         Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
     }
 }

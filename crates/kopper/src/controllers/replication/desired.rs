@@ -2,9 +2,10 @@
 //! of rules, source objects, namespaces and existing copies, so every decision the engine
 //! makes is unit-tested without a server.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -322,22 +323,25 @@ pub struct CopyTemplate<'a> {
     source: &'a Source,
     labels: Arc<BTreeMap<String, String>>,
     annotations: Arc<BTreeMap<String, String>>,
+    /// What a copy in sync carries, to compare with [`CopyState`].
+    marks: Marks,
+    content: u64,
 }
 
 impl CopyTemplate<'_> {
     pub fn into_namespace(&self, namespace: &str) -> DesiredCopy {
         DesiredCopy {
-            key: CopyKey {
-                kind: self.kind,
-                namespace: namespace.to_owned(),
-                name: self.source.info.name.clone(),
-            },
+            key: self.key(namespace),
             rule: self.rule.clone(),
             source: self.source.info.clone(),
             labels: self.labels.clone(),
             annotations: self.annotations.clone(),
             payload: self.source.payload.clone(),
         }
+    }
+
+    pub fn key(&self, namespace: &str) -> CopyKey {
+        CopyKey { kind: self.kind, namespace: namespace.to_owned(), name: self.source.info.name.clone() }
     }
 }
 
@@ -366,7 +370,15 @@ pub fn copy_template<'a>(rule: &'a RuleId, kind: ObjectKind, source: &'a Source)
     annotations.insert(SOURCE_NAME_ANNOTATION.to_owned(), source.info.name.clone());
     annotations.insert(SOURCE_UID_ANNOTATION.to_owned(), source.info.uid.clone());
     annotations.insert(SOURCE_VERSION_ANNOTATION.to_owned(), source.info.resource_version.clone());
-    CopyTemplate { rule, kind, source, labels: Arc::new(labels), annotations: Arc::new(annotations) }
+    CopyTemplate {
+        rule,
+        kind,
+        source,
+        marks: Marks::new(&labels, &annotations),
+        content: source.payload.digest(),
+        labels: Arc::new(labels),
+        annotations: Arc::new(annotations),
+    }
 }
 
 /// Keys kopper sets itself are never taken from the source.
@@ -411,13 +423,23 @@ impl<'a> World<'a> {
     /// The rule and source that own the copy at `key`, of all that want it: the oldest rule,
     /// then the rule's identity, then the source's namespace.
     pub fn owner(&self, key: &CopyKey) -> Option<(&'a Rule, &'a ObjectInfo)> {
-        let namespace = self.namespaces.get(&key.namespace)?;
+        self.owner_at(key.kind, &key.namespace, &key.name)
+    }
+
+    /// [`Self::owner`] of the copy of `kind` named `name` in `namespace`.
+    pub fn owner_at(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(&'a Rule, &'a ObjectInfo)> {
+        let namespace = self.namespaces.get(namespace)?;
         self.rules
             .iter()
-            .filter(|rule| rule.kind == key.kind && rule.targets(namespace))
+            .filter(|rule| rule.kind == kind && rule.targets(namespace))
             .flat_map(|rule| {
                 rule.sources.namespaces.iter().filter_map(move |source_namespace| {
-                    let source = self.candidates.get(&(source_namespace.as_str(), key.name.as_str()))?;
+                    let source = self.candidates.get(&(source_namespace.as_str(), name))?;
                     rule.sources.matches(source).then_some((rule, *source))
                 })
             })
@@ -436,27 +458,131 @@ impl<'a> World<'a> {
     }
 }
 
-/// An object found where a copy belongs. `content` is `None` when kopper wrote or verified
-/// exactly this version itself, so reading it again is not needed; see [`needs_content`].
+/// The digests and marks of copies live only in this process, so they are keyed with one
+/// random key per process: nobody outside can craft content that collides.
+static DIGEST_KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
+fn digest(value: &impl Hash) -> u64 {
+    DIGEST_KEY.hash_one(value)
+}
+
+impl Payload {
+    /// A digest of everything a copy takes from its source, so a copy is compared with its
+    /// source without holding the copy's content.
+    pub fn digest(&self) -> u64 {
+        let binary: Vec<(&String, &[u8])> =
+            self.binary_data.iter().map(|(key, value)| (key, value.0.as_slice())).collect();
+        digest(&(&self.data, &binary, &self.secret_type, self.immutable))
+    }
+}
+
+/// The labels and annotations of an object, as one digest per key and value (sorted), so
+/// "every mark kopper sets is present" is answered without holding the strings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Marks(Box<[u64]>);
+
+impl Marks {
+    pub fn new(labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) -> Self {
+        let labels = labels.iter().map(|(key, value)| mark_digest(LABEL, key, value));
+        let annotations = annotations.iter().map(|(key, value)| mark_digest(ANNOTATION, key, value));
+        let mut marks: Vec<u64> = labels.chain(annotations).collect();
+        marks.sort_unstable();
+        marks.dedup();
+        Self(marks.into_boxed_slice())
+    }
+
+    /// Whether every mark in `wanted` is here; marks others added are not looked at.
+    pub fn contains_all(&self, wanted: &Marks) -> bool {
+        wanted.0.iter().all(|mark| self.0.binary_search(mark).is_ok())
+    }
+}
+
+const LABEL: u8 = 0;
+const ANNOTATION: u8 = 1;
+
+fn mark_digest(place: u8, key: &str, value: &str) -> u64 {
+    digest(&(place, key, value))
+}
+
+/// One of kopper's copies as the copies watch saw it, reduced to what a decision needs:
+/// its content and marks as digests. Holding this instead of the object keeps kopper's
+/// memory a small fraction of what it replicates.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Existing {
-    pub info: ObjectInfo,
-    pub content: Option<Payload>,
+pub struct CopyState {
+    pub uid: Box<str>,
+    /// The value of its [`REPLICATED_BY_LABEL`], if any.
+    pub rule: Option<Arc<str>>,
+    pub marks: Marks,
+    /// [`Payload::digest`] of its content.
+    pub content: u64,
+    pub immutable: bool,
+    pub secret_type: Option<Arc<str>>,
+    /// Has a deletion timestamp.
+    pub deleting: bool,
 }
 
-/// Whether the content of `existing` must be read before deciding: always, unless kopper
-/// verified this very version and its marks say it was written from the current source.
-pub fn needs_content(desired: &DesiredCopy, existing: &ObjectInfo, verified: bool) -> bool {
-    existing.is_kopper_copy() && !(verified && marks_match(desired, existing))
+impl CopyState {
+    /// The state of a copy with this metadata and content.
+    pub fn new(meta: &ObjectMeta, payload: &Payload) -> Self {
+        let empty = BTreeMap::new();
+        let labels = meta.labels.as_ref().unwrap_or(&empty);
+        Self {
+            uid: meta.uid.as_deref().unwrap_or_default().into(),
+            rule: labels.get(REPLICATED_BY_LABEL).map(|rule| Arc::from(rule.as_str())),
+            marks: Marks::new(labels, meta.annotations.as_ref().unwrap_or(&empty)),
+            content: payload.digest(),
+            immutable: payload.immutable,
+            secret_type: payload.secret_type.as_deref().map(Arc::from),
+            deleting: meta.deletion_timestamp.is_some(),
+        }
+    }
+
+    /// The state of a copy known by its [`ObjectInfo`] and content.
+    pub fn from_info(info: &ObjectInfo, payload: &Payload) -> Self {
+        Self {
+            uid: info.uid.as_str().into(),
+            rule: info.labels.get(REPLICATED_BY_LABEL).map(|rule| Arc::from(rule.as_str())),
+            marks: Marks::new(&info.labels, &info.annotations),
+            content: payload.digest(),
+            immutable: payload.immutable,
+            secret_type: payload.secret_type.as_deref().map(Arc::from),
+            deleting: info.deleting,
+        }
+    }
+
+    /// Whether this copy was made by the rule whose label value is `label`.
+    pub fn made_by(&self, label: &str) -> bool {
+        self.rule.as_deref() == Some(label)
+    }
 }
 
-/// Every label and annotation kopper sets is present with its value. Labels or annotations
-/// others added are left alone.
-fn marks_match(desired: &DesiredCopy, existing: &ObjectInfo) -> bool {
-    let contains = |wanted: &BTreeMap<String, String>, present: &BTreeMap<String, String>| {
-        wanted.iter().all(|(key, value)| present.get(key) == Some(value))
-    };
-    contains(&desired.labels, &existing.labels) && contains(&desired.annotations, &existing.annotations)
+/// What is found where a copy belongs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found<'a> {
+    /// Nothing: kopper's watches cover this place and hold no object there.
+    Nothing,
+    /// No kopper copy, and no watch tells whether another object is there: the write
+    /// checks first (see [`Change::Create`]).
+    Unknown,
+    /// An object kopper did not make.
+    Unmanaged,
+    Copy(&'a CopyState),
+}
+
+/// An object where a copy belongs, owned (for callers that build a map of them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Existing {
+    Unmanaged,
+    Copy(CopyState),
+}
+
+impl Existing {
+    pub fn found(&self) -> Found<'_> {
+        match self {
+            Self::Unmanaged => Found::Unmanaged,
+            Self::Copy(state) => Found::Copy(state),
+        }
+    }
 }
 
 /// Why a wanted copy is not written.
@@ -491,7 +617,11 @@ impl ConflictReason {
 /// One step towards the desired state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
+    /// Create a copy where kopper's watches show nothing.
     Create(DesiredCopy),
+    /// Create a copy where no watch tells what is there: look first, and report a conflict
+    /// instead if an object is there.
+    CreateIfAbsent(DesiredCopy),
     /// Server-side apply of the copy over kopper's existing one.
     Update(DesiredCopy),
     /// The existing copy cannot be changed in place (immutable, or a Secret of another type):
@@ -512,9 +642,23 @@ pub enum Change {
 }
 
 impl Change {
+    /// The copy this change writes, if it writes one.
+    pub fn copy(&self) -> Option<&DesiredCopy> {
+        match self {
+            Self::Create(copy)
+            | Self::CreateIfAbsent(copy)
+            | Self::Update(copy)
+            | Self::Replace { copy, .. } => Some(copy),
+            Self::Delete { .. } | Self::Conflict { .. } => None,
+        }
+    }
+
     pub fn key(&self) -> &CopyKey {
         match self {
-            Self::Create(copy) | Self::Update(copy) | Self::Replace { copy, .. } => &copy.key,
+            Self::Create(copy)
+            | Self::CreateIfAbsent(copy)
+            | Self::Update(copy)
+            | Self::Replace { copy, .. } => &copy.key,
             Self::Delete { key, .. } | Self::Conflict { key, .. } => key,
         }
     }
@@ -525,8 +669,9 @@ impl Change {
 pub struct RulePlan {
     pub changes: Vec<Change>,
     pub sources_matched: usize,
-    /// Copies in place and identical to their source.
-    pub in_sync: BTreeSet<CopyKey>,
+    /// Copies in place and identical to their source, and the namespaces they are in.
+    pub in_sync: usize,
+    pub in_sync_namespaces: BTreeSet<String>,
     /// Copies this rule should own.
     pub wanted: usize,
     /// Rules that now own copies this rule made, and should be woken to take them over.
@@ -545,115 +690,205 @@ impl RulePlan {
     pub fn writes(&self) -> impl Iterator<Item = &Change> {
         self.changes.iter().filter(|change| !matches!(change, Change::Conflict { .. }))
     }
+
+    fn copy_in_sync(&mut self, namespace: &str) {
+        self.in_sync += 1;
+        if !self.in_sync_namespaces.contains(namespace) {
+            self.in_sync_namespaces.insert(namespace.to_owned());
+        }
+    }
 }
 
-/// Decides everything `rule` must do, given the world, its sources as read (by uid),
-/// the objects found where its copies belong (by key) and the copies it made before.
-pub fn plan_rule(
-    rule: &Rule,
-    world: &World<'_>,
-    sources: &HashMap<String, Source>,
-    existing: &BTreeMap<CopyKey, Existing>,
-    own_copies: &[ObjectInfo],
-) -> RulePlan {
-    let mut plan = RulePlan::default();
-    let mut wanted_keys = BTreeSet::new();
-    let matched = world.matched_sources(rule);
-    plan.sources_matched = matched.len();
-    let targets = world.target_namespaces(rule);
-    // A source that was not read is gone since the cache saw it; its event follows.
-    for source in matched.iter().filter_map(|info| sources.get(&info.uid)) {
-        let template = copy_template(&rule.id, rule.kind, source);
-        for namespace in &targets {
-            let copy = template.into_namespace(namespace);
-            wanted_keys.insert(copy.key.clone());
-            match world.owner(&copy.key) {
-                Some((owner, owner_source)) if owner.id != rule.id || owner_source.uid != source.info.uid => {
-                    let holder = if owner.id == rule.id {
-                        format!("{} from {}/{}", owner.id, owner_source.namespace, owner_source.name)
-                    } else {
-                        owner.id.to_string()
-                    };
-                    let reason = ConflictReason::ClaimedByOtherRule(holder);
-                    plan.changes.push(Change::Conflict { key: copy.key, reason });
-                }
-                _ => {
-                    plan.wanted += 1;
-                    let found = existing.get(&copy.key);
-                    decide(copy, found, &mut plan);
+/// Everything one pass of a rule decides by, apart from what is found where its copies
+/// belong: built once per pass, then asked a few namespaces at a time, so a pass over
+/// thousands of namespaces never holds all its copies at once.
+pub struct RulePass<'a> {
+    pub rule: &'a Rule,
+    world: &'a World<'a>,
+    templates: Vec<CopyTemplate<'a>>,
+    targets: Vec<&'a str>,
+    target_set: HashSet<&'a str>,
+    source_names: HashSet<&'a str>,
+    pub sources_matched: usize,
+}
+
+impl<'a> RulePass<'a> {
+    /// `sources` are the matched sources as read, by uid. A matched source that was not
+    /// read is gone since the cache saw it; its event follows.
+    pub fn new(rule: &'a Rule, world: &'a World<'a>, sources: &'a HashMap<String, Source>) -> Self {
+        let matched = world.matched_sources(rule);
+        let templates: Vec<CopyTemplate<'a>> = matched
+            .iter()
+            .filter_map(|info| sources.get(&info.uid))
+            .map(|source| copy_template(&rule.id, rule.kind, source))
+            .collect();
+        let targets = world.target_namespaces(rule);
+        Self {
+            rule,
+            world,
+            target_set: targets.iter().copied().collect(),
+            source_names: templates.iter().map(|template| template.source.info.name.as_str()).collect(),
+            templates,
+            targets,
+            sources_matched: matched.len(),
+        }
+    }
+
+    /// The namespaces that receive this rule's copies, in name order.
+    pub fn targets(&self) -> &[&'a str] {
+        &self.targets
+    }
+
+    /// Copies wanted in each target namespace.
+    pub fn copies_per_namespace(&self) -> usize {
+        self.templates.len()
+    }
+
+    /// Decides every copy this rule wants in `namespaces` (some of [`Self::targets`]),
+    /// given what `found` says is where each belongs.
+    pub fn plan_copies<'f>(
+        &self,
+        namespaces: &[&str],
+        found: impl Fn(&str, &str) -> Found<'f>,
+        plan: &mut RulePlan,
+    ) {
+        for namespace in namespaces {
+            for template in &self.templates {
+                let name = template.source.info.name.as_str();
+                match self.world.owner_at(self.rule.kind, namespace, name) {
+                    Some((owner, owner_source))
+                        if owner.id != self.rule.id || owner_source.uid != template.source.info.uid =>
+                    {
+                        let holder = if owner.id == self.rule.id {
+                            format!("{} from {}/{}", owner.id, owner_source.namespace, owner_source.name)
+                        } else {
+                            owner.id.to_string()
+                        };
+                        let key = template.key(namespace);
+                        let reason = ConflictReason::ClaimedByOtherRule(holder);
+                        plan.changes.push(Change::Conflict { key, reason });
+                    }
+                    _ => {
+                        plan.wanted += 1;
+                        decide(template, namespace, found(namespace, name), plan);
+                    }
                 }
             }
         }
     }
-    stale_copies(rule, world, own_copies, &wanted_keys, &mut plan);
-    plan
+
+    /// Copies this rule made (`own`) that it no longer wants: deleted, unless another rule
+    /// wants them, in which case that rule is named so it can be woken to take them over.
+    /// Copies in a namespace being deleted are left to go with it.
+    pub fn stale_copies<'c>(
+        &self,
+        own: impl IntoIterator<Item = (&'c str, &'c str, &'c CopyState)>,
+        plan: &mut RulePlan,
+    ) {
+        for (namespace, name, copy) in own {
+            let active = self.world.namespaces.get(namespace).is_some_and(|namespace| namespace.active);
+            if copy.deleting || !active || self.wants(namespace, name) {
+                continue;
+            }
+            match self.world.owner_at(self.rule.kind, namespace, name) {
+                Some((owner, _)) => {
+                    plan.hand_over.insert(owner.id.clone());
+                }
+                None => plan.changes.push(Change::Delete {
+                    key: CopyKey {
+                        kind: self.rule.kind,
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                    },
+                    uid: copy.uid.to_string(),
+                }),
+            }
+        }
+    }
+
+    /// Whether this rule wants a copy at this place (whether or not it wins it).
+    fn wants(&self, namespace: &str, name: &str) -> bool {
+        self.target_set.contains(namespace) && self.source_names.contains(name)
+    }
 }
 
-/// Compares one copy this rule owns with what is there.
-fn decide(copy: DesiredCopy, existing: Option<&Existing>, plan: &mut RulePlan) {
-    let Some(existing) = existing else {
-        plan.changes.push(Change::Create(copy));
-        return;
-    };
-    if !existing.info.is_kopper_copy() {
-        let key = copy.key;
-        plan.changes.push(Change::Conflict { key, reason: ConflictReason::NotManagedByKopper });
-        return;
-    }
-    if existing.info.deleting {
+/// Compares one copy this rule owns with what is where it belongs.
+fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: &mut RulePlan) {
+    let state = match found {
+        Found::Nothing => return plan.changes.push(Change::Create(template.into_namespace(namespace))),
+        Found::Unknown => {
+            return plan.changes.push(Change::CreateIfAbsent(template.into_namespace(namespace)));
+        }
+        Found::Unmanaged => {
+            let key = template.key(namespace);
+            return plan.changes.push(Change::Conflict { key, reason: ConflictReason::NotManagedByKopper });
+        }
         // Its deletion will be seen and the copy created again then.
-        return;
+        Found::Copy(state) if state.deleting => return,
+        Found::Copy(state) => state,
+    };
+    let content_matches = state.content == template.content;
+    if content_matches && state.marks.contains_all(&template.marks) {
+        return plan.copy_in_sync(namespace);
     }
-    let content_matches = existing.content.as_ref().is_none_or(|content| *content == *copy.payload);
-    if content_matches && marks_match(&copy, &existing.info) {
-        plan.in_sync.insert(copy.key);
-        return;
-    }
-    let unchangeable = existing.content.as_ref().is_some_and(|content| {
-        (content.immutable && !content_matches) || content.secret_type != copy.payload.secret_type
-    });
+    let unchangeable = (state.immutable && !content_matches)
+        || state.secret_type.as_deref() != template.source.payload.secret_type.as_deref();
+    let copy = template.into_namespace(namespace);
     if unchangeable {
-        plan.changes.push(Change::Replace { existing_uid: existing.info.uid.clone(), copy });
+        plan.changes.push(Change::Replace { existing_uid: state.uid.to_string(), copy });
     } else {
         plan.changes.push(Change::Update(copy));
     }
 }
 
-/// Copies this rule made that it no longer wants: deleted, unless another rule wants them,
-/// in which case that rule is named so it can be woken to take them over. Copies in a
-/// namespace being deleted are left to go with it.
-fn stale_copies(
+/// Decides everything `rule` must do in one go, given the world, its sources as read (by
+/// uid) and what is where its copies belong (by key; kopper's copies there of this rule
+/// are the copies it made). For `kopper plan` and tests; the engine asks a [`RulePass`]
+/// a few namespaces at a time.
+pub fn plan_rule(
     rule: &Rule,
     world: &World<'_>,
-    own_copies: &[ObjectInfo],
-    wanted: &BTreeSet<CopyKey>,
-    plan: &mut RulePlan,
-) {
-    let label = rule.id.label_value();
-    let stale = own_copies
-        .iter()
-        .filter(|copy| copy.replicated_by() == Some(label.as_str()) && !copy.deleting)
-        .filter(|copy| world.namespaces.get(&copy.namespace).is_some_and(|namespace| namespace.active))
-        .filter(|copy| !wanted.contains(&copy.key(rule.kind)));
-    for copy in stale {
-        let key = copy.key(rule.kind);
-        match world.owner(&key) {
-            Some((owner, _)) => {
-                plan.hand_over.insert(owner.id.clone());
-            }
-            None => plan.changes.push(Change::Delete { key, uid: copy.uid.clone() }),
-        }
-    }
+    sources: &HashMap<String, Source>,
+    existing: &BTreeMap<CopyKey, Existing>,
+) -> RulePlan {
+    let pass = RulePass::new(rule, world, sources);
+    let mut plan = RulePlan { sources_matched: pass.sources_matched, ..RulePlan::default() };
+    let found = |namespace: &str, name: &str| {
+        let key = CopyKey { kind: rule.kind, namespace: namespace.to_owned(), name: name.to_owned() };
+        existing.get(&key).map_or(Found::Nothing, Existing::found)
+    };
+    pass.plan_copies(pass.targets(), found, &mut plan);
+    pass.stale_copies(own_copies(&rule.id, rule.kind, existing), &mut plan);
+    plan
 }
 
-/// Every copy a deleted rule leaves behind: all are removed. A rule that also wants one
-/// creates it again, with its own marks.
-pub fn cleanup(rule: &RuleId, kind: ObjectKind, own_copies: &[ObjectInfo]) -> Vec<Change> {
+/// The copies of `kind` in `existing` that `rule` made.
+pub fn own_copies<'c>(
+    rule: &RuleId,
+    kind: ObjectKind,
+    existing: &'c BTreeMap<CopyKey, Existing>,
+) -> impl Iterator<Item = (&'c str, &'c str, &'c CopyState)> + 'c {
     let label = rule.label_value();
-    own_copies
-        .iter()
-        .filter(|copy| copy.replicated_by() == Some(label.as_str()) && !copy.deleting)
-        .map(|copy| Change::Delete { key: copy.key(kind), uid: copy.uid.clone() })
+    existing.iter().filter_map(move |(key, found)| match found {
+        Existing::Copy(copy) if key.kind == kind && copy.made_by(&label) => {
+            Some((key.namespace.as_str(), key.name.as_str(), copy))
+        }
+        _ => None,
+    })
+}
+
+/// Every copy a deleted rule leaves behind (`own`, the copies it made): all are removed.
+/// A rule that also wants one creates it again, with its own marks.
+pub fn cleanup<'c>(
+    kind: ObjectKind,
+    own: impl IntoIterator<Item = (&'c str, &'c str, &'c CopyState)>,
+) -> Vec<Change> {
+    own.into_iter()
+        .filter(|(_, _, copy)| !copy.deleting)
+        .map(|(namespace, name, copy)| Change::Delete {
+            key: CopyKey { kind, namespace: namespace.to_owned(), name: name.to_owned() },
+            uid: copy.uid.to_string(),
+        })
         .collect()
 }
 

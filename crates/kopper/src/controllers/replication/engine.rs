@@ -1,7 +1,7 @@
-//! One pass of the engine for one rule: read what the caches cannot tell (source content,
-//! copies kopper has not verified), decide with [`plan_rule`], apply, report.
+//! One pass of the engine for one rule: read what the caches cannot tell (source content),
+//! decide with a [`RulePass`] a few namespaces at a time, apply each batch, report.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -16,17 +16,22 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::METRICS_NAME;
-use super::apply::{self, Applied, WriteError};
+use super::apply::{self, WriteError};
+use super::copies::CopyIndex;
 use super::desired::{
-    Change, CopyKey, DesiredCopy, Existing, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId,
-    RulePlan, Source, World, cleanup, copy_template, needs_content, plan_rule,
+    Change, CopyState, Found, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, RulePass,
+    RulePlan, Source, World, cleanup,
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
+use super::scoped::{Scope, ScopeNotReady};
 use crate::runtime::{Context, ErrorCategory};
 
 /// Reads made at once while preparing one rule's pass.
 const CONCURRENT_READS: usize = 16;
+/// Copies decided and written per batch of a pass: a pass over thousands of namespaces
+/// holds this many at most.
+const COPIES_PER_BATCH: usize = 2_000;
 
 /// Seconds from kopper seeing a source change to the last of its copies written.
 pub static SOURCE_TO_COPY_SECONDS: LazyLock<Histogram> =
@@ -46,6 +51,8 @@ pub fn register_metrics(registry: &mut Registry) {
 pub enum SyncError {
     #[error(transparent)]
     CacheStopped(#[from] CacheStopped),
+    #[error(transparent)]
+    ScopeNotReady(#[from] ScopeNotReady),
     #[error("reading {what}: {source}")]
     Read {
         what: String,
@@ -65,7 +72,7 @@ pub enum SyncError {
 impl ErrorCategory for SyncError {
     fn category(&self) -> &'static str {
         match self {
-            Self::CacheStopped(_) => "cache",
+            Self::CacheStopped(_) | Self::ScopeNotReady(_) => "cache",
             Self::Read { .. } => "kube_api",
             Self::Write { .. } => "write",
             Self::Status { .. } => "status",
@@ -74,11 +81,10 @@ impl ErrorCategory for SyncError {
 }
 
 /// What the engine remembers between passes, all of it rebuilt from the cluster after a
-/// restart. Only sources' content is held; copies are remembered by version alone.
+/// restart: sources' content (copies are known from their watch), when each source change
+/// was seen, and conflicts per rule.
 #[derive(Default)]
 pub struct Memo {
-    /// Copies known to match their marks: the resourceVersion kopper wrote or read.
-    verified: Mutex<HashMap<CopyKey, String>>,
     /// Source content by kind and uid, valid for the version it records.
     sources: Mutex<HashMap<(ObjectKind, String), Source>>,
     /// When a source version was first seen, by uid, for the latency histogram.
@@ -95,17 +101,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Memo {
     pub fn forget(&self, kind: ObjectKind, object: &ObjectInfo) {
-        lock(&self.verified).remove(&object.key(kind));
         lock(&self.sources).remove(&(kind, object.uid.clone()));
         lock(&self.changed).remove(&object.uid);
     }
 
     pub fn source_changed(&self, source: &ObjectInfo) {
         lock(&self.changed).insert(source.uid.clone(), (source.resource_version.clone(), Instant::now()));
-    }
-
-    fn verified_version(&self, key: &CopyKey) -> Option<String> {
-        lock(&self.verified).get(key).cloned()
     }
 
     fn cached_source(&self, kind: ObjectKind, info: &ObjectInfo) -> Option<Source> {
@@ -132,6 +133,15 @@ pub struct Engine {
     pub router: Arc<Router>,
 }
 
+/// What one pass did, summed over its batches.
+#[derive(Default)]
+struct PassTally {
+    findings: Findings,
+    failed: Vec<WriteError>,
+    /// Sources whose copies were written, with the version written.
+    written_sources: HashMap<String, String>,
+}
+
 impl Engine {
     /// Waits for every cache's first list: a pass on a partial cache would miss copies.
     pub async fn ready(&self) -> Result<(), CacheStopped> {
@@ -145,90 +155,167 @@ impl Engine {
             Ok(rule) => rule,
             Err(refusal) => {
                 self.report(ctx, object, Err(refusal)).await?;
+                self.retire_scoped_watches(ctx);
                 return Ok(Action::await_change());
             }
         };
-        let (plan, existing) = self.plan(ctx, &rule).await?;
-        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &plan.changes).await;
-        self.remember(&plan, &existing, &applied, ctx);
-        plan.hand_over.iter().for_each(|owner| self.router.wakers.wake(owner));
-        let total = self.router.memo.set_conflicts(&rule.id, plan.conflicts().count());
+        let tally = self.pass(ctx, &rule).await?;
+        if tally.failed.is_empty() {
+            self.observe_latency(&tally.written_sources);
+        }
+        let total = self.router.memo.set_conflicts(&rule.id, tally.findings.conflicts.len());
         ctx.metrics.conflicts.get_or_create(&metric_labels()).set(total);
-        self.report(ctx, object, Ok(Findings::from_plan(&plan, &applied))).await?;
-        failures(applied)
+        self.retire_scoped_watches(ctx);
+        self.report(ctx, object, Ok(tally.findings)).await?;
+        failures(tally.failed)
     }
 
     /// Removes every copy `object` made; runs when it is deleted.
     pub async fn cleanup(&self, ctx: &Context, id: &RuleId) -> Result<Action, SyncError> {
-        let changes = self.removals(id);
+        let label = id.label_value();
+        let changes = self.copies_where(|copy| copy.made_by(&label));
         let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
-        for key in &applied.removed {
-            ctx.metrics.wrote(METRICS_NAME);
-            lock(&self.router.memo.verified).remove(key);
-        }
+        applied.removed.iter().for_each(|_| ctx.metrics.wrote(METRICS_NAME));
         let total = self.router.memo.set_conflicts(id, 0);
         ctx.metrics.conflicts.get_or_create(&metric_labels()).set(total);
-        failures(applied)
+        self.retire_scoped_watches(ctx);
+        failures(applied.failed)
     }
 
-    /// Deletions of every copy `rule` made, of either kind.
-    fn removals(&self, rule: &RuleId) -> Vec<Change> {
-        self.caches
-            .copies_of(&rule.label_value())
-            .iter()
-            .flat_map(|(kind, copy)| cleanup(rule, *kind, std::slice::from_ref(copy)))
+    /// Deletes copies whose rule no longer exists: left behind when a rule's finalizer
+    /// was removed by hand, or kopper was uninstalled and reinstalled in between.
+    pub async fn collect_orphans(&self, ctx: &Context) {
+        let rules: HashSet<String> = self.router.rules.all_ids().iter().map(RuleId::label_value).collect();
+        let changes =
+            self.copies_where(|copy| copy.rule.as_deref().is_some_and(|rule| !rules.contains(rule)));
+        if changes.is_empty() {
+            return;
+        }
+        tracing::info!(copies = changes.len(), "deleting copies whose rule no longer exists");
+        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
+        applied.removed.iter().for_each(|_| ctx.metrics.wrote(METRICS_NAME));
+        if let Some(error) = applied.failed.first() {
+            tracing::warn!(%error, failed = applied.failed.len(), "could not delete every orphaned copy");
+        }
+    }
+
+    /// Deletions of the copies of either kind that `select` picks (not those already going).
+    fn copies_where(&self, select: impl Fn(&CopyState) -> bool) -> Vec<Change> {
+        [ObjectKind::ConfigMap, ObjectKind::Secret]
+            .into_iter()
+            .flat_map(|kind| {
+                let copies = self.caches.copies(kind).read();
+                cleanup(kind, CopyIndex::all(&copies).filter(|(_, _, copy)| select(copy)))
+            })
             .collect()
     }
 
-    /// Gathers what `rule` depends on and decides its pass. Also returns the objects found
-    /// where its copies belong.
-    async fn plan(
-        &self,
-        ctx: &Context,
-        rule: &Rule,
-    ) -> Result<(RulePlan, BTreeMap<CopyKey, Existing>), SyncError> {
+    /// One pass of `rule`: gathers what it depends on, then decides and writes its copies a
+    /// few namespaces at a time, then removes the copies it no longer wants.
+    async fn pass(&self, ctx: &Context, rule: &Rule) -> Result<PassTally, SyncError> {
         let mut rules = self.router.rules.in_force(&ctx.settings);
         rules.retain(|other| other.id != rule.id);
         rules.push(rule.clone());
-        let namespaces: BTreeMap<String, NamespaceInfo> = self
-            .caches
-            .namespaces
-            .state()
-            .iter()
-            .map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
-            .map(|namespace| (namespace.name.clone(), namespace))
-            .collect();
+        // The source namespaces of every rule of the kind: who wins a contested copy
+        // depends on the other rules' sources too.
         let source_namespaces: BTreeSet<&str> = rules
             .iter()
             .filter(|other| other.kind == rule.kind)
             .flat_map(|other| other.sources.namespaces.iter().map(String::as_str))
             .collect();
-        let candidates = self.caches.objects(rule.kind, |meta| {
-            meta.namespace.as_deref().is_some_and(|namespace| source_namespaces.contains(namespace))
-        });
+        let scopes = source_namespaces.iter().map(|namespace| Scope::Namespace((*namespace).to_owned()));
+        self.caches.scoped.ensure_ready(rule.kind, scopes.collect()).await?;
+        let view = self.caches.scoped.view(rule.kind);
+        let namespaces = self.namespaces();
+        let candidates = view.objects_in(source_namespaces.iter().copied());
         let world = World::new(&rules, &namespaces, &candidates);
         let sources = self.fetch_sources(&ctx.client, rule.kind, world.matched_sources(rule)).await?;
-        let targets = world.target_namespaces(rule);
-        let copies: Vec<DesiredCopy> = sources
-            .values()
-            .flat_map(|source| {
-                let template = copy_template(&rule.id, rule.kind, source);
-                targets.iter().map(move |namespace| template.into_namespace(namespace))
-            })
-            .collect();
-        let existing = self.find_existing(&ctx.client, copies).await?;
-        let (own, other_kind): (Vec<_>, Vec<_>) = self
-            .caches
-            .copies_of(&rule.id.label_value())
-            .into_iter()
-            .partition(|(kind, _)| *kind == rule.kind);
-        let own: Vec<ObjectInfo> = own.into_iter().map(|(_, info)| info).collect();
-        let mut plan = plan_rule(rule, &world, &sources, &existing, &own);
+        let pass = RulePass::new(rule, &world, &sources);
+        let mut tally = PassTally::default();
+        tally.findings.sources_matched = pass.sources_matched;
+        let copies = self.caches.copies(rule.kind);
+        let batch = (COPIES_PER_BATCH / pass.copies_per_namespace().max(1)).max(1);
+        for targets in pass.targets().chunks(batch) {
+            let mut plan = RulePlan::default();
+            {
+                let map = copies.read();
+                let found = |namespace: &str, name: &str| {
+                    CopyIndex::get(&map, namespace, name)
+                        .map_or_else(|| view.found(namespace, name), Found::Copy)
+                };
+                pass.plan_copies(targets, found, &mut plan);
+            }
+            self.apply_batch(ctx, rule.kind, plan, &mut tally).await;
+        }
+        let mut plan = RulePlan::default();
+        let label = rule.id.label_value();
+        {
+            let map = copies.read();
+            pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| copy.made_by(&label)), &mut plan);
+        }
         // Copies of the kind the rule copied before its spec changed.
-        plan.changes.extend(
-            other_kind.iter().flat_map(|(kind, copy)| cleanup(&rule.id, *kind, std::slice::from_ref(copy))),
-        );
-        Ok((plan, existing))
+        let other = match rule.kind {
+            ObjectKind::ConfigMap => ObjectKind::Secret,
+            ObjectKind::Secret => ObjectKind::ConfigMap,
+        };
+        {
+            let map = self.caches.copies(other).read();
+            plan.changes
+                .extend(cleanup(other, CopyIndex::all(&map).filter(|(_, _, copy)| copy.made_by(&label))));
+        }
+        self.apply_batch(ctx, rule.kind, plan, &mut tally).await;
+        tally.findings.conflicts.sort();
+        Ok(tally)
+    }
+
+    /// Makes one batch of a pass's changes and adds what happened to `tally`.
+    async fn apply_batch(&self, ctx: &Context, kind: ObjectKind, plan: RulePlan, tally: &mut PassTally) {
+        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &plan.changes).await;
+        for key in &applied.unmanaged {
+            // Watch that name, so kopper sees the object that holds the place go.
+            self.caches.scoped.ensure(kind, Scope::Name(key.name.clone()));
+        }
+        applied.written.iter().chain(&applied.removed).for_each(|_| ctx.metrics.wrote(METRICS_NAME));
+        for copy in plan.writes().filter_map(Change::copy).filter(|copy| applied.written.contains(&copy.key))
+        {
+            tally.written_sources.insert(copy.source.uid.clone(), copy.source.resource_version.clone());
+        }
+        plan.hand_over.iter().for_each(|owner| self.router.wakers.wake(owner));
+        tally.findings.add(&plan, &applied);
+        tally.failed.extend(applied.failed);
+    }
+
+    /// Stops the scoped watches no rule needs any more: source namespaces no rule reads
+    /// from, and names no rule copies.
+    fn retire_scoped_watches(&self, ctx: &Context) {
+        let rules = self.router.rules.in_force(&ctx.settings);
+        let source_namespaces: HashSet<(ObjectKind, &str)> = rules
+            .iter()
+            .flat_map(|rule| rule.sources.namespaces.iter().map(|namespace| (rule.kind, namespace.as_str())))
+            .collect();
+        let mut source_names: HashSet<(ObjectKind, String)> = HashSet::new();
+        for kind in [ObjectKind::ConfigMap, ObjectKind::Secret] {
+            let view = self.caches.scoped.view(kind);
+            for rule in rules.iter().filter(|rule| rule.kind == kind) {
+                let objects = view.objects_in(rule.sources.namespaces.iter().map(String::as_str));
+                let matched = objects.into_iter().filter(|object| rule.sources.matches(object));
+                source_names.extend(matched.map(|object| (kind, object.name)));
+            }
+        }
+        self.caches.scoped.retain(|kind, scope| match scope {
+            Scope::Namespace(namespace) => source_namespaces.contains(&(kind, namespace.as_str())),
+            Scope::Name(name) => source_names.contains(&(kind, name.clone())),
+        });
+    }
+
+    fn namespaces(&self) -> BTreeMap<String, NamespaceInfo> {
+        self.caches
+            .namespaces
+            .state()
+            .iter()
+            .map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
+            .map(|namespace| (namespace.name.clone(), namespace))
+            .collect()
     }
 
     /// The content of each source, read once per version.
@@ -262,90 +349,14 @@ impl Engine {
         Ok(sources)
     }
 
-    /// The objects where `copies` belong: from the cache when kopper verified that version,
-    /// read from the server otherwise (and when kopper wrote one the cache has not seen yet).
-    async fn find_existing(
-        &self,
-        client: &Client,
-        copies: Vec<DesiredCopy>,
-    ) -> Result<BTreeMap<CopyKey, Existing>, SyncError> {
-        let memo = &self.router.memo;
-        let lookups = futures::stream::iter(copies)
-            .map(|copy| async move {
-                let key = &copy.key;
-                let cached = self.caches.get(key.kind, &key.namespace, &key.name);
-                let verified = memo.verified_version(key);
-                let found = match cached {
-                    None if verified.is_none() => None,
-                    Some(info)
-                        if !needs_content(
-                            &copy,
-                            &info,
-                            verified.as_deref() == Some(&info.resource_version),
-                        ) =>
-                    {
-                        Some(Existing { info, content: None })
-                    }
-                    _ => read(client, key.kind, &key.namespace, &key.name).await?.map(|object| Existing {
-                        info: (*object.info).clone(),
-                        content: Some((*object.payload).clone()),
-                    }),
-                };
-                Ok::<_, SyncError>(found.map(|existing| (copy.key, existing)))
-            })
-            .buffer_unordered(CONCURRENT_READS)
-            .collect::<Vec<_>>()
-            .await;
-        let mut existing = BTreeMap::new();
-        for lookup in lookups {
-            if let Some((key, found)) = lookup? {
-                existing.insert(key, found);
-            }
-        }
-        Ok(existing)
-    }
-
-    /// Remembers the versions kopper wrote or read and found right, counts writes, and
-    /// records how long each source change took to reach its copies.
-    fn remember(
-        &self,
-        plan: &RulePlan,
-        existing: &BTreeMap<CopyKey, Existing>,
-        applied: &Applied,
-        ctx: &Context,
-    ) {
-        let mut verified = lock(&self.router.memo.verified);
-        for key in &plan.in_sync {
-            if let Some(found) = existing.get(key).filter(|found| found.content.is_some()) {
-                verified.insert(key.clone(), found.info.resource_version.clone());
-            }
-        }
-        for (key, version) in &applied.versions {
-            verified.insert(key.clone(), version.clone());
-        }
-        for key in &applied.removed {
-            verified.remove(key);
-        }
-        drop(verified);
-        for _ in applied.written.iter().chain(&applied.removed) {
-            ctx.metrics.wrote(METRICS_NAME);
-        }
-        if applied.failed.is_empty() {
-            self.observe_latency(plan, applied);
-        }
-    }
-
-    fn observe_latency(&self, plan: &RulePlan, applied: &Applied) {
+    /// Records, for each source whose copies a pass wrote, how long its change took to
+    /// reach its last copy.
+    fn observe_latency(&self, written_sources: &HashMap<String, String>) {
         let mut changed = lock(&self.router.memo.changed);
-        for change in plan.writes() {
-            let (Change::Create(copy) | Change::Update(copy)) = change else { continue };
-            if !applied.written.contains(&copy.key) {
-                continue;
-            }
-            let current = changed
-                .get(&copy.source.uid)
-                .is_some_and(|(version, _)| *version == copy.source.resource_version);
-            if let Some((_, seen)) = current.then(|| changed.remove(&copy.source.uid)).flatten() {
+        for (uid, version) in written_sources {
+            if changed.get(uid).is_some_and(|(seen_version, _)| seen_version == version)
+                && let Some((_, seen)) = changed.remove(uid)
+            {
                 SOURCE_TO_COPY_SECONDS.observe(seen.elapsed().as_secs_f64());
             }
         }
@@ -406,9 +417,9 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
 
 /// Writes that failed make the pass fail, so it is retried with backoff; the rest of the
 /// pass (status included) has been done.
-fn failures(applied: Applied) -> Result<Action, SyncError> {
-    let count = applied.failed.len();
-    match applied.failed.into_iter().next() {
+fn failures(failed: Vec<WriteError>) -> Result<Action, SyncError> {
+    let count = failed.len();
+    match failed.into_iter().next() {
         Some(first) => Err(SyncError::Write { count, first: Box::new(first) }),
         None => Ok(Action::await_change()),
     }

@@ -1,11 +1,9 @@
-//! Watch-fed caches of namespaces, ConfigMaps and Secrets, holding metadata only: what
-//! matches a rule and what is kopper's are decided from labels, so the content of the
-//! cluster's objects is never held. Each change wakes exactly the rules it concerns; a
-//! relist after a missed event (a closed watch, `410 Gone`) wakes every rule.
+//! The rules' stores, the wake-ups of their controllers, and the engine's watch-fed caches.
+//! Each change wakes exactly the rules it concerns; a relist after a missed event (a
+//! closed watch, `410 Gone`) wakes every rule.
 
-use std::collections::{BTreeSet, HashMap};
-use std::fmt::Debug;
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock, Weak};
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Future, StreamExt};
@@ -14,16 +12,14 @@ use kube::core::{DeserializeGuard, ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use super::RULE_CONTROLLER;
-use super::desired::{
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, REPLICATED_BY_LABEL, Rule, RuleId, RuleKind,
-    rules_affected_by,
-};
+use super::copies::{self, CopyIndex};
+use super::desired::{ObjectInfo, ObjectKind, Rule, RuleId, RuleKind, rules_affected_by};
 use super::engine::Memo;
 use super::rules::RuleObject;
+use super::scoped::{Scoped, ScopedView};
 use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::replication_rule::types::ReplicationRule;
 use crate::runtime::metrics::CacheLabels;
@@ -109,11 +105,63 @@ pub struct Router {
     pub wakers: Wakers,
     pub settings: Arc<Settings>,
     pub memo: Arc<Memo>,
+    /// Set once the scoped watches exist (they route through this router).
+    pub scoped: OnceLock<Weak<Scoped>>,
 }
 
 impl Router {
-    fn wake_all(&self) {
+    pub fn wake_all(&self) {
         self.rules.all_ids().iter().for_each(|rule| self.wakers.wake(rule));
+    }
+
+    /// Whether `rule` has a source named `name` (in one of its source namespaces).
+    fn has_source_named(&self, view: Option<&ScopedView>, rule: &Rule, name: &str) -> bool {
+        let Some(view) = view else { return false };
+        rule.sources
+            .namespaces
+            .iter()
+            .any(|namespace| view.source(namespace, name).is_some_and(|source| rule.sources.matches(&source)))
+    }
+
+    fn view(&self, kind: ObjectKind) -> Option<ScopedView> {
+        self.scoped.get().and_then(Weak::upgrade).map(|scoped| scoped.view(kind))
+    }
+
+    /// A copy changed: wakes the rules it was and is a copy of, and those that want a copy
+    /// where it is (one may take it over, or see a conflict clear).
+    pub fn copy_changed(&self, kind: ObjectKind, meta: &ObjectMeta, made_by: [Option<Arc<str>>; 2]) {
+        let rules = self.rules.in_force(&self.settings);
+        let view = self.view(kind);
+        let namespace = meta.namespace.as_deref().unwrap_or_default();
+        let name = meta.name.as_deref().unwrap_or_default();
+        for rule in rules.iter().filter(|rule| rule.kind == kind) {
+            let label = rule.id.label_value();
+            let made = made_by.iter().flatten().any(|made_by| **made_by == *label);
+            let wants = !rule.sources.namespaces.iter().any(|source| source == namespace)
+                && self.has_source_named(view.as_ref(), rule, name);
+            if made || wants {
+                self.wakers.wake(&rule.id);
+            }
+        }
+    }
+
+    /// An object that is not a copy changed (`before` and `after` the change): wakes the
+    /// rules it concerns now and those it concerned before, so a source that stops
+    /// matching still wakes the rule that copied it.
+    pub fn object_changed(&self, kind: ObjectKind, before: Option<&ObjectInfo>, after: Option<&ObjectInfo>) {
+        let rules = self.rules.in_force(&self.settings);
+        let view = self.view(kind);
+        let source_named = |rule: &Rule, name: &str| self.has_source_named(view.as_ref(), rule, name);
+        let mut woken = BTreeSet::new();
+        for info in [before, after].into_iter().flatten() {
+            woken.extend(rules_affected_by(&rules, kind, info, source_named).cloned());
+        }
+        if let Some(after) = after
+            && rules.iter().any(|rule| rule.kind == kind && rule.sources.matches(after))
+        {
+            self.memo.source_changed(after);
+        }
+        woken.iter().for_each(|rule| self.wakers.wake(rule));
     }
 }
 
@@ -122,11 +170,14 @@ impl Router {
 #[error("the {0} cache stopped before its first list completed")]
 pub struct CacheStopped(pub &'static str);
 
-/// The three metadata caches and the tasks that keep them.
+/// The engine's caches and the tasks that keep them: namespaces (metadata), kopper's
+/// copies ([`copies`](super::copies)), and the scoped watches of everything else
+/// ([`scoped`](super::scoped)).
 pub struct Caches {
     pub namespaces: Store<Meta<Namespace>>,
-    pub config_maps: Store<Meta<ConfigMap>>,
-    pub secrets: Store<Meta<Secret>>,
+    pub config_maps: Arc<CopyIndex>,
+    pub secrets: Arc<CopyIndex>,
+    pub scoped: Arc<Scoped>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -137,157 +188,48 @@ impl Caches {
         metrics: Arc<Metrics>,
         shutdown: impl Future<Output = ()> + Clone + Send + 'static,
     ) -> Self {
-        let (namespaces, namespace_task) = spawn_cache(
-            Api::<Meta<Namespace>>::all(client.clone()),
-            NamespaceRouting(router.clone()),
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        let (config_maps, config_map_task) = spawn_cache(
-            Api::<Meta<ConfigMap>>::all(client.clone()),
-            ObjectRouting::new(ObjectKind::ConfigMap, router.clone()),
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        let (secrets, secret_task) = spawn_cache(
-            Api::<Meta<Secret>>::all(client.clone()),
-            ObjectRouting::new(ObjectKind::Secret, router),
-            metrics,
-            shutdown,
-        );
-        Self { namespaces, config_maps, secrets, tasks: vec![namespace_task, config_map_task, secret_task] }
+        let (namespaces, namespace_task) =
+            spawn_namespaces(client, router.clone(), metrics.clone(), shutdown.clone());
+        let config_maps = Arc::new(CopyIndex::new(ObjectKind::ConfigMap));
+        let secrets = Arc::new(CopyIndex::new(ObjectKind::Secret));
+        let scoped = Arc::new(Scoped::new(client.clone(), router.clone(), shutdown.clone()));
+        let _ = router.scoped.set(Arc::downgrade(&scoped));
+        let tasks = vec![
+            namespace_task,
+            copies::spawn::<ConfigMap>(
+                client,
+                config_maps.clone(),
+                router.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ),
+            copies::spawn::<Secret>(client, secrets.clone(), router, metrics, shutdown),
+        ];
+        Self { namespaces, config_maps, secrets, scoped, tasks }
     }
 
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
         self.namespaces.wait_until_ready().await.map_err(|_| CacheStopped("Namespace"))?;
-        self.config_maps.wait_until_ready().await.map_err(|_| CacheStopped("ConfigMap"))?;
-        self.secrets.wait_until_ready().await.map_err(|_| CacheStopped("Secret"))
+        if !self.config_maps.wait_until_ready().await {
+            return Err(CacheStopped("ConfigMap copy"));
+        }
+        if !self.secrets.wait_until_ready().await {
+            return Err(CacheStopped("Secret copy"));
+        }
+        Ok(())
     }
 
-    /// Waits for the cache tasks, which end on shutdown.
+    /// Waits for the cache tasks, which end on shutdown, and stops the scoped watches.
     pub async fn join(self) {
         futures::future::join_all(self.tasks).await;
+        self.scoped.stop_all();
     }
 
-    /// The metadata of the cached objects of `kind` that `keep` accepts; the others are
-    /// not copied.
-    pub fn objects(&self, kind: ObjectKind, keep: impl Fn(&ObjectMeta) -> bool) -> Vec<ObjectInfo> {
+    pub fn copies(&self, kind: ObjectKind) -> &CopyIndex {
         match kind {
-            ObjectKind::ConfigMap => infos(&self.config_maps, keep),
-            ObjectKind::Secret => infos(&self.secrets, keep),
+            ObjectKind::ConfigMap => &self.config_maps,
+            ObjectKind::Secret => &self.secrets,
         }
-    }
-
-    /// The copies of either kind that carry `label` as their rule.
-    pub fn copies_of(&self, label: &str) -> Vec<(ObjectKind, ObjectInfo)> {
-        let ours = |meta: &ObjectMeta| {
-            let labels = meta.labels.as_ref();
-            labels.and_then(|l| l.get(REPLICATED_BY_LABEL)).is_some_and(|value| value == label)
-                && labels.and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|value| value == MANAGED_BY_VALUE)
-        };
-        [ObjectKind::ConfigMap, ObjectKind::Secret]
-            .into_iter()
-            .flat_map(|kind| self.objects(kind, ours).into_iter().map(move |info| (kind, info)))
-            .collect()
-    }
-
-    /// The cached metadata of one object.
-    pub fn get(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<ObjectInfo> {
-        let meta = match kind {
-            ObjectKind::ConfigMap => {
-                self.config_maps.get(&ObjectRef::new(name).within(namespace)).map(|m| m.metadata.clone())
-            }
-            ObjectKind::Secret => {
-                self.secrets.get(&ObjectRef::new(name).within(namespace)).map(|m| m.metadata.clone())
-            }
-        };
-        meta.as_ref().map(ObjectInfo::from_meta)
-    }
-}
-
-fn infos<K>(store: &Store<Meta<K>>, keep: impl Fn(&ObjectMeta) -> bool) -> Vec<ObjectInfo>
-where
-    K: Resource<DynamicType = ()> + Clone,
-{
-    store
-        .state()
-        .iter()
-        .filter(|object| keep(&object.metadata))
-        .map(|object| ObjectInfo::from_meta(&object.metadata))
-        .collect()
-}
-
-/// Decides whom a cache event wakes.
-trait Routing<K: Resource<DynamicType = ()>>: Send + 'static {
-    /// Called after the cache applied `event`, with the cache itself.
-    fn route(&mut self, event: &watcher::Event<Meta<K>>, store: &Store<Meta<K>>);
-}
-
-/// Any namespace change can make it start or stop matching any rule.
-struct NamespaceRouting(Arc<Router>);
-
-impl Routing<Namespace> for NamespaceRouting {
-    fn route(&mut self, event: &watcher::Event<Meta<Namespace>>, _store: &Store<Meta<Namespace>>) {
-        match event {
-            watcher::Event::Init | watcher::Event::InitApply(_) => {}
-            watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
-                self.0.wake_all()
-            }
-        }
-    }
-}
-
-/// A ConfigMap or Secret change wakes the rules it concerns now and those it concerned
-/// before, so a source that stops matching still wakes the rule that copied it.
-struct ObjectRouting {
-    kind: ObjectKind,
-    router: Arc<Router>,
-    concerned: HashMap<String, BTreeSet<RuleId>>,
-}
-
-impl ObjectRouting {
-    fn new(kind: ObjectKind, router: Arc<Router>) -> Self {
-        Self { kind, router, concerned: HashMap::new() }
-    }
-}
-
-impl<K> Routing<K> for ObjectRouting
-where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    fn route(&mut self, event: &watcher::Event<Meta<K>>, store: &Store<Meta<K>>) {
-        let (object, deleted) = match event {
-            watcher::Event::Init | watcher::Event::InitApply(_) => return,
-            watcher::Event::InitDone => {
-                self.router.wake_all();
-                return;
-            }
-            watcher::Event::Apply(object) => (object, false),
-            watcher::Event::Delete(object) => (object, true),
-        };
-        let info = ObjectInfo::from_meta(&object.metadata);
-        let rules = self.router.rules.in_force(&self.router.settings);
-        let is_source_of = |rule: &Rule, name: &str| {
-            rule.sources.namespaces.iter().any(|namespace| {
-                store
-                    .get(&ObjectRef::new(name).within(namespace))
-                    .is_some_and(|source| rule.sources.matches(&ObjectInfo::from_meta(&source.metadata)))
-            })
-        };
-        let now: BTreeSet<RuleId> =
-            rules_affected_by(&rules, self.kind, &info, is_source_of).cloned().collect();
-        let memo = &self.router.memo;
-        if deleted {
-            memo.forget(self.kind, &info);
-        } else if rules.iter().any(|rule| rule.kind == self.kind && rule.sources.matches(&info)) {
-            memo.source_changed(&info);
-        }
-        let before = if deleted || now.is_empty() {
-            self.concerned.remove(&info.uid)
-        } else {
-            self.concerned.insert(info.uid.clone(), now.clone())
-        };
-        now.iter().chain(before.iter().flatten()).for_each(|rule| self.router.wakers.wake(rule));
     }
 }
 
@@ -295,29 +237,27 @@ where
 /// the cache is meant not to hold.
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Keeps a metadata-only cache of `api`'s objects until shutdown, routing each event after
-/// the cache has applied it. Managed fields and kubectl's last-applied annotation are
-/// dropped: they are never read and can be most of an object's metadata.
-fn spawn_cache<K>(
-    api: Api<Meta<K>>,
-    mut routing: impl Routing<K>,
+/// Keeps a metadata-only cache of namespaces until shutdown; any change can make a
+/// namespace start or stop matching any rule, so each wakes them all. Managed fields and
+/// kubectl's last-applied annotation are dropped: they are never read.
+fn spawn_namespaces(
+    client: &Client,
+    router: Arc<Router>,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> (Store<Meta<K>>, JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
+) -> (Store<Meta<Namespace>>, JoinHandle<()>) {
     let (store, writer) = reflector::store();
+    let api = Api::<Meta<Namespace>>::all(client.clone());
     let events = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default()).default_backoff().modify(|object: &mut Meta<K>| {
+        watcher(api, watcher::Config::default()).default_backoff().modify(|object: &mut Meta<Namespace>| {
             object.managed_fields_mut().clear();
             object.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
         }),
     )
     .take_until(shutdown);
     let reader = store.clone();
-    let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: K::kind(&()).into_owned() };
+    let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: "Namespace".to_owned() };
     let task = tokio::spawn(async move {
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {
@@ -325,7 +265,12 @@ where
                 Ok(event) => {
                     let size = i64::try_from(reader.len()).unwrap_or(i64::MAX);
                     metrics.cached_objects.get_or_create(&labels).set(size);
-                    routing.route(&event, &reader);
+                    match event {
+                        watcher::Event::Init | watcher::Event::InitApply(_) => {}
+                        watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
+                            router.wake_all()
+                        }
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(kind = %labels.kind, %error, "watch failed; retrying with backoff")

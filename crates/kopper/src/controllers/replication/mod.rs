@@ -13,11 +13,13 @@
 //! `configmapsyncs` and `replicationrules` themselves.
 
 pub mod apply;
+pub mod copies;
 pub mod desired;
 pub mod engine;
 pub mod index;
 pub mod plan;
 pub mod rules;
+pub mod scoped;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -54,6 +56,8 @@ pub const METRICS_NAME: &str = "replication";
 pub const FINALIZER: &str = "kopper.dev/replication";
 /// Gathers a burst of changes (a thousand namespaces created at once) into fewer passes.
 const DEBOUNCE: Duration = Duration::from_millis(100);
+/// How often copies whose rule vanished without its finalizer running are looked for.
+const ORPHAN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -108,13 +112,17 @@ pub async fn run(
         wakers,
         settings: ctx.settings.clone(),
         memo: Arc::new(Memo::default()),
+        scoped: std::sync::OnceLock::new(),
     });
     let caches = Caches::spawn(&client, router.clone(), ctx.metrics.clone(), shutdown.clone());
     let engine = Arc::new(Engine { caches, router });
     let for_rules = engine.clone();
     let for_syncs = engine.clone();
+    let for_orphans = engine.clone();
+    let orphan_ctx = ctx.clone();
     let controllers = async {
         tokio::join!(
+            collect_orphans(for_orphans, orphan_ctx, shutdown.clone()),
             run_controller(RULE_CONTROLLER, rule_controller, ctx.clone(), move |rule, ctx| {
                 reconcile(rule, ctx, for_rules.clone())
             }),
@@ -139,6 +147,25 @@ pub async fn run(
         engine.caches.join().await;
     }
     Ok(())
+}
+
+/// Deletes copies whose rule is gone once the caches are ready, then every
+/// [`ORPHAN_SWEEP_INTERVAL`], until shutdown. The sweep reads only the caches.
+async fn collect_orphans(engine: Arc<Engine>, ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send) {
+    let sweeps = async {
+        if engine.ready().await.is_err() {
+            return;
+        }
+        loop {
+            engine.collect_orphans(&ctx).await;
+            tokio::time::sleep(ORPHAN_SWEEP_INTERVAL).await;
+        }
+    };
+    tokio::select! {
+        () = sweeps => {}
+        () = shutdown => {}
+    }
+    drop(engine);
 }
 
 /// One pass for one rule: its copies made right, or removed when it is being deleted.

@@ -9,8 +9,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use super::desired::{
-    Change, CopyKey, Existing, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, Source, World,
-    plan_rule,
+    Change, CopyKey, CopyState, Existing, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId,
+    Source, World, plan_rule,
 };
 use super::rules::RuleObject;
 use crate::controllers::config_map_sync::types::ConfigMapSync;
@@ -113,15 +113,15 @@ fn plan_one(
     let existing: BTreeMap<CopyKey, Existing> = objects
         .iter()
         .map(|object| {
-            let existing =
-                Existing { info: (*object.info).clone(), content: Some((*object.payload).clone()) };
+            let existing = if object.info.is_kopper_copy() {
+                Existing::Copy(CopyState::from_info(&object.info, &object.payload))
+            } else {
+                Existing::Unmanaged
+            };
             (object.info.key(rule.kind), existing)
         })
         .collect();
-    let label = rule.id.label_value();
-    let own: Vec<ObjectInfo> =
-        infos.iter().filter(|info| info.replicated_by() == Some(label.as_str())).cloned().collect();
-    plan_rule(rule, &world, &sources, &existing, &own).changes
+    plan_rule(rule, &world, &sources, &existing).changes
 }
 
 #[derive(Default)]
@@ -140,7 +140,7 @@ fn render(out: &mut String, rule: &RuleId, changes: &[Change], totals: &mut Tota
     }
     for change in changes {
         let line = match change {
-            Change::Create(copy) => {
+            Change::Create(copy) | Change::CreateIfAbsent(copy) => {
                 totals.create += 1;
                 format!("  + create  {} (from {}/{})", copy.key, copy.source.namespace, copy.source.name)
             }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::apply::Applied;
-use super::desired::{ObjectKind, Rule, RuleId, RulePlan, SourceMatch, TargetMatch};
+use super::desired::{ConflictReason, ObjectKind, Rule, RuleId, RulePlan, SourceMatch, TargetMatch};
 use crate::controllers::config_map_sync::types::{ConfigMapSync, ConfigMapSyncStatus};
 use crate::controllers::replication_rule::types::{
     CopyConflict, ReplicatedKind, ReplicationRule, ReplicationRuleStatus,
@@ -50,28 +50,29 @@ pub struct Findings {
 }
 
 impl Findings {
-    /// Summarises `plan` once `applied` tells which of its writes were made.
+    /// Adds one batch of a pass: `plan`, once `applied` tells which of its writes were made.
+    pub fn add(&mut self, plan: &RulePlan, applied: &Applied) {
+        self.wanted += plan.wanted;
+        self.copies_in_sync += plan.in_sync + applied.written.len();
+        self.synced_namespaces.extend(plan.in_sync_namespaces.iter().cloned());
+        self.synced_namespaces.extend(applied.written.iter().map(|key| key.namespace.clone()));
+        let found_unmanaged = applied.unmanaged.iter().map(|key| (key, &ConflictReason::NotManagedByKopper));
+        self.conflicts.extend(plan.conflicts().chain(found_unmanaged).map(|(key, reason)| CopyConflict {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            reason: reason.reason().to_owned(),
+            message: reason.message(key),
+        }));
+        self.wrote |= !applied.written.is_empty() || applied.deleted > 0;
+        self.failed += applied.failed.len();
+    }
+
+    /// Summarises a whole pass made of one `plan`.
     pub fn from_plan(plan: &RulePlan, applied: &Applied) -> Self {
-        let in_sync: BTreeSet<_> = plan.in_sync.iter().chain(applied.written.iter()).collect();
-        let mut conflicts: Vec<CopyConflict> = plan
-            .conflicts()
-            .map(|(key, reason)| CopyConflict {
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-                reason: reason.reason().to_owned(),
-                message: reason.message(key),
-            })
-            .collect();
-        conflicts.sort();
-        Self {
-            sources_matched: plan.sources_matched,
-            wanted: plan.wanted,
-            synced_namespaces: in_sync.iter().map(|key| key.namespace.clone()).collect(),
-            copies_in_sync: in_sync.len().min(plan.wanted),
-            conflicts,
-            wrote: !applied.written.is_empty() || applied.deleted > 0,
-            failed: applied.failed.len(),
-        }
+        let mut findings = Self { sources_matched: plan.sources_matched, ..Self::default() };
+        findings.add(plan, applied);
+        findings.conflicts.sort();
+        findings
     }
 
     /// The `Ready` condition's status, reason and message.

@@ -54,20 +54,25 @@ fn read(info: &ObjectInfo, payload: Payload) -> Source {
     Source::new(info.clone(), payload)
 }
 
-/// The object kopper would have written for `copy`, as read back from the server.
+/// The object kopper would have written for `copy`, as its watch sees it.
 fn written(copy: &DesiredCopy) -> Existing {
-    Existing {
-        info: ObjectInfo {
-            namespace: copy.key.namespace.clone(),
-            name: copy.key.name.clone(),
-            uid: format!("copy-{}", copy.key.namespace),
-            resource_version: "7".to_owned(),
-            labels: (*copy.labels).clone(),
-            annotations: (*copy.annotations).clone(),
-            deleting: false,
-        },
-        content: Some((*copy.payload).clone()),
-    }
+    written_as(copy, |_, _| {})
+}
+
+/// The object kopper would have written for `copy`, then changed by `edit`.
+fn written_as(copy: &DesiredCopy, edit: impl FnOnce(&mut ObjectInfo, &mut Payload)) -> Existing {
+    let mut info = ObjectInfo {
+        namespace: copy.key.namespace.clone(),
+        name: copy.key.name.clone(),
+        uid: format!("copy-{}", copy.key.namespace),
+        resource_version: "7".to_owned(),
+        labels: (*copy.labels).clone(),
+        annotations: (*copy.annotations).clone(),
+        deleting: false,
+    };
+    let mut payload = (*copy.payload).clone();
+    edit(&mut info, &mut payload);
+    Existing::Copy(CopyState::from_info(&info, &payload))
 }
 
 fn key(namespace: &str, name: &str) -> CopyKey {
@@ -85,13 +90,8 @@ fn plan_after_first_pass(
     objects: &[ObjectInfo],
 ) -> RulePlan {
     let world = World::new(rules, ns, objects);
-    let first = plan_rule(
-        &rules[0],
-        &world,
-        &payloads(&objects.iter().collect::<Vec<_>>(), "v1"),
-        &BTreeMap::new(),
-        &[],
-    );
+    let first =
+        plan_rule(&rules[0], &world, &payloads(&objects.iter().collect::<Vec<_>>(), "v1"), &BTreeMap::new());
     let existing: BTreeMap<CopyKey, Existing> = first
         .changes
         .iter()
@@ -100,8 +100,7 @@ fn plan_after_first_pass(
             _ => None,
         })
         .collect();
-    let own: Vec<ObjectInfo> = existing.values().map(|e| e.info.clone()).collect();
-    plan_rule(&rules[0], &world, &payloads(&objects.iter().collect::<Vec<_>>(), "v1"), &existing, &own)
+    plan_rule(&rules[0], &world, &payloads(&objects.iter().collect::<Vec<_>>(), "v1"), &existing)
 }
 
 #[test]
@@ -111,7 +110,7 @@ fn copies_go_to_every_active_namespace_but_the_source_and_system_ones() {
     ns.insert("gone".into(), NamespaceInfo { name: "gone".into(), labels: BTreeMap::new(), active: false });
     let objects = [source("src", "cfg", "u1", "1")];
     let world = World::new(&rules, &ns, &objects);
-    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &BTreeMap::new(), &[]);
+    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &BTreeMap::new());
     assert_eq!(creates(&plan), vec![&key("a", "cfg"), &key("b", "cfg")]);
     assert_eq!(plan.sources_matched, 1);
 }
@@ -157,33 +156,22 @@ fn copy_is_not_written_when_identical() {
     let objects = [source("src", "cfg", "u1", "1")];
     let plan = plan_after_first_pass(&rules, &ns, &objects);
     assert_eq!(plan.writes().count(), 0, "{:?}", plan.changes);
-    assert_eq!(plan.in_sync.len(), 2);
+    assert_eq!(plan.in_sync, 2);
+    assert_eq!(plan.in_sync_namespaces, ["a".to_owned(), "b".to_owned()].into());
 }
 
 #[test]
-fn verified_copy_is_in_sync_without_reading_its_content() {
-    let rules = [rule("r", 1)];
-    let ns = namespaces(&["src", "a"]);
-    let objects = [source("src", "cfg", "u1", "1")];
-    let world = World::new(&rules, &ns, &objects);
-    let copy = desired_copy(
-        &rules[0].id,
-        ObjectKind::ConfigMap,
-        &Source::new(objects[0].clone(), payload("v1")),
-        "a",
-    );
-    let mut existing = written(&copy);
-    assert!(!needs_content(&copy, &existing.info, true));
-    assert!(needs_content(&copy, &existing.info, false), "a version kopper has not seen must be read");
-    existing.content = None;
-    let plan = plan_rule(
-        &rules[0],
-        &world,
-        &payloads(&[&objects[0]], "v1"),
-        &[(copy.key.clone(), existing)].into(),
-        &[],
-    );
-    assert_eq!(plan.writes().count(), 0);
+fn copy_state_tells_content_and_marks_apart_by_digest() {
+    let info = source("a", "cfg", "u1", "1");
+    let state = CopyState::from_info(&info, &payload("v1"));
+    assert_eq!(state, CopyState::from_info(&info, &payload("v1")));
+    assert_ne!(state.content, CopyState::from_info(&info, &payload("v2")).content);
+    let wanted = Marks::new(&labels(&[("copy", "yes")]), &BTreeMap::new());
+    assert!(state.marks.contains_all(&wanted));
+    let as_annotation = Marks::new(&BTreeMap::new(), &labels(&[("copy", "yes")]));
+    assert!(!state.marks.contains_all(&as_annotation), "a label is not an annotation");
+    let other_value = Marks::new(&labels(&[("copy", "no")]), &BTreeMap::new());
+    assert!(!state.marks.contains_all(&other_value));
 }
 
 #[test]
@@ -196,7 +184,7 @@ fn source_change_updates_the_copy() {
     let objects = [source("src", "cfg", "u1", "2")];
     let world = World::new(&rules, &ns, &objects);
     let existing = [(copy.key.clone(), written(&copy))].into();
-    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v2"), &existing, &[]);
+    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v2"), &existing);
     match plan.changes.as_slice() {
         [Change::Update(updated)] => {
             assert_eq!(*updated.payload, payload("v2"));
@@ -218,15 +206,9 @@ fn edited_copy_is_restored() {
         &Source::new(objects[0].clone(), payload("v1")),
         "a",
     );
-    let mut edited = written(&copy);
-    edited.content = Some(payload("hand-edited"));
-    let plan = plan_rule(
-        &rules[0],
-        &world,
-        &payloads(&[&objects[0]], "v1"),
-        &[(copy.key.clone(), edited)].into(),
-        &[],
-    );
+    let edited = written_as(&copy, |_, content| *content = payload("hand-edited"));
+    let plan =
+        plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &[(copy.key.clone(), edited)].into());
     assert!(matches!(plan.changes.as_slice(), [Change::Update(_)]), "{:?}", plan.changes);
 }
 
@@ -242,15 +224,11 @@ fn labels_others_added_to_a_copy_do_not_cause_writes() {
         &Source::new(objects[0].clone(), payload("v1")),
         "a",
     );
-    let mut existing = written(&copy);
-    existing.info.labels.insert("added-by".into(), "someone".into());
-    let plan = plan_rule(
-        &rules[0],
-        &world,
-        &payloads(&[&objects[0]], "v1"),
-        &[(copy.key.clone(), existing)].into(),
-        &[],
-    );
+    let existing = written_as(&copy, |info, _| {
+        info.labels.insert("added-by".into(), "someone".into());
+    });
+    let plan =
+        plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &[(copy.key.clone(), existing)].into());
     assert_eq!(plan.writes().count(), 0);
 }
 
@@ -260,22 +238,11 @@ fn unmanaged_object_is_reported_not_overwritten() {
     let ns = namespaces(&["src", "a"]);
     let objects = [source("src", "cfg", "u1", "1")];
     let world = World::new(&rules, &ns, &objects);
-    let theirs = Existing {
-        info: ObjectInfo {
-            namespace: "a".into(),
-            name: "cfg".into(),
-            uid: "theirs".into(),
-            ..ObjectInfo::default()
-        },
-        content: None,
-    };
-    let own = [theirs.info.clone()];
     let plan = plan_rule(
         &rules[0],
         &world,
         &payloads(&[&objects[0]], "v1"),
-        &[(key("a", "cfg"), theirs)].into(),
-        &own,
+        &[(key("a", "cfg"), Existing::Unmanaged)].into(),
     );
     assert_eq!(
         plan.changes,
@@ -290,8 +257,8 @@ fn oldest_rule_wins_a_contested_copy() {
     let objects = [source("src", "cfg", "u1", "1")];
     let world = World::new(&rules, &ns, &objects);
     let p = payloads(&[&objects[0]], "v1");
-    let young = plan_rule(&rules[0], &world, &p, &BTreeMap::new(), &[]);
-    let old = plan_rule(&rules[1], &world, &p, &BTreeMap::new(), &[]);
+    let young = plan_rule(&rules[0], &world, &p, &BTreeMap::new());
+    let old = plan_rule(&rules[1], &world, &p, &BTreeMap::new());
     assert_eq!(creates(&old), vec![&key("a", "cfg")]);
     assert_eq!(
         young.changes,
@@ -325,7 +292,7 @@ fn winning_rule_adopts_a_copy_the_losing_rule_wrote() {
         "a",
     );
     let existing = [(theirs.key.clone(), written(&theirs))].into();
-    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &existing, &[]);
+    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &existing);
     match plan.changes.as_slice() {
         [Change::Update(copy)] => assert_eq!(copy.labels[REPLICATED_BY_LABEL], "ReplicationRule.old"),
         other => panic!("expected adoption, got {other:?}"),
@@ -387,10 +354,10 @@ fn copy_is_deleted_when_its_source_stops_matching() {
         &Source::new(source("src", "cfg", "u1", "1"), payload("v1")),
         "a",
     );
-    let own = [written(&old).info];
+    let existing = [(old.key.clone(), written(&old))].into();
     let objects = [unlabelled];
     let world = World::new(&rules, &ns, &objects);
-    let plan = plan_rule(&rules[0], &world, &HashMap::new(), &BTreeMap::new(), &own);
+    let plan = plan_rule(&rules[0], &world, &HashMap::new(), &existing);
     assert_eq!(plan.changes, vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into() }]);
 }
 
@@ -411,8 +378,7 @@ fn copies_in_a_terminating_namespace_are_left_to_go_with_it() {
         &rules[0],
         &world,
         &payloads(&[&objects[0]], "v1"),
-        &BTreeMap::new(),
-        &[written(&copy).info],
+        &[(copy.key.clone(), written(&copy))].into(),
     );
     assert!(plan.changes.is_empty(), "{:?}", plan.changes);
 }
@@ -435,8 +401,7 @@ fn unwanted_copy_another_rule_wants_is_handed_over_not_deleted() {
         &rules[0],
         &world,
         &payloads(&[&objects[0]], "v1"),
-        &BTreeMap::new(),
-        &[written(&copy).info],
+        &[(copy.key.clone(), written(&copy))].into(),
     );
     assert!(plan.changes.is_empty(), "{:?}", plan.changes);
     assert_eq!(plan.hand_over, [RuleId::replication_rule("second")].into());
@@ -456,7 +421,7 @@ fn immutable_copy_is_replaced_when_the_source_is_replaced() {
     let objects = [source("src", "cfg", "u2", "5")];
     let world = World::new(&rules, &ns, &objects);
     let new_payloads = [("u2".to_owned(), read(&objects[0], immutable("v2")))].into();
-    let plan = plan_rule(&rules[0], &world, &new_payloads, &[(old.key.clone(), written(&old))].into(), &[]);
+    let plan = plan_rule(&rules[0], &world, &new_payloads, &[(old.key.clone(), written(&old))].into());
     match plan.changes.as_slice() {
         [Change::Replace { existing_uid, copy }] => {
             assert_eq!(existing_uid, "copy-a");
@@ -483,7 +448,7 @@ fn secret_type_change_replaces_the_copy() {
     old.key.kind = ObjectKind::Secret;
     let world = World::new(&rules, &ns, &objects);
     let p = [("u1".to_owned(), read(&objects[0], typed("kubernetes.io/tls")))].into();
-    let plan = plan_rule(&rules[0], &world, &p, &[(old.key.clone(), written(&old))].into(), &[]);
+    let plan = plan_rule(&rules[0], &world, &p, &[(old.key.clone(), written(&old))].into());
     assert!(matches!(plan.changes.as_slice(), [Change::Replace { .. }]), "{:?}", plan.changes);
 }
 
@@ -503,8 +468,7 @@ fn two_sources_with_one_name_report_the_loser() {
     let ns = namespaces(&["src", "src2", "a"]);
     let objects = [source("src", "cfg", "u1", "1"), source("src2", "cfg", "u2", "1")];
     let world = World::new(&rules, &ns, &objects);
-    let plan =
-        plan_rule(&rules[0], &world, &payloads(&[&objects[0], &objects[1]], "v"), &BTreeMap::new(), &[]);
+    let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0], &objects[1]], "v"), &BTreeMap::new());
     assert_eq!(creates(&plan), vec![&key("a", "cfg")]);
     assert_eq!(plan.conflicts().count(), 1);
 }
@@ -524,9 +488,13 @@ fn cleanup_deletes_only_the_rules_own_copies() {
         &Source::new(source("src", "cfg", "u1", "1"), payload("v")),
         "b",
     );
-    let unmarked = ObjectInfo { namespace: "c".into(), name: "cfg".into(), ..ObjectInfo::default() };
-    let changes =
-        cleanup(&rule_id, ObjectKind::ConfigMap, &[written(&mine).info, written(&other).info, unmarked]);
+    let existing: BTreeMap<CopyKey, Existing> = [
+        (mine.key.clone(), written(&mine)),
+        (other.key.clone(), written(&other)),
+        (key("c", "cfg"), Existing::Unmanaged),
+    ]
+    .into();
+    let changes = cleanup(ObjectKind::ConfigMap, own_copies(&rule_id, ObjectKind::ConfigMap, &existing));
     assert_eq!(changes, vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into() }]);
 }
 
@@ -550,7 +518,12 @@ fn events_wake_the_rules_they_concern() {
     assert_eq!(woken, vec![&rules[0].id]);
     let copy =
         desired_copy(&rules[1].id, ObjectKind::ConfigMap, &Source::new(src.clone(), payload("v")), "a");
-    let copy = written(&copy).info;
+    let copy = ObjectInfo {
+        namespace: "a".into(),
+        labels: (*copy.labels).clone(),
+        annotations: (*copy.annotations).clone(),
+        ..ObjectInfo::default()
+    };
     let woken: Vec<_> = rules_affected_by(&rules, ObjectKind::ConfigMap, &copy, no_sources).collect();
     assert_eq!(woken, vec![&rules[1].id]);
     let blocker = ObjectInfo { namespace: "a".into(), name: "cfg".into(), ..ObjectInfo::default() };

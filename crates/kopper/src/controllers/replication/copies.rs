@@ -1,0 +1,217 @@
+//! kopper's copies, as one watch per kind selected by kopper's managed-by label sees them:
+//! content included, so a copy is checked against its source without ever reading it, and
+//! kept as a [`CopyState`] of digests, so memory follows the number of copies, not their
+//! size.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::core::ObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::RULE_CONTROLLER;
+use super::desired::{CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, Payload};
+use super::index::Router;
+use crate::runtime::Metrics;
+use crate::runtime::metrics::CacheLabels;
+
+/// Objects per page of the first list: copies come with their content, and a Secret may
+/// be close to 1 MiB.
+const LIST_PAGE_SIZE: u32 = 100;
+
+/// A ConfigMap or Secret split into its metadata and the content a copy takes.
+pub trait Replicable:
+    Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug
+{
+    const KIND: ObjectKind;
+    fn into_parts(self) -> (ObjectMeta, Payload);
+}
+
+impl Replicable for ConfigMap {
+    const KIND: ObjectKind = ObjectKind::ConfigMap;
+    fn into_parts(self) -> (ObjectMeta, Payload) {
+        let payload = Payload::from_config_map(&self);
+        (self.metadata, payload)
+    }
+}
+
+impl Replicable for Secret {
+    const KIND: ObjectKind = ObjectKind::Secret;
+    fn into_parts(self) -> (ObjectMeta, Payload) {
+        let payload = Payload::from_secret(&self);
+        (self.metadata, payload)
+    }
+}
+
+/// Copies by namespace, then name.
+pub type CopyMap = HashMap<Arc<str>, HashMap<Arc<str>, CopyState>>;
+
+/// The copies of one kind.
+pub struct CopyIndex {
+    pub kind: ObjectKind,
+    copies: RwLock<CopyMap>,
+    /// One allocation per distinct namespace and name, shared by every copy.
+    strings: std::sync::Mutex<HashSet<Arc<str>>>,
+    /// `None` until the first list completes, then whether the watch still runs.
+    ready: watch::Sender<Option<bool>>,
+}
+
+impl CopyIndex {
+    pub fn new(kind: ObjectKind) -> Self {
+        Self {
+            kind,
+            copies: RwLock::default(),
+            strings: std::sync::Mutex::default(),
+            ready: watch::Sender::new(None),
+        }
+    }
+
+    /// The copies, for a decision made while holding the guard (never across an await).
+    pub fn read(&self) -> RwLockReadGuard<'_, CopyMap> {
+        self.copies.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn get<'m>(map: &'m CopyMap, namespace: &str, name: &str) -> Option<&'m CopyState> {
+        map.get(namespace).and_then(|copies| copies.get(name))
+    }
+
+    /// Every copy in `map`, with where it is.
+    pub fn all(map: &CopyMap) -> impl Iterator<Item = (&str, &str, &CopyState)> {
+        map.iter().flat_map(|(namespace, copies)| {
+            copies.iter().map(move |(name, copy)| (namespace.as_ref(), name.as_ref(), copy))
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().values().map(HashMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Waits for the first list; false if the watch ended first.
+    pub async fn wait_until_ready(&self) -> bool {
+        matches!(self.ready.subscribe().wait_for(Option::is_some).await.as_deref(), Ok(Some(true)))
+    }
+
+    fn intern(&self, value: &str) -> Arc<str> {
+        let mut strings = self.strings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(interned) = strings.get(value) {
+            return interned.clone();
+        }
+        let interned: Arc<str> = Arc::from(value);
+        strings.insert(interned.clone());
+        interned
+    }
+
+    /// Forgets strings no copy uses any more (namespaces deleted, sources renamed).
+    fn prune_strings(&self) {
+        let mut strings = self.strings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        strings.retain(|value| Arc::strong_count(value) > 1);
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, CopyMap> {
+        self.copies.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn place(&self, meta: &ObjectMeta) -> (Arc<str>, Arc<str>) {
+        (
+            self.intern(meta.namespace.as_deref().unwrap_or_default()),
+            self.intern(meta.name.as_deref().unwrap_or_default()),
+        )
+    }
+
+    fn insert_into(&self, map: &mut CopyMap, meta: &ObjectMeta, state: CopyState) -> Option<CopyState> {
+        let (namespace, name) = self.place(meta);
+        map.entry(namespace).or_default().insert(name, state)
+    }
+
+    fn remove(&self, meta: &ObjectMeta) -> Option<CopyState> {
+        let namespace = meta.namespace.as_deref().unwrap_or_default();
+        let name = meta.name.as_deref().unwrap_or_default();
+        let mut map = self.write();
+        let copies = map.get_mut(namespace)?;
+        let removed = copies.remove(name);
+        if copies.is_empty() {
+            map.remove(namespace);
+        }
+        removed
+    }
+}
+
+/// The label selector of kopper's copies; every other object is left to the scoped
+/// watches of [`super::scoped`].
+pub fn copy_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
+/// Keeps `index` from a watch of kopper's copies of `K` until `shutdown`, waking the rules
+/// each change concerns.
+pub fn spawn<K: Replicable + Send + Sync + 'static>(
+    client: &Client,
+    index: Arc<CopyIndex>,
+    router: Arc<Router>,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    let config = watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE);
+    let events = watcher(Api::<K>::all(client.clone()), config).default_backoff().take_until(shutdown);
+    let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: format!("{} copy", K::KIND) };
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        let mut listing: Option<CopyMap> = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => apply_event(&index, &router, event, &mut listing),
+                Err(error) => {
+                    tracing::warn!(kind = %labels.kind, %error, "watch failed; retrying with backoff");
+                    continue;
+                }
+            }
+            let size = i64::try_from(index.len()).unwrap_or(i64::MAX);
+            metrics.cached_objects.get_or_create(&labels).set(size);
+        }
+        // Whoever waits for the first list learns the watch ended.
+        index.ready.send_replace(Some(false));
+    })
+}
+
+fn apply_event<K: Replicable>(
+    index: &CopyIndex,
+    router: &Router,
+    event: watcher::Event<K>,
+    listing: &mut Option<CopyMap>,
+) {
+    match event {
+        watcher::Event::Init => *listing = Some(CopyMap::new()),
+        watcher::Event::InitApply(object) => {
+            let (meta, payload) = object.into_parts();
+            index.insert_into(listing.get_or_insert_default(), &meta, CopyState::new(&meta, &payload));
+        }
+        watcher::Event::InitDone => {
+            *index.write() = listing.take().unwrap_or_default();
+            index.prune_strings();
+            index.ready.send_replace(Some(true));
+            // Whatever happened while the watch was down is only known now.
+            router.wake_all();
+        }
+        watcher::Event::Apply(object) => {
+            let (meta, payload) = object.into_parts();
+            let state = CopyState::new(&meta, &payload);
+            let after = state.rule.clone();
+            let before = index.insert_into(&mut index.write(), &meta, state);
+            router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), after]);
+        }
+        watcher::Event::Delete(object) => {
+            let meta = object.meta().clone();
+            let before = index.remove(&meta);
+            router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None]);
+        }
+    }
+}

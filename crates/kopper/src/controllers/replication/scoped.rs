@@ -1,0 +1,292 @@
+//! Metadata-only watches of objects that are not kopper's copies, scoped to what the rules
+//! need: the rules' source namespaces (to find sources), and the names of sources whose
+//! copy was found blocked by an object kopper did not make (to see that object go). They
+//! start and stop as rules change, so memory follows what is replicated, not what the
+//! cluster holds.
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, Shared};
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::core::PartialObjectMeta;
+
+type Meta<K> = PartialObjectMeta<K>;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::desired::{Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind};
+use super::index::Router;
+
+/// How long a pass waits for a new scoped watch's first list before it fails and is retried.
+const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What one scoped watch covers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// Every object of the kind in one namespace.
+    Namespace(String),
+    /// Every object of the kind with one name, in any namespace.
+    Name(String),
+}
+
+/// The objects one scoped watch sees, by namespace and name.
+pub struct ScopeStore {
+    objects: RwLock<HashMap<(String, String), ObjectInfo>>,
+    /// `None` until the first list completes, then whether the watch still runs.
+    ready: watch::Sender<Option<bool>>,
+}
+
+impl ScopeStore {
+    fn new() -> Self {
+        Self { objects: RwLock::default(), ready: watch::Sender::new(None) }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow() == Some(true)
+    }
+
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        let objects = self.objects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        objects.contains_key(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<ObjectInfo> {
+        let objects = self.objects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        objects.get(&(namespace.to_owned(), name.to_owned())).cloned()
+    }
+
+    pub fn objects(&self) -> Vec<ObjectInfo> {
+        let objects = self.objects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        objects.values().cloned().collect()
+    }
+
+    async fn wait_until_ready(&self) -> bool {
+        matches!(self.ready.subscribe().wait_for(Option::is_some).await.as_deref(), Ok(Some(true)))
+    }
+}
+
+/// A scoped watch did not complete its first list in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the watch of {kind}s in {scope:?} did not complete its first list within {FIRST_LIST_TIMEOUT:?}")]
+pub struct ScopeNotReady {
+    pub kind: ObjectKind,
+    pub scope: Scope,
+}
+
+struct Running {
+    store: Arc<ScopeStore>,
+    task: JoinHandle<()>,
+}
+
+type Shutdown = Shared<BoxFuture<'static, ()>>;
+
+/// Every scoped watch, started on demand.
+pub struct Scoped {
+    client: Client,
+    router: Arc<Router>,
+    shutdown: Shutdown,
+    watches: Mutex<HashMap<(ObjectKind, Scope), Running>>,
+}
+
+/// A view of the scoped watches of one kind, taken once per pass.
+pub struct ScopedView {
+    namespaces: HashMap<String, Arc<ScopeStore>>,
+    names: HashMap<String, Arc<ScopeStore>>,
+}
+
+impl ScopedView {
+    /// What is at a place where kopper has no copy: known when a ready watch covers it.
+    pub fn found(&self, namespace: &str, name: &str) -> Found<'static> {
+        let covering = [self.namespaces.get(namespace), self.names.get(name)];
+        match covering.into_iter().flatten().find(|store| store.is_ready()) {
+            Some(store) if store.contains(namespace, name) => Found::Unmanaged,
+            Some(_) => Found::Nothing,
+            None => Found::Unknown,
+        }
+    }
+
+    /// The objects in the watched namespaces `namespaces`.
+    pub fn objects_in<'n>(&self, namespaces: impl IntoIterator<Item = &'n str>) -> Vec<ObjectInfo> {
+        namespaces
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|namespace| self.namespaces.get(namespace))
+            .flat_map(|store| store.objects())
+            .collect()
+    }
+
+    /// The object named `name` in `namespace`, if a watch of that namespace holds it.
+    pub fn source(&self, namespace: &str, name: &str) -> Option<ObjectInfo> {
+        self.namespaces.get(namespace)?.get(namespace, name)
+    }
+}
+
+impl Scoped {
+    pub fn new(
+        client: Client,
+        router: Arc<Router>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        Self { client, router, shutdown: shutdown.boxed().shared(), watches: Mutex::default() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<(ObjectKind, Scope), Running>> {
+        self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts the watch of `scope` unless it runs, and returns its store.
+    pub fn ensure(&self, kind: ObjectKind, scope: Scope) -> Arc<ScopeStore> {
+        let mut watches = self.lock();
+        if let Some(running) = watches.get(&(kind, scope.clone())) {
+            return running.store.clone();
+        }
+        let store = Arc::new(ScopeStore::new());
+        let task = match kind {
+            ObjectKind::ConfigMap => self.spawn::<ConfigMap>(&scope, store.clone()),
+            ObjectKind::Secret => self.spawn::<Secret>(&scope, store.clone()),
+        };
+        tracing::debug!(%kind, ?scope, "started a scoped watch");
+        watches.insert((kind, scope), Running { store: store.clone(), task });
+        store
+    }
+
+    /// Starts the watches of `scopes` and waits for their first lists.
+    pub async fn ensure_ready(&self, kind: ObjectKind, scopes: Vec<Scope>) -> Result<(), ScopeNotReady> {
+        for scope in scopes {
+            let store = self.ensure(kind, scope.clone());
+            let ready = tokio::time::timeout(FIRST_LIST_TIMEOUT, store.wait_until_ready()).await;
+            if !matches!(ready, Ok(true)) {
+                return Err(ScopeNotReady { kind, scope });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the watches `keep` rejects.
+    pub fn retain(&self, keep: impl Fn(ObjectKind, &Scope) -> bool) {
+        self.lock().retain(|(kind, scope), running| {
+            let kept = keep(*kind, scope);
+            if !kept {
+                tracing::debug!(%kind, ?scope, "stopped a scoped watch");
+                running.task.abort();
+            }
+            kept
+        });
+    }
+
+    pub fn view(&self, kind: ObjectKind) -> ScopedView {
+        let mut view = ScopedView { namespaces: HashMap::new(), names: HashMap::new() };
+        for ((of, scope), running) in self.lock().iter() {
+            match scope {
+                _ if *of != kind => {}
+                Scope::Namespace(namespace) => {
+                    view.namespaces.insert(namespace.clone(), running.store.clone());
+                }
+                Scope::Name(name) => {
+                    view.names.insert(name.clone(), running.store.clone());
+                }
+            }
+        }
+        view
+    }
+
+    /// Stops every watch (on shutdown).
+    pub fn stop_all(&self) {
+        self.retain(|_, _| false);
+    }
+
+    fn spawn<K>(&self, scope: &Scope, store: Arc<ScopeStore>) -> JoinHandle<()>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (api, config) = match scope {
+            Scope::Namespace(namespace) => {
+                (Api::<Meta<K>>::namespaced(self.client.clone(), namespace), watcher::Config::default())
+            }
+            Scope::Name(name) => (
+                Api::<Meta<K>>::all(self.client.clone()),
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+            ),
+        };
+        let config = config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"));
+        let events = watcher(api, config).default_backoff().take_until(self.shutdown.clone());
+        let router = self.router.clone();
+        let kind = kind_of::<K>();
+        let scope = scope.clone();
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            let mut listing: Option<HashMap<(String, String), ObjectInfo>> = None;
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) => apply_event(kind, &store, &router, event, &mut listing),
+                    Err(error) => {
+                        tracing::warn!(%kind, ?scope, %error, "watch failed; retrying with backoff")
+                    }
+                }
+            }
+            store.ready.send_replace(Some(false));
+        })
+    }
+}
+
+fn kind_of<K: Resource<DynamicType = ()>>() -> ObjectKind {
+    if K::kind(&()) == "Secret" { ObjectKind::Secret } else { ObjectKind::ConfigMap }
+}
+
+/// What is kept of an object that is not a copy: enough to match it as a source, never its
+/// annotations (kubectl's last-applied copy of the whole object among them).
+fn info_of<K>(object: &PartialObjectMeta<K>) -> ObjectInfo {
+    let mut info = ObjectInfo::from_meta(&object.metadata);
+    info.annotations.clear();
+    info
+}
+
+fn place(info: &ObjectInfo) -> (String, String) {
+    (info.namespace.clone(), info.name.clone())
+}
+
+fn apply_event<K>(
+    kind: ObjectKind,
+    store: &ScopeStore,
+    router: &Router,
+    event: watcher::Event<PartialObjectMeta<K>>,
+    listing: &mut Option<HashMap<(String, String), ObjectInfo>>,
+) {
+    let objects = || store.objects.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match event {
+        watcher::Event::Init => *listing = Some(HashMap::new()),
+        watcher::Event::InitApply(object) => {
+            let info = info_of(&object);
+            listing.get_or_insert_default().insert(place(&info), info);
+        }
+        watcher::Event::InitDone => {
+            *objects() = listing.take().unwrap_or_default();
+            store.ready.send_replace(Some(true));
+            router.wake_all();
+        }
+        watcher::Event::Apply(object) => {
+            let info = info_of(&object);
+            let before = objects().insert(place(&info), info.clone());
+            router.object_changed(kind, before.as_ref(), Some(&info));
+        }
+        watcher::Event::Delete(object) => {
+            let info = info_of(&object);
+            let before = objects().remove(&place(&info));
+            router.object_changed(kind, before.as_ref(), None);
+            router.memo.forget(kind, &info);
+        }
+    }
+}
