@@ -680,3 +680,66 @@ async fn failed_writes_are_retried_and_reported_until_they_succeed() {
     let errors = cluster.metrics.encode();
     assert!(errors.contains("category=\"write\""), "{errors}");
 }
+
+#[tokio::test]
+async fn copies_of_a_rule_deleted_behind_kopper_s_back_are_collected_and_nothing_else() {
+    let mut cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    cluster.config_map("team-a", "their-own", json!({}), json!({"v": "theirs"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "v", "1").await;
+    cluster.config_map("default", "other", json!({}), json!({"o": "1"})).await;
+    let sync: ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ConfigMapSync",
+        "metadata": {"name": "keep", "namespace": "default"},
+        "spec": {"sourceNamespace": "default", "destinationNamespace": "team-a", "configMapName": "other"},
+    }))
+    .unwrap();
+    Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "default")
+        .create(&PostParams::default(), &sync)
+        .await
+        .unwrap();
+    cluster.copy_has("team-a", "other", "o", "1").await;
+
+    // With kopper down, the rule's finalizer is removed by hand and the rule deleted.
+    cluster.stop_operator().await;
+    let no_finalizers = json!({"metadata": {"finalizers": null}});
+    cluster.rules().patch("main-rule", &PatchParams::default(), &Patch::Merge(&no_finalizers)).await.unwrap();
+    cluster.rules().delete("main-rule", &DeleteParams::default()).await.unwrap();
+    cluster.start_operator();
+
+    cluster.copy_absent("team-a", "app-config").await;
+    let theirs = cluster.config_maps("team-a").get("their-own").await.unwrap();
+    assert_eq!(theirs.data.unwrap()["v"], "theirs", "objects kopper did not make are kept");
+    assert!(cluster.config_maps("default").get_opt("app-config").await.unwrap().is_some());
+    cluster.copy_has("team-a", "other", "o", "1").await;
+}
+
+#[tokio::test]
+async fn only_kopper_s_copies_are_cached_not_the_cluster_s_other_objects() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("busy", json!({})).await;
+    for index in 0..30 {
+        cluster.config_map("busy", &format!("unrelated-{index}"), json!({}), json!({"n": "1"})).await;
+    }
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("busy", "app-config", "v", "1").await;
+    let labels = kopper::runtime::metrics::CacheLabels {
+        controller: replication::RULE_CONTROLLER.to_owned(),
+        kind: "ConfigMap copy".to_owned(),
+    };
+    let copies = Api::<ConfigMap>::all(cluster.client.clone())
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kopper"))
+        .await
+        .unwrap()
+        .items
+        .len();
+    let cached = eventually("the copy cache to hold the copies", || async {
+        let cached = cluster.metrics.cached_objects.get_or_create(&labels).get();
+        (cached == i64::try_from(copies).unwrap()).then_some(cached)
+    })
+    .await;
+    assert!(cached < 30, "the 30 unrelated ConfigMaps are not cached: {cached}");
+}
