@@ -628,6 +628,19 @@ impl FieldSelector {
         Ok(())
     }
 
+    /// Whether an object at `namespace`/`name` is selected, when every term is about
+    /// `metadata.name` or `metadata.namespace`; `None` when the object itself is needed.
+    pub fn matches_place(&self, namespace: &str, name: &str) -> Option<bool> {
+        self.terms.iter().try_fold(true, |all, term| {
+            let value = match term.field.as_str() {
+                "metadata.name" => name,
+                "metadata.namespace" => namespace,
+                _ => return None,
+            };
+            Some(all && ((value == term.value) == term.equal))
+        })
+    }
+
     /// Whether the object (as stored JSON) is selected. Field values compare as strings:
     /// booleans as `true`/`false`, absent fields as the empty string.
     pub fn matches(&self, object: &Value) -> bool {

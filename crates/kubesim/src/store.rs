@@ -130,6 +130,28 @@ impl State {
         }
     }
 
+    /// The objects of a storage in key order, optionally in one namespace, starting after
+    /// `after`, without copying them.
+    pub fn scan<'s>(
+        &'s self,
+        storage: &StorageKey,
+        namespace: Option<&'s str>,
+        after: Option<&ObjKey>,
+    ) -> impl Iterator<Item = (&'s ObjKey, &'s Arc<StoredObject>)> + 's {
+        use std::ops::Bound;
+        let start = match (after, namespace) {
+            (Some(after), None) => Bound::Excluded(after.clone()),
+            (Some(after), Some(ns)) if after.0 == ns => Bound::Excluded(after.clone()),
+            (_, Some(ns)) => Bound::Included((ns.to_owned(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        self.tables
+            .get(storage)
+            .into_iter()
+            .flat_map(move |table| table.range((start.clone(), Bound::Unbounded)))
+            .take_while(move |((ns, _), _)| namespace.is_none_or(|wanted| ns == wanted))
+    }
+
     /// Number of objects in a storage, optionally in one namespace.
     pub fn count(&self, storage: &StorageKey, namespace: Option<&str>) -> usize {
         match namespace {

@@ -46,7 +46,7 @@ impl Watcher {
         if self.opts.name.as_ref().is_some_and(|n| n != &key.1) {
             return false;
         }
-        self.opts.list.matches(&self.target.rt, object)
+        self.opts.list.matches(&self.target.rt, key, object)
     }
 
     /// The event a change becomes for this watch, if any: an object that starts matching

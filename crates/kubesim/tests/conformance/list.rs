@@ -129,6 +129,31 @@ async fn limit_and_continue_page_through_everything_once() {
 }
 
 #[tokio::test]
+async fn pages_of_a_selected_list_hold_only_matches_and_count_no_remainder() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("list").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    for i in 0..9 {
+        let labels = if i % 3 == 0 { json!({"pick": "yes"}) } else { json!({}) };
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("cm-{i}"), "labels": labels}}))
+                .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let first = api.list(&ListParams::default().labels("pick=yes").limit(2)).await.unwrap();
+    let names: Vec<_> = first.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
+    assert_eq!(names, ["cm-0", "cm-3"]);
+    assert_eq!(first.metadata.remaining_item_count, None, "not counted past a selector");
+    let token = first.metadata.continue_.expect("a next page");
+    let rest =
+        api.list(&ListParams::default().labels("pick=yes").limit(2).continue_token(&token)).await.unwrap();
+    let names: Vec<_> = rest.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
+    assert_eq!(names, ["cm-6"]);
+    let unselected = api.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(unselected.metadata.remaining_item_count, Some(7));
+}
+
+#[tokio::test]
 async fn list_carries_a_resource_version_to_watch_from() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("list").await;
