@@ -171,8 +171,8 @@ impl Router {
 pub struct CacheStopped(pub &'static str);
 
 /// The engine's caches and the tasks that keep them: namespaces (metadata), kopper's
-/// copies ([`copies`](super::copies)), and the scoped watches of everything else
-/// ([`scoped`](super::scoped)).
+/// copies ([`super::copies`]), and the scoped watches of everything else
+/// ([`super::scoped`]).
 pub struct Caches {
     pub namespaces: Store<Meta<Namespace>>,
     pub config_maps: Arc<CopyIndex>,

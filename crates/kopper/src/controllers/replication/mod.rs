@@ -1,13 +1,25 @@
 //! The replication engine behind ConfigMapSync (seed 002) and ReplicationRule (seed 003).
 //!
 //! One engine decides what copies should exist and applies the difference; the two custom
-//! resources are its front doors ([`rules`]). Metadata-only caches of namespaces,
-//! ConfigMaps and Secrets ([`index`]) wake exactly the rules a change concerns, two
-//! kube-runtime controllers (one per resource) run the passes ([`engine`]), each a pure
-//! decision ([`desired`]) followed by thin writes ([`apply`]). [`plan`] runs the same
-//! decision against the live cluster and writes nothing.
+//! resources are its front doors ([`rules`]). Two kube-runtime controllers (one per
+//! resource) run the passes ([`engine`]), each a pure decision ([`desired`]) followed by
+//! thin writes ([`apply`]). [`mod@plan`] runs the same decision against the live cluster and
+//! writes nothing.
 //!
-//! A rule holds the finalizer [`FINALIZER`] until its copies are removed, so besides
+//! What the engine watches, so that its memory follows what is replicated rather than what
+//! the cluster holds:
+//! - kopper's copies, selected by kopper's managed-by label, content included, kept as
+//!   digests ([`copies`]): a copy is checked against its source without being read, and a
+//!   restart costs one paginated list of the copies, not a read of each;
+//! - everything else only where a rule needs it ([`scoped`]), metadata only: the rules'
+//!   source namespaces, and the names of sources whose copy an object kopper did not make
+//!   blocks (to see it go). Elsewhere, before creating a copy kopper looks whether an
+//!   object is already there, and reports it as a conflict instead of touching it;
+//! - namespaces, metadata only ([`index`]).
+//!
+//! Sources' content is read once per version. A rule holds the finalizer [`FINALIZER`]
+//! until its copies are removed; copies whose rule vanished without it (a finalizer removed
+//! by hand) are deleted at start and every minute. So besides
 //! get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on ConfigMaps
 //! and Secrets and patch on the status subresources, kopper needs `patch` on
 //! `configmapsyncs` and `replicationrules` themselves.
