@@ -290,3 +290,41 @@ fn apply_event<K>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(ready: bool, objects: &[(&str, &str)]) -> Arc<ScopeStore> {
+        let store = ScopeStore::new();
+        let mut held = store.objects.write().unwrap();
+        for (namespace, name) in objects {
+            let info =
+                ObjectInfo { namespace: (*namespace).into(), name: (*name).into(), ..ObjectInfo::default() };
+            held.insert(place(&info), info);
+        }
+        drop(held);
+        if ready {
+            store.ready.send_replace(Some(true));
+        }
+        Arc::new(store)
+    }
+
+    #[test]
+    fn a_place_is_known_only_where_a_ready_watch_covers_it() {
+        let view = ScopedView {
+            namespaces: [("src".to_owned(), store(true, &[("src", "cfg")]))].into(),
+            names: [
+                ("blocked".to_owned(), store(true, &[("team-a", "blocked")])),
+                ("listing".to_owned(), store(false, &[("team-a", "listing")])),
+            ]
+            .into(),
+        };
+        assert_eq!(view.found("src", "cfg"), Found::Unmanaged);
+        assert_eq!(view.found("src", "other"), Found::Nothing, "the namespace watch sees all of src");
+        assert_eq!(view.found("team-a", "blocked"), Found::Unmanaged);
+        assert_eq!(view.found("team-b", "blocked"), Found::Nothing, "the name watch sees every namespace");
+        assert_eq!(view.found("team-a", "listing"), Found::Unknown, "a watch still listing tells nothing");
+        assert_eq!(view.found("team-a", "unwatched"), Found::Unknown);
+    }
+}

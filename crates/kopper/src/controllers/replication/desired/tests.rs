@@ -532,3 +532,35 @@ fn events_wake_the_rules_they_concern() {
     assert_eq!(woken, vec![&rules[0].id]);
     assert_eq!(rules_affected_by(&rules, ObjectKind::Secret, &src, no_sources).count(), 0);
 }
+
+#[test]
+fn a_pass_decided_in_batches_decides_as_one_in_a_go() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a", "b", "c", "d"]);
+    let objects = [source("src", "one", "u1", "1"), source("src", "two", "u2", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let sources = payloads(&objects.iter().collect::<Vec<_>>(), "v1");
+    let stale = desired_copy(
+        &rules[0].id,
+        ObjectKind::ConfigMap,
+        &read(&source("src", "gone", "u3", "1"), payload("v")),
+        "a",
+    );
+    let kept = desired_copy(&rules[0].id, ObjectKind::ConfigMap, &read(&objects[0], payload("v1")), "b");
+    let existing: BTreeMap<CopyKey, Existing> =
+        [(stale.key.clone(), written(&stale)), (kept.key.clone(), written(&kept))].into();
+    let whole = plan_rule(&rules[0], &world, &sources, &existing);
+
+    let pass = RulePass::new(&rules[0], &world, &sources);
+    let found = |namespace: &str, name: &str| {
+        existing.get(&key(namespace, name)).map_or(Found::Nothing, Existing::found)
+    };
+    let mut batched = RulePlan { sources_matched: pass.sources_matched, ..RulePlan::default() };
+    for batch in pass.targets().chunks(1) {
+        pass.plan_copies(batch, found, &mut batched);
+    }
+    pass.stale_copies(own_copies(&rules[0].id, ObjectKind::ConfigMap, &existing), &mut batched);
+    assert_eq!(batched, whole);
+    assert_eq!((whole.in_sync, whole.wanted, creates(&whole).len()), (1, 8, 7));
+    assert!(whole.changes.contains(&Change::Delete { key: key("a", "gone"), uid: "copy-a".into() }));
+}
