@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -181,11 +181,9 @@ impl Cluster {
         Api::<ReplicationRule>::all(self.client.clone()).create(&PostParams::default(), &rule).await.unwrap();
     }
 
-    /// Copies in the cluster, counted by kubesim (`remainingItemCount`) rather than listed.
+    /// Copies in the cluster, counted in kubesim's store rather than listed.
     async fn copies(&self) -> usize {
-        let params = ListParams::default().labels(&copy_selector()).limit(1);
-        let list = Api::<ConfigMap>::all(self.client.clone()).list_metadata(&params).await.unwrap();
-        list.items.len() + list.metadata.remaining_item_count.unwrap_or(0).max(0) as usize
+        self.sim.count_labelled("configmaps", &copy_selector()).unwrap()
     }
 
     /// Waits until `count` copies exist; returns how long that took.
@@ -211,6 +209,12 @@ impl Cluster {
     fn writes(&self) -> u64 {
         let counters = self.sim.counters();
         counters.writes("configmaps") + counters.writes("secrets")
+    }
+
+    /// Requests that read one ConfigMap or Secret, by anyone.
+    fn reads(&self) -> u64 {
+        let counters = self.sim.counters();
+        counters.get("get", "configmaps") + counters.get("get", "secrets")
     }
 
     /// List requests for ConfigMaps, Secrets and namespaces, by anyone.
@@ -544,11 +548,12 @@ async fn latency_figures(updates: usize) {
     cluster.create_namespaces(0..LATENCY_NAMESPACES - 1).await;
     cluster.create_sources(LATENCY_SOURCES).await;
     cluster.apply_rule().await;
-    let writes = cluster.writes();
+    let (writes, reads) = (cluster.writes(), cluster.reads());
     let kopper = Kopper::start(&cluster.kubeconfig);
     let initial_copies = (LATENCY_NAMESPACES - 1) * LATENCY_SOURCES;
     let initial = cluster.wait_for_copies(initial_copies).await;
     let initial_writes = cluster.writes() - writes;
+    let initial_reads = cluster.reads() - reads;
     let mut observer = Observer::start(&cluster.client).await;
 
     let namespace = new_namespace(&cluster, &mut observer).await;
@@ -570,10 +575,13 @@ async fn latency_figures(updates: usize) {
          {PAYLOAD_BYTES} B, 1 ReplicationRule; kopper as a child process)"
     );
     println!(
-        "  initial replication:          {:>8.2} s for {initial_copies} copies   ({} writes, {:.3} per copy)",
+        "  initial replication:          {:>8.2} s for {initial_copies} copies   ({} writes, {:.3} per copy; \
+         {} reads, {:.3} per copy)",
         initial.as_secs_f64(),
         initial_writes,
-        initial_writes as f64 / initial_copies as f64
+        initial_writes as f64 / initial_copies as f64,
+        initial_reads,
+        initial_reads as f64 / initial_copies as f64
     );
     println!(
         "  namespace #{LATENCY_NAMESPACES} to its {LATENCY_SOURCES} copies: {:>8.1} ms   \
@@ -665,7 +673,7 @@ async fn memory_figures(namespaces: usize) {
     let (rss_all, _) = memory_kib("/proc/self/status");
     drop(kopper);
 
-    let writes = cluster.writes();
+    let (writes, reads) = (cluster.writes(), cluster.reads());
     let restarted = Kopper::start(&cluster.kubeconfig);
     let started = Instant::now();
     restarted.wait_ready().await;
@@ -673,6 +681,7 @@ async fn memory_figures(namespaces: usize) {
     let restart_pass = started.elapsed();
     let (restart_rss, restart_peak) = restarted.memory_kib();
     let restart_writes = cluster.writes() - writes;
+    let restart_reads = cluster.reads() - reads;
     drop(restarted);
 
     let copy = cluster.config_maps(&namespace_name(0)).get(&source_name(0)).await.unwrap();
@@ -699,11 +708,13 @@ async fn memory_figures(namespaces: usize) {
         peak.saturating_sub(idle_rss) as f64 * 1024.0 / copies as f64
     );
     println!(
-        "  kopper restarted, converged:  {:>8.1} MiB   peak {:.1} MiB; first pass done in {:.1} s with {} writes",
+        "  kopper restarted, converged:  {:>8.1} MiB   peak {:.1} MiB; first pass done in {:.1} s with {} writes \
+         and {} reads",
         mib(restart_rss * 1024),
         mib(restart_peak * 1024),
         restart_pass.as_secs_f64(),
-        restart_writes
+        restart_writes,
+        restart_reads
     );
     println!(
         "  kubesim heap for them:        {:>8.1} MiB   (namespaces + sources {:.1} MiB, copies {:.1} MiB = \

@@ -304,6 +304,18 @@ impl Server {
         state.storages_with_objects().iter().map(|s| state.count(s, None)).sum()
     }
 
+    /// Objects of a core (`v1`) resource whose labels match `label_selector`, counted in
+    /// place: for benchmarks that poll large numbers without listing them.
+    pub fn count_labelled(&self, resource: &str, label_selector: &str) -> Result<usize, String> {
+        let selector = crate::selector::LabelSelector::parse(label_selector)?;
+        let storage = crate::registry::StorageKey { group: String::new(), resource: resource.to_owned() };
+        let state = self.sim.lock();
+        Ok(state
+            .scan(&storage, None, None)
+            .filter(|(_, stored)| selector.matches(stored.labels.as_ref()))
+            .count())
+    }
+
     /// Stops serving and waits for the background tasks to end.
     pub async fn shutdown(mut self) {
         self.shutdown.cancel();

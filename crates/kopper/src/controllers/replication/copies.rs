@@ -4,6 +4,7 @@
 //! size.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::StreamExt;
@@ -55,6 +56,8 @@ pub type CopyMap = HashMap<Arc<str>, HashMap<Arc<str>, CopyState>>;
 pub struct CopyIndex {
     pub kind: ObjectKind,
     copies: RwLock<CopyMap>,
+    /// How many copies `copies` holds, kept as they come and go.
+    count: AtomicUsize,
     /// One allocation per distinct namespace and name, shared by every copy.
     strings: std::sync::Mutex<HashSet<Arc<str>>>,
     /// `None` until the first list completes, then whether the watch still runs.
@@ -66,6 +69,7 @@ impl CopyIndex {
         Self {
             kind,
             copies: RwLock::default(),
+            count: AtomicUsize::new(0),
             strings: std::sync::Mutex::default(),
             ready: watch::Sender::new(None),
         }
@@ -88,7 +92,7 @@ impl CopyIndex {
     }
 
     pub fn len(&self) -> usize {
-        self.read().values().map(HashMap::len).sum()
+        self.count.load(Ordering::Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -132,6 +136,22 @@ impl CopyIndex {
         map.entry(namespace).or_default().insert(name, state)
     }
 
+    /// Adds or replaces one copy as a watch event reports it.
+    fn insert(&self, meta: &ObjectMeta, state: CopyState) -> Option<CopyState> {
+        let before = self.insert_into(&mut self.write(), meta, state);
+        if before.is_none() {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
+        before
+    }
+
+    /// Replaces every copy with those a fresh list found.
+    fn replace_all(&self, copies: CopyMap) {
+        let count = copies.values().map(HashMap::len).sum();
+        *self.write() = copies;
+        self.count.store(count, Ordering::Relaxed);
+    }
+
     fn remove(&self, meta: &ObjectMeta) -> Option<CopyState> {
         let namespace = meta.namespace.as_deref().unwrap_or_default();
         let name = meta.name.as_deref().unwrap_or_default();
@@ -140,6 +160,9 @@ impl CopyIndex {
         let removed = copies.remove(name);
         if copies.is_empty() {
             map.remove(namespace);
+        }
+        if removed.is_some() {
+            self.count.fetch_sub(1, Ordering::Relaxed);
         }
         removed
     }
@@ -195,7 +218,7 @@ fn apply_event<K: Replicable>(
             index.insert_into(listing.get_or_insert_default(), &meta, CopyState::new(&meta, &payload));
         }
         watcher::Event::InitDone => {
-            *index.write() = listing.take().unwrap_or_default();
+            index.replace_all(listing.take().unwrap_or_default());
             index.prune_strings();
             index.ready.send_replace(Some(true));
             // Whatever happened while the watch was down is only known now.
@@ -205,7 +228,7 @@ fn apply_event<K: Replicable>(
             let (meta, payload) = object.into_parts();
             let state = CopyState::new(&meta, &payload);
             let after = state.rule.clone();
-            let before = index.insert_into(&mut index.write(), &meta, state);
+            let before = index.insert(&meta, state);
             router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), after]);
         }
         watcher::Event::Delete(object) => {
