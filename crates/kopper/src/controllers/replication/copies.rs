@@ -12,12 +12,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::ObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::RULE_CONTROLLER;
 use super::desired::{CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, Payload};
-use super::index::Router;
+use super::index::{Router, Synced};
 use crate::runtime::Metrics;
 use crate::runtime::metrics::CacheLabels;
 
@@ -60,8 +59,7 @@ pub struct CopyIndex {
     count: AtomicUsize,
     /// One allocation per distinct namespace and name, shared by every copy.
     strings: std::sync::Mutex<HashSet<Arc<str>>>,
-    /// `None` until the first list completes, then whether the watch still runs.
-    ready: watch::Sender<Option<bool>>,
+    ready: Synced,
 }
 
 impl CopyIndex {
@@ -71,7 +69,7 @@ impl CopyIndex {
             copies: RwLock::default(),
             count: AtomicUsize::new(0),
             strings: std::sync::Mutex::default(),
-            ready: watch::Sender::new(None),
+            ready: Synced::default(),
         }
     }
 
@@ -101,7 +99,7 @@ impl CopyIndex {
 
     /// Waits for the first list; false if the watch ended first.
     pub async fn wait_until_ready(&self) -> bool {
-        matches!(self.ready.subscribe().wait_for(Option::is_some).await.as_deref(), Ok(Some(true)))
+        self.ready.wait().await
     }
 
     fn intern(&self, value: &str) -> Arc<str> {
@@ -201,7 +199,7 @@ pub fn spawn<K: Replicable + Send + Sync + 'static>(
             metrics.cached_objects.get_or_create(&labels).set(size);
         }
         // Whoever waits for the first list learns the watch ended.
-        index.ready.send_replace(Some(false));
+        index.ready.mark_stopped();
     })
 }
 
@@ -220,7 +218,7 @@ fn apply_event<K: Replicable>(
         watcher::Event::InitDone => {
             index.replace_all(listing.take().unwrap_or_default());
             index.prune_strings();
-            index.ready.send_replace(Some(true));
+            index.ready.mark_ready();
             // Whatever happened while the watch was down is only known now.
             router.wake_all();
         }

@@ -62,11 +62,65 @@ impl Wakers {
     }
 }
 
+/// Whether a watch has completed its first list, for any number of waiters. The engine
+/// never waits on kube's `Store::wait_until_ready`: of several tasks waiting on it at once,
+/// only the last to poll is woken (its one-shot channel keeps one waker), so its own tasks
+/// hear the end of the first list from the event stream instead.
+#[derive(Clone)]
+pub struct Synced(Arc<tokio::sync::watch::Sender<Option<bool>>>);
+
+impl Default for Synced {
+    fn default() -> Self {
+        Self(Arc::new(tokio::sync::watch::Sender::new(None)))
+    }
+}
+
+impl Synced {
+    pub fn mark_ready(&self) {
+        self.0.send_replace(Some(true));
+    }
+
+    /// The watch ended: waiters learn it will never be ready.
+    pub fn mark_stopped(&self) {
+        self.0.send_if_modified(|state| {
+            let first_list_pending = state.is_none();
+            if first_list_pending {
+                *state = Some(false);
+            }
+            first_list_pending
+        });
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.0.borrow() == Some(true)
+    }
+
+    /// Waits for the first list; false if the watch ended before.
+    pub async fn wait(&self) -> bool {
+        matches!(self.0.subscribe().wait_for(Option::is_some).await.as_deref(), Ok(Some(true)))
+    }
+
+    /// Marks readiness on the first list's end as `events` pass by.
+    pub fn track<K, S>(&self, events: S) -> impl futures::Stream<Item = S::Item> + use<K, S>
+    where
+        S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    {
+        let synced = self.clone();
+        events.inspect(move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                synced.mark_ready();
+            }
+        })
+    }
+}
+
 /// The rules of both kinds, as the two controllers' caches hold them.
 #[derive(Clone)]
 pub struct RuleStores {
     pub rules: Store<Guarded<ReplicationRule>>,
     pub syncs: Store<Guarded<ConfigMapSync>>,
+    pub rules_synced: Synced,
+    pub syncs_synced: Synced,
 }
 
 impl RuleStores {
@@ -94,8 +148,17 @@ impl RuleStores {
     }
 
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
-        self.rules.wait_until_ready().await.map_err(|_| CacheStopped("ReplicationRule"))?;
-        self.syncs.wait_until_ready().await.map_err(|_| CacheStopped("ConfigMapSync"))
+        if !self.rules_synced.wait().await {
+            return Err(CacheStopped("ReplicationRule"));
+        }
+        if !self.syncs_synced.wait().await {
+            return Err(CacheStopped("ConfigMapSync"));
+        }
+        Ok(())
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.rules_synced.is_ready() && self.syncs_synced.is_ready()
     }
 }
 
@@ -175,6 +238,7 @@ pub struct CacheStopped(pub &'static str);
 /// ([`super::scoped`]).
 pub struct Caches {
     pub namespaces: Store<Meta<Namespace>>,
+    namespaces_synced: Synced,
     pub config_maps: Arc<CopyIndex>,
     pub secrets: Arc<CopyIndex>,
     pub scoped: Arc<Scoped>,
@@ -188,8 +252,14 @@ impl Caches {
         metrics: Arc<Metrics>,
         shutdown: impl Future<Output = ()> + Clone + Send + 'static,
     ) -> Self {
-        let (namespaces, namespace_task) =
-            spawn_namespaces(client, router.clone(), metrics.clone(), shutdown.clone());
+        let namespaces_synced = Synced::default();
+        let (namespaces, namespace_task) = spawn_namespaces(
+            client,
+            namespaces_synced.clone(),
+            router.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
         let config_maps = Arc::new(CopyIndex::new(ObjectKind::ConfigMap));
         let secrets = Arc::new(CopyIndex::new(ObjectKind::Secret));
         let scoped = Arc::new(Scoped::new(client.clone(), router.clone(), shutdown.clone()));
@@ -205,11 +275,13 @@ impl Caches {
             ),
             copies::spawn::<Secret>(client, secrets.clone(), router, metrics, shutdown),
         ];
-        Self { namespaces, config_maps, secrets, scoped, tasks }
+        Self { namespaces, namespaces_synced, config_maps, secrets, scoped, tasks }
     }
 
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
-        self.namespaces.wait_until_ready().await.map_err(|_| CacheStopped("Namespace"))?;
+        if !self.namespaces_synced.wait().await {
+            return Err(CacheStopped("Namespace"));
+        }
         if !self.config_maps.wait_until_ready().await {
             return Err(CacheStopped("ConfigMap copy"));
         }
@@ -242,6 +314,7 @@ const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-config
 /// kubectl's last-applied annotation are dropped: they are never read.
 fn spawn_namespaces(
     client: &Client,
+    synced: Synced,
     router: Arc<Router>,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -267,9 +340,11 @@ fn spawn_namespaces(
                     metrics.cached_objects.get_or_create(&labels).set(size);
                     match event {
                         watcher::Event::Init | watcher::Event::InitApply(_) => {}
-                        watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
-                            router.wake_all()
+                        watcher::Event::InitDone => {
+                            synced.mark_ready();
+                            router.wake_all();
                         }
+                        watcher::Event::Apply(_) | watcher::Event::Delete(_) => router.wake_all(),
                     }
                 }
                 Err(error) => {
@@ -277,6 +352,7 @@ fn spawn_namespaces(
                 }
             }
         }
+        synced.mark_stopped();
     });
     (store, task)
 }

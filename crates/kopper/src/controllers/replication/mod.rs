@@ -45,11 +45,12 @@ use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{self, finalizer};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use self::engine::{Engine, Memo, SyncError};
-use self::index::{CacheStopped, Caches, Guarded, Router, RuleStores, Wakers};
+use self::index::{CacheStopped, Caches, Guarded, Router, RuleStores, Synced, Wakers};
 use self::rules::RuleObject;
 use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::replication_rule::types::ReplicationRule;
@@ -109,18 +110,23 @@ pub async fn run(
     let client = ctx.client.clone();
     let config = crate::runtime::controller::config(&ctx).debounce(DEBOUNCE);
     let (wakers, rule_wakes, sync_wakes) = Wakers::new();
-    let rule_controller =
-        Controller::new(Api::<Guarded<ReplicationRule>>::all(client.clone()), watcher::Config::default())
-            .with_config(config.clone())
-            .reconcile_on(rule_wakes)
-            .graceful_shutdown_on(shutdown.clone());
-    let sync_controller =
-        Controller::new(Api::<Guarded<ConfigMapSync>>::all(client.clone()), watcher::Config::default())
-            .with_config(config)
-            .reconcile_on(sync_wakes)
-            .graceful_shutdown_on(shutdown.clone());
+    let (rules, rules_synced) = watch_rules::<ReplicationRule>(&client);
+    let (syncs, syncs_synced) = watch_rules::<ConfigMapSync>(&client);
+    let rule_controller = Controller::for_stream(rules.0, rules.1)
+        .with_config(config.clone())
+        .reconcile_on(rule_wakes)
+        .graceful_shutdown_on(shutdown.clone());
+    let sync_controller = Controller::for_stream(syncs.0, syncs.1)
+        .with_config(config)
+        .reconcile_on(sync_wakes)
+        .graceful_shutdown_on(shutdown.clone());
     let router = Arc::new(Router {
-        rules: RuleStores { rules: rule_controller.store(), syncs: sync_controller.store() },
+        rules: RuleStores {
+            rules: rule_controller.store(),
+            syncs: sync_controller.store(),
+            rules_synced,
+            syncs_synced,
+        },
         wakers,
         settings: ctx.settings.clone(),
         memo: Arc::new(Memo::default()),
@@ -147,7 +153,7 @@ pub async fn run(
     // ever; nothing has run yet then, so there is nothing to wait for.
     let stopped_before_start = async {
         shutdown.clone().await;
-        if engine.router.rules.wait_until_ready().now_or_never().is_some() {
+        if engine.router.rules.is_ready() {
             std::future::pending::<()>().await;
         }
     };
@@ -159,6 +165,25 @@ pub async fn run(
         engine.caches.join().await;
     }
     Ok(())
+}
+
+/// The objects of one rule kind, read through a guard, as a stream for its controller and
+/// the store it fills, with a flag set when the first list is complete.
+#[allow(clippy::type_complexity)]
+fn watch_rules<R: RuleObject>(
+    client: &kube::Client,
+) -> (
+    (impl futures::Stream<Item = Result<Guarded<R>, watcher::Error>> + Send + 'static, Store<Guarded<R>>),
+    Synced,
+) {
+    let (store, writer) = reflector::store();
+    let synced = Synced::default();
+    let events = reflector::reflector(
+        writer,
+        watcher(Api::<Guarded<R>>::all(client.clone()), watcher::Config::default()).default_backoff(),
+    );
+    let objects = synced.track(events).applied_objects();
+    ((objects, store), synced)
 }
 
 /// Deletes copies whose rule is gone once the caches are ready, then every

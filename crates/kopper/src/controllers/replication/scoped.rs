@@ -17,11 +17,10 @@ use kube::core::PartialObjectMeta;
 type Meta<K> = PartialObjectMeta<K>;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::desired::{Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind};
-use super::index::Router;
+use super::index::{Router, Synced};
 
 /// How long a pass waits for a new scoped watch's first list before it fails and is retried.
 const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,17 +37,16 @@ pub enum Scope {
 /// The objects one scoped watch sees, by namespace and name.
 pub struct ScopeStore {
     objects: RwLock<HashMap<(String, String), ObjectInfo>>,
-    /// `None` until the first list completes, then whether the watch still runs.
-    ready: watch::Sender<Option<bool>>,
+    ready: Synced,
 }
 
 impl ScopeStore {
     fn new() -> Self {
-        Self { objects: RwLock::default(), ready: watch::Sender::new(None) }
+        Self { objects: RwLock::default(), ready: Synced::default() }
     }
 
     pub fn is_ready(&self) -> bool {
-        *self.ready.borrow() == Some(true)
+        self.ready.is_ready()
     }
 
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
@@ -67,7 +65,7 @@ impl ScopeStore {
     }
 
     async fn wait_until_ready(&self) -> bool {
-        matches!(self.ready.subscribe().wait_for(Option::is_some).await.as_deref(), Ok(Some(true)))
+        self.ready.wait().await
     }
 }
 
@@ -237,7 +235,7 @@ impl Scoped {
                     }
                 }
             }
-            store.ready.send_replace(Some(false));
+            store.ready.mark_stopped();
         })
     }
 }
@@ -274,7 +272,7 @@ fn apply_event<K>(
         }
         watcher::Event::InitDone => {
             *objects() = listing.take().unwrap_or_default();
-            store.ready.send_replace(Some(true));
+            store.ready.mark_ready();
             router.wake_all();
         }
         watcher::Event::Apply(object) => {
@@ -305,7 +303,7 @@ mod tests {
         }
         drop(held);
         if ready {
-            store.ready.send_replace(Some(true));
+            store.ready.mark_ready();
         }
         Arc::new(store)
     }
