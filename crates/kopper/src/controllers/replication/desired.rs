@@ -259,13 +259,26 @@ impl fmt::Display for CopyKey {
 }
 
 /// The content a copy takes from its source. Secrets keep their bytes in `binary_data`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Its `Debug` form names the keys and never shows a value, so no log or error message
+/// can carry a Secret's content.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Payload {
     pub data: BTreeMap<String, String>,
     pub binary_data: BTreeMap<String, ByteString>,
     /// A Secret's type; `Opaque` when the source has none, as the API server defaults it.
     pub secret_type: Option<String>,
     pub immutable: bool,
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Payload")
+            .field("data", &self.data.keys().collect::<Vec<_>>())
+            .field("binary_data", &self.binary_data.keys().collect::<Vec<_>>())
+            .field("secret_type", &self.secret_type)
+            .field("immutable", &self.immutable)
+            .finish()
+    }
 }
 
 impl Payload {

@@ -564,3 +564,15 @@ fn a_pass_decided_in_batches_decides_as_one_in_a_go() {
     assert_eq!((whole.in_sync, whole.wanted, creates(&whole).len()), (1, 8, 7));
     assert!(whole.changes.contains(&Change::Delete { key: key("a", "gone"), uid: "copy-a".into() }));
 }
+
+#[test]
+fn payload_debug_names_keys_and_never_shows_values() {
+    let payload = Payload {
+        binary_data: [("password".to_owned(), ByteString(b"hunter2".to_vec()))].into(),
+        secret_type: Some("Opaque".into()),
+        ..Payload::default()
+    };
+    let shown = format!("{payload:?}");
+    assert!(shown.contains("password"), "{shown}");
+    assert!(!shown.contains("hunter2") && !shown.contains("104, 117"), "{shown}");
+}
