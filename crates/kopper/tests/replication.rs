@@ -743,3 +743,42 @@ async fn only_kopper_s_copies_are_cached_not_the_cluster_s_other_objects() {
     .await;
     assert!(cached < 30, "the 30 unrelated ConfigMaps are not cached: {cached}");
 }
+
+/// A tenant namespace holding `settings-<tenant>` and a ConfigMapSync copying it into `hub`.
+async fn tenant_syncing_to_hub(cluster: &Cluster, tenant: usize) {
+    let namespace = format!("tenant-{tenant}");
+    cluster.namespace(&namespace, json!({})).await;
+    let name = format!("settings-{tenant}");
+    cluster.config_map(&namespace, &name, json!({}), json!({"owner": namespace})).await;
+    let sync: ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ConfigMapSync",
+        "metadata": {"name": "to-hub", "namespace": namespace},
+        "spec": {"sourceNamespace": namespace, "destinationNamespace": "hub", "configMapName": name},
+    }))
+    .unwrap();
+    Api::<ConfigMapSync>::namespaced(cluster.client.clone(), &namespace)
+        .create(&PostParams::default(), &sync)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn config_map_syncs_in_many_tenant_namespaces_share_one_watch_and_all_copy() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("hub", json!({})).await;
+    let tenants = replication::scoped::MAX_NAMESPACE_WATCHES + 1;
+    for tenant in 0..tenants {
+        tenant_syncing_to_hub(&cluster, tenant).await;
+    }
+    for tenant in 0..tenants {
+        cluster.copy_has("hub", &format!("settings-{tenant}"), "owner", &format!("tenant-{tenant}")).await;
+    }
+
+    // One more tenant is served by the cluster-wide watch: no watch of its own.
+    let watches = cluster.sim.counters().get("watch", "configmaps");
+    tenant_syncing_to_hub(&cluster, tenants).await;
+    cluster.copy_has("hub", &format!("settings-{tenants}"), "owner", &format!("tenant-{tenants}")).await;
+    assert_eq!(cluster.sim.counters().get("watch", "configmaps"), watches, "no watch per tenant");
+    cluster.config_maps("tenant-0").delete("settings-0", &DeleteParams::default()).await.unwrap();
+    cluster.copy_absent("hub", "settings-0").await;
+}

@@ -223,8 +223,8 @@ impl Engine {
             .filter(|other| other.kind == rule.kind)
             .flat_map(|other| other.sources.namespaces.iter().map(String::as_str))
             .collect();
-        let scopes = source_namespaces.iter().map(|namespace| Scope::Namespace((*namespace).to_owned()));
-        self.caches.scoped.ensure_ready(rule.kind, scopes.collect()).await?;
+        let scopes = Scope::for_sources(source_namespaces.iter().copied());
+        self.caches.scoped.ensure_ready(rule.kind, scopes).await?;
         let view = self.caches.scoped.view(rule.kind);
         let namespaces = self.namespaces();
         let candidates = view.objects_in(source_namespaces.iter().copied());
@@ -289,10 +289,15 @@ impl Engine {
     /// from, and names no rule copies.
     fn retire_scoped_watches(&self, ctx: &Context) {
         let rules = self.router.rules.in_force(&ctx.settings);
-        let source_namespaces: HashSet<(ObjectKind, &str)> = rules
-            .iter()
-            .flat_map(|rule| rule.sources.namespaces.iter().map(|namespace| (rule.kind, namespace.as_str())))
-            .collect();
+        let mut needed: HashSet<(ObjectKind, Scope)> = HashSet::new();
+        for kind in [ObjectKind::ConfigMap, ObjectKind::Secret] {
+            let namespaces: BTreeSet<&str> = rules
+                .iter()
+                .filter(|rule| rule.kind == kind)
+                .flat_map(|rule| rule.sources.namespaces.iter().map(String::as_str))
+                .collect();
+            needed.extend(Scope::for_sources(namespaces.into_iter()).into_iter().map(|scope| (kind, scope)));
+        }
         let mut source_names: HashSet<(ObjectKind, String)> = HashSet::new();
         for kind in [ObjectKind::ConfigMap, ObjectKind::Secret] {
             let view = self.caches.scoped.view(kind);
@@ -303,7 +308,7 @@ impl Engine {
             }
         }
         self.caches.scoped.retain(|kind, scope| match scope {
-            Scope::Namespace(namespace) => source_namespaces.contains(&(kind, namespace.as_str())),
+            Scope::Namespace(_) | Scope::Cluster => needed.contains(&(kind, scope.clone())),
             Scope::Name(name) => source_names.contains(&(kind, name.clone())),
         });
     }

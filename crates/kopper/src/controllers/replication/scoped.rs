@@ -25,6 +25,12 @@ use super::index::{Router, Synced};
 /// How long a pass waits for a new scoped watch's first list before it fails and is retried.
 const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Source namespaces of one kind watched one by one; beyond this, one cluster-wide watch
+/// replaces them. Each watch holds a connection to the API server, so a ConfigMapSync in
+/// every tenant's namespace must not mean a watch per tenant; past this many, holding the
+/// metadata of every object of the kind costs less than the connections.
+pub const MAX_NAMESPACE_WATCHES: usize = 32;
+
 /// What one scoped watch covers.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
@@ -32,6 +38,18 @@ pub enum Scope {
     Namespace(String),
     /// Every object of the kind with one name, in any namespace.
     Name(String),
+    /// Every object of the kind (see [`MAX_NAMESPACE_WATCHES`]).
+    Cluster,
+}
+
+impl Scope {
+    /// The watches that cover the source namespaces `namespaces`.
+    pub fn for_sources<'n>(namespaces: impl ExactSizeIterator<Item = &'n str>) -> Vec<Scope> {
+        if namespaces.len() > MAX_NAMESPACE_WATCHES {
+            return vec![Scope::Cluster];
+        }
+        namespaces.map(|namespace| Scope::Namespace(namespace.to_owned())).collect()
+    }
 }
 
 /// The objects one scoped watch sees, by namespace and name.
@@ -60,8 +78,12 @@ impl ScopeStore {
     }
 
     pub fn objects(&self) -> Vec<ObjectInfo> {
+        self.objects_where(|_| true)
+    }
+
+    pub fn objects_where(&self, keep: impl Fn(&ObjectInfo) -> bool) -> Vec<ObjectInfo> {
         let objects = self.objects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        objects.values().cloned().collect()
+        objects.values().filter(|info| keep(info)).cloned().collect()
     }
 
     async fn wait_until_ready(&self) -> bool {
@@ -93,15 +115,17 @@ pub struct Scoped {
 }
 
 /// A view of the scoped watches of one kind, taken once per pass.
+#[derive(Default)]
 pub struct ScopedView {
     namespaces: HashMap<String, Arc<ScopeStore>>,
     names: HashMap<String, Arc<ScopeStore>>,
+    cluster: Option<Arc<ScopeStore>>,
 }
 
 impl ScopedView {
     /// What is at a place where kopper has no copy: known when a ready watch covers it.
     pub fn found(&self, namespace: &str, name: &str) -> Found<'static> {
-        let covering = [self.namespaces.get(namespace), self.names.get(name)];
+        let covering = [self.namespaces.get(namespace), self.names.get(name), self.cluster.as_ref()];
         match covering.into_iter().flatten().find(|store| store.is_ready()) {
             Some(store) if store.contains(namespace, name) => Found::Unmanaged,
             Some(_) => Found::Nothing,
@@ -111,18 +135,28 @@ impl ScopedView {
 
     /// The objects in the watched namespaces `namespaces`.
     pub fn objects_in<'n>(&self, namespaces: impl IntoIterator<Item = &'n str>) -> Vec<ObjectInfo> {
-        namespaces
-            .into_iter()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .filter_map(|namespace| self.namespaces.get(namespace))
+        let namespaces: BTreeSet<&str> = namespaces.into_iter().collect();
+        let mut objects: Vec<ObjectInfo> = namespaces
+            .iter()
+            .filter_map(|namespace| self.namespaces.get(*namespace))
             .flat_map(|store| store.objects())
-            .collect()
+            .collect();
+        if let Some(cluster) = &self.cluster {
+            let watched_apart = |namespace: &str| self.namespaces.contains_key(namespace);
+            objects.extend(cluster.objects_where(|info| {
+                namespaces.contains(info.namespace.as_str()) && !watched_apart(&info.namespace)
+            }));
+        }
+        objects
     }
 
-    /// The object named `name` in `namespace`, if a watch of that namespace holds it.
+    /// The object named `name` in `namespace`, if a watch of that namespace (or of every
+    /// namespace) holds it.
     pub fn source(&self, namespace: &str, name: &str) -> Option<ObjectInfo> {
-        self.namespaces.get(namespace)?.get(namespace, name)
+        match self.namespaces.get(namespace) {
+            Some(store) => store.get(namespace, name),
+            None => self.cluster.as_ref()?.get(namespace, name),
+        }
     }
 }
 
@@ -180,7 +214,7 @@ impl Scoped {
     }
 
     pub fn view(&self, kind: ObjectKind) -> ScopedView {
-        let mut view = ScopedView { namespaces: HashMap::new(), names: HashMap::new() };
+        let mut view = ScopedView::default();
         for ((of, scope), running) in self.lock().iter() {
             match scope {
                 _ if *of != kind => {}
@@ -190,6 +224,7 @@ impl Scoped {
                 Scope::Name(name) => {
                     view.names.insert(name.clone(), running.store.clone());
                 }
+                Scope::Cluster => view.cluster = Some(running.store.clone()),
             }
         }
         view
@@ -218,6 +253,7 @@ impl Scoped {
                 Api::<Meta<K>>::all(self.client.clone()),
                 watcher::Config::default().fields(&format!("metadata.name={name}")),
             ),
+            Scope::Cluster => (Api::<Meta<K>>::all(self.client.clone()), watcher::Config::default()),
         };
         let config = config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"));
         let events = watcher(api, config).default_backoff().take_until(self.shutdown.clone());
@@ -317,6 +353,7 @@ mod tests {
                 ("listing".to_owned(), store(false, &[("team-a", "listing")])),
             ]
             .into(),
+            cluster: None,
         };
         assert_eq!(view.found("src", "cfg"), Found::Unmanaged);
         assert_eq!(view.found("src", "other"), Found::Nothing, "the namespace watch sees all of src");
@@ -324,5 +361,26 @@ mod tests {
         assert_eq!(view.found("team-b", "blocked"), Found::Nothing, "the name watch sees every namespace");
         assert_eq!(view.found("team-a", "listing"), Found::Unknown, "a watch still listing tells nothing");
         assert_eq!(view.found("team-a", "unwatched"), Found::Unknown);
+    }
+
+    #[test]
+    fn a_cluster_wide_watch_covers_every_place_and_every_source_namespace() {
+        let cluster = store(true, &[("tenant-1", "cfg"), ("tenant-2", "cfg"), ("other", "x")]);
+        let view = ScopedView { cluster: Some(cluster), ..ScopedView::default() };
+        assert_eq!(view.found("other", "x"), Found::Unmanaged);
+        assert_eq!(view.found("tenant-3", "cfg"), Found::Nothing);
+        let mut sources: Vec<String> =
+            view.objects_in(["tenant-1", "tenant-2"]).into_iter().map(|info| info.namespace).collect();
+        sources.sort();
+        assert_eq!(sources, ["tenant-1", "tenant-2"]);
+        assert!(view.source("tenant-1", "cfg").is_some());
+    }
+
+    #[test]
+    fn many_source_namespaces_share_one_cluster_wide_watch() {
+        let few: Vec<String> = (0..MAX_NAMESPACE_WATCHES).map(|i| format!("ns-{i}")).collect();
+        assert_eq!(Scope::for_sources(few.iter().map(String::as_str)).len(), MAX_NAMESPACE_WATCHES);
+        let many: Vec<String> = (0..=MAX_NAMESPACE_WATCHES).map(|i| format!("ns-{i}")).collect();
+        assert_eq!(Scope::for_sources(many.iter().map(String::as_str)), [Scope::Cluster]);
     }
 }
