@@ -12,8 +12,9 @@
 //!   digests ([`copies`]): a copy is checked against its source without being read, and a
 //!   restart costs one paginated list of the copies, not a read of each;
 //! - everything else only where a rule needs it ([`scoped`]), metadata only: the rules'
-//!   source namespaces, and the names of sources whose copy an object kopper did not make
-//!   blocks (to see it go). Elsewhere, before creating a copy kopper looks whether an
+//!   source namespaces (one cluster-wide watch instead past
+//!   [`scoped::MAX_NAMESPACE_WATCHES`] of them), and the names of sources whose copy an
+//!   object kopper did not make blocks (to see it go). Elsewhere, before creating a copy kopper looks whether an
 //!   object is already there, and reports it as a conflict instead of touching it;
 //! - namespaces, metadata only ([`index`]).
 //!
