@@ -659,7 +659,7 @@ fn commit_update(
 ) -> ApiResult<Value> {
     bump_generation(&t.rt, old, &mut new);
     metadata_mut(&mut new).insert("resourceVersion".into(), old["metadata"]["resourceVersion"].clone());
-    if without_managed_field_times(&new) == without_managed_field_times(old) || dry_run {
+    if same_but_managed_field_times(&new, old) || dry_run {
         return Ok(if dry_run { new } else { old.clone() });
     }
     if finalized(&t.rt, &new) {
@@ -685,16 +685,45 @@ fn finalized(rt: &ResourceType, object: &Value) -> bool {
     empty(&meta["finalizers"]) && namespace_done
 }
 
-fn without_managed_field_times(object: &Value) -> Value {
-    let mut copy = object.clone();
-    if let Some(entries) = copy["metadata"]["managedFields"].as_array_mut() {
-        for entry in entries {
-            if let Some(e) = entry.as_object_mut() {
-                e.remove("time");
-            }
+/// Whether `new` equals `old` but for the `time` of `metadata.managedFields` entries: such an
+/// update changes nothing, so kube-apiserver keeps the resourceVersion and sends no watch event.
+/// Walks both objects in place, as it runs on every update, patch and apply.
+fn same_but_managed_field_times(new: &Value, old: &Value) -> bool {
+    same_members_but(new, old, "metadata", |new, old| match (new, old) {
+        (Some(new), Some(old)) => same_metadata_but_times(new, old),
+        (new, old) => new == old,
+    })
+}
+
+fn same_metadata_but_times(new: &Value, old: &Value) -> bool {
+    same_members_but(new, old, "managedFields", |new, old| match (new, old) {
+        (Some(Value::Array(new)), Some(Value::Array(old))) => {
+            new.len() == old.len()
+                && new.iter().zip(old).all(|(new, old)| same_members_but(new, old, "time", |_, _| true))
         }
-    }
-    copy
+        (new, old) => new == old,
+    })
+}
+
+/// Whether two values are equal, comparing the member `key` of two objects with `same_at_key`
+/// (given the member of each, if present) rather than by equality; values that are not both
+/// objects are compared as they are.
+fn same_members_but(
+    new: &Value,
+    old: &Value,
+    key: &str,
+    same_at_key: impl Fn(Option<&Value>, Option<&Value>) -> bool,
+) -> bool {
+    let (Some(new_members), Some(old_members)) = (new.as_object(), old.as_object()) else {
+        return new == old;
+    };
+    let others = |members: &Map<String, Value>| members.len() - usize::from(members.contains_key(key));
+    others(new_members) == others(old_members)
+        && new_members
+            .iter()
+            .filter(|(name, _)| *name != key)
+            .all(|(name, value)| old_members.get(name) == Some(value))
+        && same_at_key(new_members.get(key), old_members.get(key))
 }
 
 fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
@@ -1066,4 +1095,107 @@ fn served_versions(crd: &Value) -> Vec<ResourceType> {
             })),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configmap(label: &str, managed_fields: Value) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "settings",
+                "namespace": "default",
+                "resourceVersion": "7",
+                "labels": {"tier": label},
+                "managedFields": managed_fields,
+            },
+            "data": {"mode": "fast"},
+        })
+    }
+
+    fn entry(manager: &str, field: &str, time: &str) -> Value {
+        json!({
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": time,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {(format!("f:{field}")): {}}},
+        })
+    }
+
+    #[test]
+    fn update_moving_only_managed_field_times_changes_nothing() {
+        let old = configmap("web", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        let new = configmap("web", json!([entry("kubectl", "mode", "2024-06-01T12:30:00Z")]));
+        assert!(same_but_managed_field_times(&new, &old));
+    }
+
+    #[test]
+    fn update_adding_or_dropping_a_managed_field_time_changes_nothing() {
+        let old = configmap("web", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        let mut new = old.clone();
+        new["metadata"]["managedFields"][0].as_object_mut().unwrap().remove("time");
+        assert!(same_but_managed_field_times(&new, &old));
+        assert!(same_but_managed_field_times(&old, &new));
+    }
+
+    #[test]
+    fn update_changing_a_label_is_a_real_update() {
+        let old = configmap("web", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        let new = configmap("db", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        assert!(!same_but_managed_field_times(&new, &old));
+    }
+
+    #[test]
+    fn update_changing_data_is_a_real_update() {
+        let old = configmap("web", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        let mut new = old.clone();
+        new["data"]["mode"] = json!("slow");
+        assert!(!same_but_managed_field_times(&new, &old));
+    }
+
+    #[test]
+    fn update_changing_a_managed_entrys_fields_is_a_real_update() {
+        let old = configmap("web", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        let new = configmap("web", json!([entry("kubectl", "size", "2024-01-01T00:00:00Z")]));
+        assert!(!same_but_managed_field_times(&new, &old));
+    }
+
+    #[test]
+    fn update_changing_a_managed_entrys_manager_is_a_real_update() {
+        let old = configmap("web", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        let new = configmap("web", json!([entry("helm", "mode", "2024-01-01T00:00:00Z")]));
+        assert!(!same_but_managed_field_times(&new, &old));
+    }
+
+    #[test]
+    fn update_adding_a_managed_entry_is_a_real_update() {
+        let old = configmap("web", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        let new = configmap(
+            "web",
+            json!([
+                entry("kubectl", "mode", "2024-01-01T00:00:00Z"),
+                entry("helm", "size", "2024-01-01T00:00:00Z"),
+            ]),
+        );
+        assert!(!same_but_managed_field_times(&new, &old));
+        assert!(!same_but_managed_field_times(&old, &new));
+    }
+
+    #[test]
+    fn update_adding_or_removing_a_member_is_a_real_update() {
+        let old = configmap("web", json!([entry("kubectl", "mode", "2024-01-01T00:00:00Z")]));
+        let mut new = old.clone();
+        new["metadata"]["annotations"] = json!({"note": "x"});
+        assert!(!same_but_managed_field_times(&new, &old));
+        assert!(!same_but_managed_field_times(&old, &new));
+        let mut without_managed_fields = old.clone();
+        without_managed_fields["metadata"].as_object_mut().unwrap().remove("managedFields");
+        assert!(!same_but_managed_field_times(&without_managed_fields, &old));
+        assert!(!same_but_managed_field_times(&old, &without_managed_fields));
+    }
 }
