@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use common::{Cluster, DEADLINE, wait_for};
+use common::{Cluster, DEADLINE, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopper::runtime::{Context, ErrorCategory, Metrics, Settings, Shutdown, run_controller};
 use kube::Api;
@@ -95,8 +95,10 @@ async fn failed_reconciles_are_retried_and_counted_until_they_succeed() {
     let driver =
         tokio::spawn(run_controller("test", controller(&cluster, &shutdown), ctx.clone(), reconcile));
 
-    wait_for(DEADLINE, "a third, successful attempt", || async { attempts.load(Ordering::SeqCst) >= 3 })
-        .await;
+    eventually("a third, successful attempt", || async {
+        (attempts.load(Ordering::SeqCst) >= 3).then_some(())
+    })
+    .await;
     let metrics = ctx.metrics.encode();
     assert!(
         metrics.contains(r#"kopper_reconcile_errors_total{controller="test",category="test_transient"} 2"#),
@@ -119,7 +121,7 @@ async fn readiness_waits_for_the_first_list() {
     let driver =
         tokio::spawn(run_controller("test", controller(&cluster, &shutdown), ctx.clone(), reconcile));
 
-    wait_for(DEADLINE, "the controller to be ready", || async { ctx.readiness.is_ready() }).await;
+    eventually("the controller to be ready", || async { ctx.readiness.is_ready().then_some(()) }).await;
     shutdown.trigger();
     tokio::time::timeout(DEADLINE, driver).await.unwrap().unwrap();
 }

@@ -1,8 +1,8 @@
 //! NamespaceAccess end to end: the controllers run against a fresh kubesim per test.
 
-use std::future::Future;
+mod common;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
@@ -17,7 +17,8 @@ use tokio::task::JoinHandle;
 use kopper::controllers::namespace_access::{self, NamespaceAccess};
 use kopper::runtime::{Context, Metrics, Settings};
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use common::{DEADLINE, eventually};
+
 const SEED_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-seed-000.yaml");
 
 /// One kubesim with the CRD installed, and the controllers running against it.
@@ -137,22 +138,6 @@ impl Cluster {
             })
         })
         .await
-    }
-}
-
-/// Polls `probe` until it yields a value, failing the test after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

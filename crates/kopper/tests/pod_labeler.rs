@@ -2,7 +2,9 @@
 
 mod common;
 
-use common::{Cluster, DEADLINE, Operator, create_pod, free_admin_addr, label_of, metric, pod, wait_for};
+use common::{
+    Cluster, Operator, create_pod, eventually, free_admin_addr, label_of, metric, pod, wait_for_label,
+};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -14,12 +16,6 @@ const LABEL: &str = "kopper.dev/pod-name";
 async fn set_annotation(cluster: &Cluster, name: &str, value: Option<&str>) {
     let patch = Patch::Merge(json!({ "metadata": { "annotations": { ANNOTATION: value } } }));
     cluster.pods("default").patch(name, &PatchParams::default(), &patch).await.unwrap();
-}
-
-async fn wait_for_label(cluster: &Cluster, name: &str, key: &str, expected: Option<&str>) {
-    let pods = cluster.pods("default");
-    let what = format!("label {key} of pod {name} to be {expected:?}");
-    wait_for(DEADLINE, &what, || async { label_of(&pods, name, key).await.as_deref() == expected }).await;
 }
 
 #[tokio::test]
@@ -50,9 +46,10 @@ async fn label_changes_are_recorded_as_events_on_the_pod() {
             .filter_map(|event| event.reason)
             .collect::<Vec<_>>()
     };
-    wait_for(DEADLINE, "both Events", || async {
+    eventually("both Events", || async {
         let reasons = reasons().await;
-        reasons.iter().any(|r| r == "PodNameLabelSet") && reasons.iter().any(|r| r == "PodNameLabelRemoved")
+        (reasons.iter().any(|r| r == "PodNameLabelSet") && reasons.iter().any(|r| r == "PodNameLabelRemoved"))
+            .then_some(())
     })
     .await;
     operator.stop().await.unwrap();
@@ -66,9 +63,9 @@ async fn pod_name_too_long_for_a_label_is_reported_as_a_warning_event() {
     create_pod(&cluster.pods("default"), &pod(&name, &[(ANNOTATION, "true")], &[])).await;
 
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
-    wait_for(DEADLINE, "a Warning Event", || async {
+    eventually("a Warning Event", || async {
         let list = events.list(&ListParams::default()).await.unwrap();
-        list.items.iter().any(|event| {
+        list.items.into_iter().find(|event| {
             event.reason.as_deref() == Some("PodNameLabelInvalid")
                 && event.type_.as_deref() == Some("Warning")
         })
@@ -188,7 +185,10 @@ async fn pods_that_need_no_change_are_not_written() {
         Operator::start(cluster.run_args(&["--controllers", "pod-labeler", "--admin-addr", &admin]));
 
     let reconciles = r#"kopper_reconciles_total{controller="pod-labeler"}"#;
-    wait_for(DEADLINE, "three reconciles", || async { metric(&admin, reconciles).await >= Some(3.0) }).await;
+    eventually("three reconciles", || async {
+        (metric(&admin, reconciles).await >= Some(3.0)).then_some(())
+    })
+    .await;
 
     assert_eq!(cluster.sim.counters().get("patch", "pods"), 0);
     operator.stop().await.unwrap();

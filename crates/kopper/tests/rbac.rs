@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{DEADLINE, Operator, run_args, wait_for};
+use common::{Operator, eventually, eventually_within, run_args};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -189,7 +189,10 @@ impl Installation {
 
     /// Resolves once kubesim has answered any request with 403.
     async fn first_refusal(&self) {
-        wait_for(REFUSAL_DEADLINE, "kopper to be refused something", || async { self.forbidden() > 0 }).await;
+        eventually_within(REFUSAL_DEADLINE, "kopper to be refused something", || async {
+            (self.forbidden() > 0).then_some(())
+        })
+        .await;
     }
 
     /// Stops kopper and kubesim; false if kopper did not stop within [`STOP_DEADLINE`]. A kopper
@@ -228,10 +231,10 @@ async fn use_every_controller(admin: &Client) {
 /// The leader renews its Lease in kopper-system (every second, with the flags used here).
 async fn expect_lease_renewed(admin: &Client) {
     let leases: Api<Lease> = Api::namespaced(admin.clone(), KOPPER_NAMESPACE);
-    wait_for(DEADLINE, "kopper's lease renewed", || async {
-        let Some(lease) = leases.get_opt("kopper-leader").await.unwrap() else { return false };
+    eventually("kopper's lease renewed", || async {
+        let lease = leases.get_opt("kopper-leader").await.unwrap()?;
         let spec = lease.spec.unwrap_or_default();
-        spec.renew_time.is_some() && spec.renew_time != spec.acquire_time
+        (spec.renew_time.is_some() && spec.renew_time != spec.acquire_time).then_some(())
     })
     .await;
 }
@@ -268,26 +271,26 @@ async fn create_inputs(admin: &Client) {
 
 async fn expect_outputs(admin: &Client) {
     let bindings = Api::<RoleBinding>::namespaced(admin.clone(), "team-a");
-    wait_for(DEADLINE, "RoleBinding team-a/ad-kubernetes-team-a binding ClusterRole edit", || async {
-        bindings.get_opt("ad-kubernetes-team-a").await.unwrap().is_some()
+    eventually("RoleBinding team-a/ad-kubernetes-team-a binding ClusterRole edit", || async {
+        bindings.get_opt("ad-kubernetes-team-a").await.unwrap()
     })
     .await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
-    wait_for(DEADLINE, "pod team-a/hello labelled with its name", || async {
-        common::label_of(&pods, "hello", POD_NAME_LABEL).await.as_deref() == Some("hello")
+    eventually("pod team-a/hello labelled with its name", || async {
+        (common::label_of(&pods, "hello", POD_NAME_LABEL).await.as_deref() == Some("hello")).then_some(())
     })
     .await;
-    wait_for(DEADLINE, "ConfigMapSync's copy in destination-namespace", || async {
-        config_map_exists(admin, "destination-namespace", "configmap-name").await
+    eventually("ConfigMapSync's copy in destination-namespace", || async {
+        config_map_exists(admin, "destination-namespace", "configmap-name").await.then_some(())
     })
     .await;
-    wait_for(DEADLINE, "ReplicationRule main-rule's copy in team-a", || async {
-        config_map_exists(admin, "team-a", "shared-settings").await
+    eventually("ReplicationRule main-rule's copy in team-a", || async {
+        config_map_exists(admin, "team-a", "shared-settings").await.then_some(())
     })
     .await;
     let secrets = Api::<Secret>::namespaced(admin.clone(), "team-a");
-    wait_for(DEADLINE, "ReplicationRule secret-rule's copy in team-a", || async {
-        secrets.get_opt("shared-secret").await.unwrap().is_some()
+    eventually("ReplicationRule secret-rule's copy in team-a", || async {
+        secrets.get_opt("shared-secret").await.unwrap()
     })
     .await;
 }
@@ -303,9 +306,14 @@ async fn expect_hand_edits_undone(admin: &Client) {
     let intruder =
         json!({"subjects": [{"kind": "User", "name": "intruder", "apiGroup": "rbac.authorization.k8s.io"}]});
     bindings.patch("ad-kubernetes-team-a", &PatchParams::default(), &Patch::Merge(&intruder)).await.unwrap();
-    wait_for(DEADLINE, "the edited binding's subjects put back", || async {
+    eventually("the edited binding's subjects put back", || async {
         let binding = bindings.get("ad-kubernetes-team-a").await.unwrap();
-        binding.subjects.unwrap_or_default().iter().any(|subject| subject.name == "ad-kubernetes-team-a")
+        binding
+            .subjects
+            .unwrap_or_default()
+            .iter()
+            .any(|subject| subject.name == "ad-kubernetes-team-a")
+            .then_some(())
     })
     .await;
 
@@ -313,13 +321,14 @@ async fn expect_hand_edits_undone(admin: &Client) {
     let unlabel = json!({"metadata": {"labels": {POD_NAME_LABEL: null}}});
     pods.patch("hello", &PatchParams::default(), &Patch::Merge(&unlabel)).await.unwrap();
     let events: Api<Event> = Api::namespaced(admin.clone(), "team-a");
-    wait_for(DEADLINE, "the pod relabelled and its Event counted twice", || async {
+    eventually("the pod relabelled and its Event counted twice", || async {
         let events = events.list(&ListParams::default()).await.unwrap().items;
         let repeated = events.iter().any(|event| {
             let about_pod = event.regarding.as_ref().and_then(|pod| pod.name.as_deref()) == Some("hello");
             about_pod && event.reporting_controller.as_deref() == Some("kopper") && event.series.is_some()
         });
-        repeated && common::label_of(&pods, "hello", POD_NAME_LABEL).await.as_deref() == Some("hello")
+        (repeated && common::label_of(&pods, "hello", POD_NAME_LABEL).await.as_deref() == Some("hello"))
+            .then_some(())
     })
     .await;
 }
@@ -331,16 +340,17 @@ async fn expect_cleanups(admin: &Client) {
     let exclude = json!({"spec": {"namespaces": {"exclude": ["team-a"]}}});
     policies.patch("ad-kubernetes", &PatchParams::default(), &Patch::Merge(&exclude)).await.unwrap();
     let bindings = Api::<RoleBinding>::namespaced(admin.clone(), "team-a");
-    wait_for(DEADLINE, "the binding of an excluded namespace removed", || async {
-        bindings.get_opt("ad-kubernetes-team-a").await.unwrap().is_none()
+    eventually("the binding of an excluded namespace removed", || async {
+        bindings.get_opt("ad-kubernetes-team-a").await.unwrap().is_none().then_some(())
     })
     .await;
 
     let rules: Api<ReplicationRule> = Api::all(admin.clone());
     rules.delete("main-rule", &DeleteParams::default()).await.unwrap();
-    wait_for(DEADLINE, "main-rule's copies removed and its finalizer released", || async {
-        !config_map_exists(admin, "team-a", "shared-settings").await
-            && rules.get_opt("main-rule").await.unwrap().is_none()
+    eventually("main-rule's copies removed and its finalizer released", || async {
+        let gone = !config_map_exists(admin, "team-a", "shared-settings").await
+            && rules.get_opt("main-rule").await.unwrap().is_none();
+        gone.then_some(())
     })
     .await;
 }
@@ -348,21 +358,21 @@ async fn expect_cleanups(admin: &Client) {
 /// Every kind of kopper object got a status written by kopper.
 async fn expect_statuses(admin: &Client) {
     let policies: Api<NamespaceAccess> = Api::all(admin.clone());
-    wait_for(DEADLINE, "NamespaceAccess ad-kubernetes's status", || async {
+    eventually("NamespaceAccess ad-kubernetes's status", || async {
         let policy = policies.get("ad-kubernetes").await.unwrap();
-        policy.status.is_some_and(|status| !status.conditions.is_empty())
+        policy.status.filter(|status| !status.conditions.is_empty())
     })
     .await;
     let syncs: Api<ConfigMapSync> = Api::namespaced(admin.clone(), "source-namespace");
-    wait_for(DEADLINE, "ConfigMapSync configmapsync-sample's status", || async {
+    eventually("ConfigMapSync configmapsync-sample's status", || async {
         let sync = syncs.get("configmapsync-sample").await.unwrap();
-        sync.status.is_some_and(|status| status.synced_count == 1)
+        sync.status.filter(|status| status.synced_count == 1)
     })
     .await;
     let rules: Api<ReplicationRule> = Api::all(admin.clone());
-    wait_for(DEADLINE, "ReplicationRule main-rule's status", || async {
+    eventually("ReplicationRule main-rule's status", || async {
         let rule = rules.get("main-rule").await.unwrap();
-        rule.status.is_some_and(|status| status.copies_in_sync > 0)
+        rule.status.filter(|status| status.copies_in_sync > 0)
     })
     .await;
 }

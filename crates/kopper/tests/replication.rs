@@ -1,9 +1,9 @@
 //! Replication end to end: ReplicationRule and ConfigMapSync run against a fresh kubesim per test.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -20,7 +20,8 @@ use kopper::controllers::replication_rule::types::ReplicationRule;
 use kopper::runtime::metrics::ControllerLabels;
 use kopper::runtime::{Context, Metrics, Settings};
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use common::{DEADLINE, eventually};
+
 const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-seed-003.yaml");
 const SYNC_SAMPLE: &str = include_str!("../../../config/samples/configmapsync-seed-002.yaml");
 
@@ -153,22 +154,6 @@ impl Cluster {
             done(&status).then_some(status)
         })
         .await
-    }
-}
-
-/// Polls `check` until it returns `Some`, failing the test at the deadline.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 

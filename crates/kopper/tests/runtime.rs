@@ -6,8 +6,8 @@ mod common;
 use std::process::Stdio;
 
 use common::{
-    Cluster, DEADLINE, Operator, create_pod, free_admin_addr, http_get, label_of, metric, pod, run_args,
-    wait_for,
+    Cluster, DEADLINE, Operator, create_pod, eventually, free_admin_addr, http_get, label_of, metric, pod,
+    run_args, wait_for_label,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -20,12 +20,6 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
-
-async fn wait_for_label(cluster: &Cluster, name: &str, key: &str, expected: Option<&str>) {
-    let pods = cluster.pods("default");
-    let what = format!("label {key} of pod {name} to be {expected:?}");
-    wait_for(DEADLINE, &what, || async { label_of(&pods, name, key).await.as_deref() == expected }).await;
-}
 
 async fn lease_holder(cluster: &Cluster, name: &str) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
@@ -60,7 +54,7 @@ async fn every_controller_runs_in_one_operator_and_readiness_waits_for_all() {
     let cluster = Cluster::start().await;
     let admin = free_admin_addr();
     let operator = Operator::start(cluster.run_args(&["--admin-addr", &admin]));
-    wait_for(DEADLINE, "the admin server", || async { http_get(&admin, "/readyz").await.is_some() }).await;
+    eventually("the admin server", || async { http_get(&admin, "/readyz").await }).await;
     let (status, body) = http_get(&admin, "/readyz").await.unwrap();
     assert_eq!(status, 503, "not ready while the NamespaceAccess CRD is missing");
     assert!(body.contains("namespace-access"), "{body}");
@@ -84,12 +78,12 @@ async fn every_controller_runs_in_one_operator_and_readiness_waits_for_all() {
 
     wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
     let bindings: Api<RoleBinding> = Api::namespaced(cluster.client.clone(), "team-a");
-    wait_for(DEADLINE, "the seed's RoleBinding", || async {
-        bindings.get_opt("ad-kubernetes-team-a").await.unwrap().is_some()
+    eventually("the seed's RoleBinding", || async {
+        bindings.get_opt("ad-kubernetes-team-a").await.unwrap()
     })
     .await;
-    wait_for(DEADLINE, "/readyz to return 200", || async {
-        http_get(&admin, "/readyz").await.is_some_and(|(status, _)| status == 200)
+    eventually("/readyz to return 200", || async {
+        http_get(&admin, "/readyz").await.filter(|(status, _)| *status == 200)
     })
     .await;
     operator.stop().await.unwrap();
@@ -114,8 +108,8 @@ async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_stops() {
     wait_for_label(&cluster, "web-1", "a.test/pod-name", Some("web-1")).await;
 
     let replica_b = Operator::start(cluster.run_args(&replica_flags("b.test/pod-name", &admin_b)));
-    wait_for(DEADLINE, "the standby to serve /readyz", || async {
-        http_get(&admin_b, "/readyz").await.is_some_and(|(status, _)| status == 200)
+    eventually("the standby to serve /readyz", || async {
+        http_get(&admin_b, "/readyz").await.filter(|(status, _)| *status == 200)
     })
     .await;
     create_pod(&cluster.pods("default"), &pod("web-2", &[(ANNOTATION, "true")], &[])).await;
@@ -156,10 +150,7 @@ async fn shutdown_releases_the_lease_at_once() {
     let mut flags = replica_flags("a.test/pod-name", &admin);
     flags.extend(["--lease-duration", "60s", "--renew-interval", "20s"]);
     let replica = Operator::start(cluster.run_args(&flags));
-    wait_for(DEADLINE, "the lease to be held", || async {
-        lease_holder(&cluster, "kopper-test").await.is_some()
-    })
-    .await;
+    eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
 
     replica.stop().await.unwrap();
 
@@ -171,10 +162,7 @@ async fn leader_stops_with_an_error_when_another_replica_takes_its_lease() {
     let cluster = Cluster::start().await;
     let admin = free_admin_addr();
     let replica = Operator::start(cluster.run_args(&replica_flags("a.test/pod-name", &admin)));
-    wait_for(DEADLINE, "the lease to be held", || async {
-        lease_holder(&cluster, "kopper-test").await.is_some()
-    })
-    .await;
+    eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
 
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
     let patch = Patch::Merge(json!({ "spec": { "holderIdentity": "intruder" } }));
@@ -193,8 +181,8 @@ async fn readyz_is_true_once_caches_have_synced_and_metrics_are_served() {
     let operator =
         Operator::start(cluster.run_args(&["--controllers", "pod-labeler", "--admin-addr", &admin]));
 
-    wait_for(DEADLINE, "/readyz to return 200", || async {
-        http_get(&admin, "/readyz").await.is_some_and(|(status, _)| status == 200)
+    eventually("/readyz to return 200", || async {
+        http_get(&admin, "/readyz").await.filter(|(status, _)| *status == 200)
     })
     .await;
     let (status, _) = http_get(&admin, "/healthz").await.unwrap();

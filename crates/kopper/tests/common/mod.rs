@@ -18,19 +18,33 @@ use tokio::task::JoinHandle;
 /// How long any condition may take before a test fails.
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
-/// Polls `check` until it returns true; panics naming `what` after `deadline`.
-pub async fn wait_for<F, Fut>(deadline: Duration, what: &str, mut check: F)
+/// How often a condition is checked again: short, so tests take about as long as kopper does.
+const POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+/// Polls `check` until it yields a value and returns it; panics naming `what` after
+/// [`DEADLINE`]. Conditions without a value to return yield `cond.then_some(())`.
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_within(DEADLINE, what, check).await
+}
+
+/// [`eventually`] with its own deadline, for the few conditions that may take longer than
+/// [`DEADLINE`].
+pub async fn eventually_within<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
 {
     let give_up = tokio::time::Instant::now() + deadline;
     loop {
-        if check().await {
-            return;
+        if let Some(value) = check().await {
+            return value;
         }
         assert!(tokio::time::Instant::now() < give_up, "timed out after {deadline:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 
@@ -152,4 +166,12 @@ pub async fn create_pod(api: &Api<Pod>, pod: &Pod) {
 pub async fn label_of(api: &Api<Pod>, name: &str, key: &str) -> Option<String> {
     let pod = api.get_opt(name).await.unwrap()?;
     pod.metadata.labels.and_then(|labels| labels.get(key).cloned())
+}
+
+/// Waits until pod `default/name` has label `key` set to `expected` (`None`: no such label).
+pub async fn wait_for_label(cluster: &Cluster, name: &str, key: &str, expected: Option<&str>) {
+    let pods = cluster.pods("default");
+    let what = format!("label {key} of pod {name} to be {expected:?}");
+    eventually(&what, || async { (label_of(&pods, name, key).await.as_deref() == expected).then_some(()) })
+        .await;
 }
