@@ -37,7 +37,8 @@ pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result
     let config = load_config(kubeconfig, context).await?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(ConnectError::Client)?;
-    // ERROR level, so the span exists whenever kube's ERROR log it marks would be printed.
+    // ERROR level, so the span exists (and telemetry can recognise the probe) at any --log-level
+    // that logs errors; with `kopper=off` kube's line would show again.
     let probe = tracing::error_span!(PROBE_SPAN, %url);
     client
         .apiserver_version()
