@@ -210,6 +210,29 @@ async fn unreachable_api_server_is_an_error_that_suggests_demo() {
 }
 
 #[tokio::test]
+async fn unreachable_api_server_is_one_line_on_stderr_naming_the_server_and_demo() {
+    let cluster = Cluster::start().await;
+    let (kubeconfig, url) = (cluster.kubeconfig.clone(), cluster.sim.url());
+    cluster.sim.shutdown().await;
+
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .args(["run", "--log-level", "info", "--admin-addr", "127.0.0.1:0", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .env_remove("KOPPER_LOG_FORMAT")
+        .output()
+        .await
+        .unwrap();
+
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|line| !line.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("cannot reach the Kubernetes API server"), "{stderr}");
+    assert!(lines[0].contains(&url), "{stderr}");
+    assert!(lines[0].contains("kopper demo"), "{stderr}");
+}
+
+#[tokio::test]
 async fn sigterm_stops_the_binary_with_exit_code_zero() {
     let cluster = Cluster::start().await;
     let admin = free_admin_addr();

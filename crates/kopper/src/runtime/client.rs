@@ -3,6 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use tracing::Instrument as _;
+
+/// Name of the span the start-up check of the API server runs in. Telemetry drops kube's own
+/// log of that request failing, since [`ConnectError::Unreachable`] reports the same failure.
+pub const PROBE_SPAN: &str = "api_server_probe";
 
 /// Why kopper could not reach a cluster. Each message is one line that names the fix.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +37,14 @@ pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result
     let config = load_config(kubeconfig, context).await?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(ConnectError::Client)?;
-    client.apiserver_version().await.map_err(|cause| ConnectError::Unreachable { url, cause })?;
+    // ERROR level, so the span exists (and telemetry can recognise the probe) at any --log-level
+    // that logs errors; with `kopper=off` kube's line would show again.
+    let probe = tracing::error_span!(PROBE_SPAN, %url);
+    client
+        .apiserver_version()
+        .instrument(probe)
+        .await
+        .map_err(|cause| ConnectError::Unreachable { url, cause })?;
     Ok(client)
 }
 

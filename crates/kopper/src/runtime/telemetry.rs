@@ -1,8 +1,19 @@
 //! Logging: human-readable or JSON lines, filtered by `--log-level`.
 
+use tracing::subscriber::Interest;
+use tracing::{Level, Metadata, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::DynFilterFn;
+use tracing_subscriber::layer::{Context, SubscriberExt as _};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::cli::{LogFormat, TelemetryArgs};
+use crate::runtime::client::PROBE_SPAN;
+
+/// Where kube's client logs, at ERROR, every request that cannot connect or is answered 5xx
+/// ("failed with error client error (Connect)"), from the `TraceLayer` it builds into each client.
+const KUBE_REQUEST_FAILURE_TARGET: &str = "kube_client::client::builder";
 
 #[derive(Debug, thiserror::Error)]
 #[error("invalid --log-level `{level}`: {cause} (use e.g. `info`, `debug` or `kopper=debug,kube=info`)")]
@@ -20,8 +31,119 @@ pub fn init(args: &TelemetryArgs) -> Result<(), TelemetryError> {
     // stays clean on stdout.
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _already_installed = match args.log_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Text => builder.finish().with(without_probe_failure_log()).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .finish()
+            .with(without_probe_failure_log())
+            .try_init(),
     };
     Ok(())
+}
+
+/// Drops kube's ERROR log of a failed request while kopper checks the API server at start-up.
+/// If that check fails, kopper exits with its own one-line error naming the server and the fix
+/// (`kopper demo`); kube's line before it would report the same failure a second time, with
+/// neither. The same log during normal operation (a watch or write failing) is kept.
+fn without_probe_failure_log<S>() -> DynFilterFn<
+    S,
+    impl Fn(&Metadata<'_>, &Context<'_, S>) -> bool,
+    impl Fn(&'static Metadata<'static>) -> Interest,
+>
+where
+    S: Subscriber + for<'span> LookupSpan<'span>,
+{
+    DynFilterFn::new(|metadata: &Metadata<'_>, cx: &Context<'_, S>| {
+        !(is_kube_request_failure(metadata) && in_probe(cx))
+    })
+    // Every other callsite is decided once, so the span lookup costs nothing elsewhere.
+    .with_callsite_filter(|metadata| {
+        if is_kube_request_failure(metadata) { Interest::sometimes() } else { Interest::always() }
+    })
+}
+
+fn is_kube_request_failure(metadata: &Metadata<'_>) -> bool {
+    metadata.is_event()
+        && *metadata.level() == Level::ERROR
+        && metadata.target() == KUBE_REQUEST_FAILURE_TARGET
+}
+
+fn in_probe<S>(cx: &Context<'_, S>) -> bool
+where
+    S: Subscriber + for<'span> LookupSpan<'span>,
+{
+    cx.lookup_current().is_some_and(|span| span.scope().any(|span| span.name() == PROBE_SPAN))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+
+    /// Collects what the subscriber writes, for the test to read.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Self;
+
+        fn make_writer(&'a self) -> Self {
+            self.clone()
+        }
+    }
+
+    fn logged_by(emit: impl FnOnce()) -> String {
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new("info"))
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish()
+            .with(without_probe_failure_log());
+        tracing::subscriber::with_default(subscriber, emit);
+        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn kube_request_failure_is_dropped_only_inside_the_start_up_probe() {
+        let logged = logged_by(|| {
+            tracing::error_span!(PROBE_SPAN).in_scope(|| {
+                tracing::error!(target: KUBE_REQUEST_FAILURE_TARGET, "probe failed");
+                tracing::error!("kopper's own error in the probe");
+            });
+            tracing::error!(target: KUBE_REQUEST_FAILURE_TARGET, "watch failed");
+        });
+
+        assert!(!logged.contains("probe failed"), "{logged}");
+        assert!(logged.contains("kopper's own error in the probe"), "{logged}");
+        assert!(logged.contains("watch failed"), "{logged}");
+    }
+
+    #[test]
+    fn other_kube_client_logs_still_follow_the_log_level() {
+        let logged = logged_by(|| {
+            tracing::debug!(target: KUBE_REQUEST_FAILURE_TARGET, "debug detail");
+            tracing::warn!(target: KUBE_REQUEST_FAILURE_TARGET, "a warning");
+        });
+
+        assert!(!logged.contains("debug detail"), "{logged}");
+        assert!(logged.contains("a warning"), "{logged}");
+    }
 }
