@@ -767,3 +767,29 @@ async fn config_map_syncs_in_many_tenant_namespaces_share_one_watch_and_all_copy
     cluster.config_maps("tenant-0").delete("settings-0", &DeleteParams::default()).await.unwrap();
     cluster.copy_absent("hub", "settings-0").await;
 }
+
+#[tokio::test]
+async fn stopping_while_a_cache_cannot_list_ends_promptly() {
+    let mut cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "v", "1").await;
+    cluster.stop_operator().await;
+
+    // Every list of Secrets fails, so the engine's caches never become ready and the
+    // rule's pass waits for them; stopping must not wait for a list that never comes.
+    let lists = cluster.sim.counters().get("list", "secrets");
+    cluster.sim.faults().fail_next(kubesim::Fault {
+        verb: Some("list".into()),
+        resource: Some("secrets".into()),
+        count: 1_000,
+        status: 500,
+    });
+    cluster.start_operator();
+    eventually("the Secret list to be retried", || async {
+        (cluster.sim.counters().get("list", "secrets") >= lists + 2).then_some(())
+    })
+    .await;
+    cluster.stop_operator().await;
+}
