@@ -43,6 +43,10 @@ pub enum ObjectKind {
     Secret,
 }
 
+impl ObjectKind {
+    pub const ALL: [ObjectKind; 2] = [ObjectKind::ConfigMap, ObjectKind::Secret];
+}
+
 impl fmt::Display for ObjectKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -403,6 +407,15 @@ fn clone_pair((key, value): (&String, &String)) -> (String, String) {
     (key.clone(), value.clone())
 }
 
+/// The namespaces the rules of `kind` copy from.
+pub fn source_namespaces(rules: &[Rule], kind: ObjectKind) -> BTreeSet<&str> {
+    rules
+        .iter()
+        .filter(|rule| rule.kind == kind)
+        .flat_map(|rule| rule.sources.namespaces.iter().map(String::as_str))
+        .collect()
+}
+
 /// Everything the engine knows that more than one rule depends on: all rules, the
 /// namespaces, and the objects that could be sources.
 pub struct World<'a> {
@@ -539,27 +552,31 @@ impl CopyState {
     pub fn new(meta: &ObjectMeta, payload: &Payload) -> Self {
         let empty = BTreeMap::new();
         let labels = meta.labels.as_ref().unwrap_or(&empty);
-        Self {
-            uid: meta.uid.as_deref().unwrap_or_default().into(),
-            rule: labels.get(REPLICATED_BY_LABEL).map(|rule| Arc::from(rule.as_str())),
-            marks: Marks::new(labels, meta.annotations.as_ref().unwrap_or(&empty)),
-            content: payload.digest(),
-            immutable: payload.immutable,
-            secret_type: payload.secret_type.as_deref().map(Arc::from),
-            deleting: meta.deletion_timestamp.is_some(),
-        }
+        let annotations = meta.annotations.as_ref().unwrap_or(&empty);
+        let uid = meta.uid.as_deref().unwrap_or_default();
+        Self::of(uid, labels, annotations, meta.deletion_timestamp.is_some(), payload)
     }
 
     /// The state of a copy known by its [`ObjectInfo`] and content.
     pub fn from_info(info: &ObjectInfo, payload: &Payload) -> Self {
+        Self::of(&info.uid, &info.labels, &info.annotations, info.deleting, payload)
+    }
+
+    fn of(
+        uid: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        deleting: bool,
+        payload: &Payload,
+    ) -> Self {
         Self {
-            uid: info.uid.as_str().into(),
-            rule: info.labels.get(REPLICATED_BY_LABEL).map(|rule| Arc::from(rule.as_str())),
-            marks: Marks::new(&info.labels, &info.annotations),
+            uid: uid.into(),
+            rule: labels.get(REPLICATED_BY_LABEL).map(|rule| Arc::from(rule.as_str())),
+            marks: Marks::new(labels, annotations),
             content: payload.digest(),
             immutable: payload.immutable,
             secret_type: payload.secret_type.as_deref().map(Arc::from),
-            deleting: info.deleting,
+            deleting,
         }
     }
 
@@ -920,9 +937,20 @@ pub fn rules_affected_by<'a>(
             let replicated_by = object.replicated_by();
             rule.sources.matches(object)
                 || replicated_by.is_some_and(|label| label == rule.id.label_value())
-                || (!rule.sources.namespaces.contains(&object.namespace) && source_named(rule, &object.name))
+                || wants_copy_at(rule, &object.namespace, &object.name, &source_named)
         })
         .map(|rule| &rule.id)
+}
+
+/// Whether `rule` wants a copy named `name` in `namespace` (whether or not it wins it): an
+/// object there, of whatever origin, may block or free that copy.
+pub fn wants_copy_at(
+    rule: &Rule,
+    namespace: &str,
+    name: &str,
+    source_named: impl Fn(&Rule, &str) -> bool,
+) -> bool {
+    !rule.sources.namespaces.iter().any(|source| source == namespace) && source_named(rule, name)
 }
 
 #[cfg(test)]

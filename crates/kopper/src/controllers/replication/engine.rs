@@ -1,7 +1,7 @@
 //! One pass of the engine for one rule: read what the caches cannot tell (source content),
 //! decide with a [`RulePass`] a few namespaces at a time, apply each batch, report.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -20,7 +20,7 @@ use super::apply::{self, WriteError};
 use super::copies::CopyIndex;
 use super::desired::{
     Change, CopyState, Found, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, RulePass,
-    RulePlan, Source, World, cleanup,
+    RulePlan, Source, World, cleanup, source_namespaces,
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
@@ -201,13 +201,13 @@ impl Engine {
 
     /// Deletions of the copies of either kind that `select` picks (not those already going).
     fn copies_where(&self, select: impl Fn(&CopyState) -> bool) -> Vec<Change> {
-        [ObjectKind::ConfigMap, ObjectKind::Secret]
-            .into_iter()
-            .flat_map(|kind| {
-                let copies = self.caches.copies(kind).read();
-                cleanup(kind, CopyIndex::all(&copies).filter(|(_, _, copy)| select(copy)))
-            })
-            .collect()
+        ObjectKind::ALL.into_iter().flat_map(|kind| self.deletions(kind, &select)).collect()
+    }
+
+    /// Deletions of the copies of `kind` that `select` picks (not those already going).
+    fn deletions(&self, kind: ObjectKind, select: impl Fn(&CopyState) -> bool) -> Vec<Change> {
+        let copies = self.caches.copies(kind).read();
+        cleanup(kind, CopyIndex::all(&copies).filter(|(_, _, copy)| select(copy)))
     }
 
     /// One pass of `rule`: gathers what it depends on, then decides and writes its copies a
@@ -218,11 +218,7 @@ impl Engine {
         rules.push(rule.clone());
         // The source namespaces of every rule of the kind: who wins a contested copy
         // depends on the other rules' sources too.
-        let source_namespaces: BTreeSet<&str> = rules
-            .iter()
-            .filter(|other| other.kind == rule.kind)
-            .flat_map(|other| other.sources.namespaces.iter().map(String::as_str))
-            .collect();
+        let source_namespaces = source_namespaces(&rules, rule.kind);
         let scopes = Scope::for_sources(source_namespaces.iter().copied());
         self.caches.scoped.ensure_ready(rule.kind, scopes).await?;
         let view = self.caches.scoped.view(rule.kind);
@@ -258,11 +254,7 @@ impl Engine {
             ObjectKind::ConfigMap => ObjectKind::Secret,
             ObjectKind::Secret => ObjectKind::ConfigMap,
         };
-        {
-            let map = self.caches.copies(other).read();
-            plan.changes
-                .extend(cleanup(other, CopyIndex::all(&map).filter(|(_, _, copy)| copy.made_by(&label))));
-        }
+        plan.changes.extend(self.deletions(other, |copy| copy.made_by(&label)));
         self.apply_batch(ctx, rule.kind, plan, &mut tally).await;
         tally.findings.conflicts.sort();
         Ok(tally)
@@ -290,16 +282,10 @@ impl Engine {
     fn retire_scoped_watches(&self, ctx: &Context) {
         let rules = self.router.rules.in_force(&ctx.settings);
         let mut needed: HashSet<(ObjectKind, Scope)> = HashSet::new();
-        for kind in [ObjectKind::ConfigMap, ObjectKind::Secret] {
-            let namespaces: BTreeSet<&str> = rules
-                .iter()
-                .filter(|rule| rule.kind == kind)
-                .flat_map(|rule| rule.sources.namespaces.iter().map(String::as_str))
-                .collect();
-            needed.extend(Scope::for_sources(namespaces.into_iter()).into_iter().map(|scope| (kind, scope)));
-        }
         let mut source_names: HashSet<(ObjectKind, String)> = HashSet::new();
-        for kind in [ObjectKind::ConfigMap, ObjectKind::Secret] {
+        for kind in ObjectKind::ALL {
+            let scopes = Scope::for_sources(source_namespaces(&rules, kind).into_iter());
+            needed.extend(scopes.into_iter().map(|scope| (kind, scope)));
             let view = self.caches.scoped.view(kind);
             for rule in rules.iter().filter(|rule| rule.kind == kind) {
                 let objects = view.objects_in(rule.sources.namespaces.iter().map(String::as_str));

@@ -67,14 +67,6 @@ impl Findings {
         self.failed += applied.failed.len();
     }
 
-    /// Summarises a whole pass made of one `plan`.
-    pub fn from_plan(plan: &RulePlan, applied: &Applied) -> Self {
-        let mut findings = Self { sources_matched: plan.sources_matched, ..Self::default() };
-        findings.add(plan, applied);
-        findings.conflicts.sort();
-        findings
-    }
-
     /// The `Ready` condition's status, reason and message.
     fn readiness(&self) -> (&'static str, &'static str, String) {
         if self.failed > 0 {
