@@ -11,13 +11,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use kopper::controllers::namespace_access::{self, NamespaceAccess};
 use kopper::runtime::{Context, Metrics, Settings};
 
-use common::{DEADLINE, eventually};
+use common::{InProcess, eventually};
 
 const SEED_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-seed-000.yaml");
 
@@ -25,12 +23,7 @@ const SEED_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-
 struct Cluster {
     sim: kubesim::Server,
     client: Client,
-    operator: Option<Operator>,
-}
-
-struct Operator {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<anyhow::Result<()>>,
+    operator: Option<InProcess>,
 }
 
 impl Cluster {
@@ -53,17 +46,11 @@ impl Cluster {
     fn start_operator(&mut self) {
         let ctx =
             Arc::new(Context::new(self.client.clone(), Arc::new(Metrics::default()), Settings::default()));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(namespace_access::run(ctx, async move {
-            let _ = stopped.await;
-        }));
-        self.operator = Some(Operator { stop, task });
+        self.operator = Some(InProcess::spawn(|stopped| namespace_access::run(ctx, stopped)));
     }
 
     async fn stop_operator(&mut self) {
-        let operator = self.operator.take().unwrap();
-        let _ = operator.stop.send(());
-        tokio::time::timeout(DEADLINE, operator.task).await.unwrap().unwrap().unwrap();
+        self.operator.take().unwrap().stop().await;
     }
 
     fn policies(&self) -> Api<NamespaceAccess> {

@@ -11,8 +11,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::replication;
@@ -20,7 +18,7 @@ use kopper::controllers::replication_rule::types::ReplicationRule;
 use kopper::runtime::metrics::ControllerLabels;
 use kopper::runtime::{Context, Metrics, Settings};
 
-use common::{DEADLINE, eventually};
+use common::{InProcess, eventually};
 
 const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-seed-003.yaml");
 const SYNC_SAMPLE: &str = include_str!("../../../config/samples/configmapsync-seed-002.yaml");
@@ -30,12 +28,7 @@ struct Cluster {
     client: Client,
     metrics: Arc<Metrics>,
     settings: Settings,
-    operator: Option<Operator>,
-}
-
-struct Operator {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<anyhow::Result<()>>,
+    operator: Option<InProcess>,
 }
 
 impl Cluster {
@@ -67,17 +60,11 @@ impl Cluster {
 
     fn start_operator(&mut self) {
         let ctx = Arc::new(Context::new(self.client.clone(), self.metrics.clone(), self.settings.clone()));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(replication::run(ctx, async move {
-            let _ = stopped.await;
-        }));
-        self.operator = Some(Operator { stop, task });
+        self.operator = Some(InProcess::spawn(|stopped| replication::run(ctx, stopped)));
     }
 
     async fn stop_operator(&mut self) {
-        let operator = self.operator.take().unwrap();
-        let _ = operator.stop.send(());
-        tokio::time::timeout(DEADLINE, operator.task).await.unwrap().unwrap().unwrap();
+        self.operator.take().unwrap().stop().await;
     }
 
     fn config_maps(&self, namespace: &str) -> Api<ConfigMap> {

@@ -48,6 +48,35 @@ where
     }
 }
 
+/// What a controller's `run` is told to stop by.
+pub type StopSignal = std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+/// A controller's `run` started in-process on a task, stopped through its shutdown future.
+pub struct InProcess {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl InProcess {
+    /// Spawns `run(stop_signal)`.
+    pub fn spawn<Run>(run: impl FnOnce(StopSignal) -> Run) -> Self
+    where
+        Run: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run(Box::pin(async move {
+            let _ = stopped.await;
+        })));
+        Self { stop, task }
+    }
+
+    /// Signals the stop and waits, within [`DEADLINE`], for `run` to return `Ok`.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(DEADLINE, self.task).await.unwrap().unwrap().unwrap();
+    }
+}
+
 /// A kubesim server and a kubeconfig file that points at it.
 pub struct Cluster {
     pub sim: kubesim::Server,
