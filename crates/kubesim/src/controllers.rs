@@ -5,9 +5,12 @@
 //! They react to committed changes, like their originals react to watch events, and act
 //! through the same API functions a client's request goes through.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, DeleteOptions, Propagation, Target, WriteOptions};
@@ -19,21 +22,88 @@ const MANAGER: &str = "kube-controller-manager";
 
 pub async fn run(sim: Arc<Sim>, shutdown: CancellationToken) {
     let mut changes = sim.lock().subscribe();
-    resync(&sim);
+    let mut lifecycle = NamespaceLifecycle::new(sim.config.namespace_deletion_delay);
+    resync(&sim, &mut lifecycle);
     loop {
+        let next_due = lifecycle.next_due();
         tokio::select! {
             _ = shutdown.cancelled() => return,
+            () = sleep_until(next_due) => {
+                let mut state = sim.lock();
+                for name in lifecycle.release_due() {
+                    finish_deletion(&mut state, &mut lifecycle, &namespaces(), &(String::new(), name));
+                }
+            }
             change = changes.recv() => match change {
-                Ok(change) => react(&mut sim.lock(), &change),
-                Err(RecvError::Lagged(_)) => resync(&sim),
+                Ok(change) => react(&mut sim.lock(), &mut lifecycle, &change),
+                Err(RecvError::Lagged(_)) => resync(&sim, &mut lifecycle),
                 Err(RecvError::Closed) => return,
             },
         }
     }
 }
 
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// When a terminating namespace may be emptied. A real cluster's namespace controller takes
+/// seconds to get to it; `Config::namespace_deletion_delay` lets a test see that.
+struct NamespaceLifecycle {
+    delay: Duration,
+    /// Terminating namespaces that wait for their delay to pass.
+    waiting: HashMap<String, Instant>,
+    /// Terminating namespaces whose contents may go.
+    released: HashSet<String>,
+}
+
+impl NamespaceLifecycle {
+    fn new(delay: Duration) -> Self {
+        Self { delay, waiting: HashMap::new(), released: HashSet::new() }
+    }
+
+    /// Whether the contents of terminating namespace `name` may be deleted now; starts its
+    /// delay the first time it is asked.
+    fn may_empty(&mut self, name: &str) -> bool {
+        if self.delay.is_zero() || self.released.contains(name) {
+            return true;
+        }
+        let due = *self.waiting.entry(name.to_owned()).or_insert_with(|| Instant::now() + self.delay);
+        if Instant::now() < due {
+            return false;
+        }
+        self.waiting.remove(name);
+        self.released.insert(name.to_owned());
+        true
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.waiting.values().min().copied()
+    }
+
+    /// The namespaces whose delay has passed, now released.
+    fn release_due(&mut self) -> Vec<String> {
+        let now = Instant::now();
+        let due: Vec<String> =
+            self.waiting.iter().filter(|(_, at)| **at <= now).map(|(name, _)| name.clone()).collect();
+        for name in &due {
+            self.waiting.remove(name);
+            self.released.insert(name.clone());
+        }
+        due
+    }
+
+    fn forget(&mut self, name: &str) {
+        self.waiting.remove(name);
+        self.released.remove(name);
+    }
+}
+
 /// Looks at every object again, for when changes were missed.
-fn resync(sim: &Sim) {
+fn resync(sim: &Sim, lifecycle: &mut NamespaceLifecycle) {
     let mut state = sim.lock();
     for storage in state.storages_with_objects() {
         for (key, stored) in state.list(&storage, None) {
@@ -41,29 +111,32 @@ fn resync(sim: &Sim) {
                 collect_if_orphaned(&mut state, &storage, &key);
             }
             if stored.deleting {
-                finish_deletion(&mut state, &storage, &key);
+                finish_deletion(&mut state, lifecycle, &storage, &key);
             }
         }
     }
 }
 
-fn react(state: &mut State, change: &Change) {
+fn react(state: &mut State, lifecycle: &mut NamespaceLifecycle, change: &Change) {
     let object = &change.object;
     match change.change {
         ChangeType::Deleted => {
+            if change.storage == namespaces() {
+                lifecycle.forget(&change.key.1);
+            }
             for (storage, key) in state.dependents_of(&object.uid) {
                 collect_if_orphaned(state, &storage, &key);
             }
             for owner in &object.owners {
                 if let Some((storage, key)) = state.locate_uid(&owner.uid).cloned() {
-                    finish_deletion(state, &storage, &key);
+                    finish_deletion(state, lifecycle, &storage, &key);
                 }
             }
             if !change.key.0.is_empty() {
-                finish_deletion(state, &namespaces(), &(String::new(), change.key.0.clone()));
+                finish_deletion(state, lifecycle, &namespaces(), &(String::new(), change.key.0.clone()));
             }
             if let Some(crd) = crd_of(state, &change.storage) {
-                finish_deletion(state, &crds(), &(String::new(), crd));
+                finish_deletion(state, lifecycle, &crds(), &(String::new(), crd));
             }
         }
         ChangeType::Added | ChangeType::Modified => {
@@ -71,7 +144,7 @@ fn react(state: &mut State, change: &Change) {
                 collect_if_orphaned(state, &change.storage, &change.key);
             }
             if object.deleting {
-                finish_deletion(state, &change.storage, &change.key);
+                finish_deletion(state, lifecycle, &change.storage, &change.key);
             }
         }
     }
@@ -143,8 +216,13 @@ fn collect_if_orphaned(state: &mut State, storage: &StorageKey, key: &ObjKey) {
 
 fn remove_owner_references(state: &mut State, t: &Target, uids: &[String]) {
     let Ok(mut object) = api::get(state, t) else { return };
-    if let Some(refs) = object["metadata"]["ownerReferences"].as_array_mut() {
-        refs.retain(|r| !uids.iter().any(|u| r["uid"] == u.as_str()));
+    let Some(refs) = object["metadata"]["ownerReferences"].as_array_mut() else { return };
+    refs.retain(|r| !uids.iter().any(|u| r["uid"] == u.as_str()));
+    if refs.is_empty() {
+        // kube-apiserver drops the field rather than keeping an empty list.
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("ownerReferences");
+        }
     }
     log_failure(api::update(state, t, object, &write_options()), "remove owner references", &t_key(t));
 }
@@ -155,7 +233,12 @@ fn t_key(t: &Target) -> ObjKey {
 
 /// Moves a deleting object along: orphans or deletes its dependents, empties its namespace
 /// or its CRD's objects, and removes the finalizer that held it once that is done.
-fn finish_deletion(state: &mut State, storage: &StorageKey, key: &ObjKey) {
+fn finish_deletion(
+    state: &mut State,
+    lifecycle: &mut NamespaceLifecycle,
+    storage: &StorageKey,
+    key: &ObjKey,
+) {
     let Some(stored) = state.get(storage, key) else { return };
     if !stored.deleting {
         return;
@@ -173,7 +256,7 @@ fn finish_deletion(state: &mut State, storage: &StorageKey, key: &ObjKey) {
     if stored.finalizers.iter().any(|f| f == api::FOREGROUND_FINALIZER) && foreground_done(state, &uid) {
         remove_finalizer(state, &t, api::FOREGROUND_FINALIZER);
     }
-    if *storage == namespaces() {
+    if *storage == namespaces() && lifecycle.may_empty(&key.1) {
         empty_namespace(state, &t, &key.1);
     }
     if *storage == crds() && stored.finalizers.iter().any(|f| f == api::CRD_CLEANUP_FINALIZER) {

@@ -123,6 +123,24 @@ impl ApiError {
         Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
     }
 
+    /// kube-apiserver's answer when a client asks for a resourceVersion its cache has not
+    /// reached within a few seconds (a client resuming against a restored server).
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut error = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        )
+        .with_details(Details::default())
+        .with_causes(vec![StatusCause {
+            reason: "ResourceVersionTooLarge".into(),
+            message: "Too large resource version".into(),
+            field: String::new(),
+        }]);
+        error.retry_after = Some(1);
+        error
+    }
+
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }

@@ -283,10 +283,13 @@ async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult
         "get" => respond(req, StatusCode::OK, api::get(&sim.lock(), t)?),
         "list" => {
             let opts = list_options(req, t)?;
+            if let Some(rv) = list_resource_version(req)? {
+                watch::wait_until_fresh(sim, rv).await?;
+            }
             let list = api::list(&sim.lock(), t, &opts)?;
             respond_list(req, list)
         }
-        "watch" => watch::serve(sim.clone(), app.shutdown.clone(), t.clone(), watch_options(req, t)?),
+        "watch" => watch::serve(sim.clone(), app.shutdown.clone(), t.clone(), watch_options(req, t)?).await,
         "create" => {
             let opts = write_options(req);
             let prepared = api::prepare_create(t, decode_body(req)?, &opts);
@@ -420,16 +423,29 @@ fn list_options(req: &Request, t: &Target) -> ApiResult<ListOptions> {
     })
 }
 
-fn watch_options(req: &Request, t: &Target) -> ApiResult<watch::WatchOptions> {
-    let (label_selector, field_selector) = selectors(req, t)?;
-    let resource_version = match req.param("resourceVersion") {
-        None | Some("0") => None,
-        Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+/// The `resourceVersion` a request asks for; `0` and none mean "any".
+fn requested_resource_version(req: &Request) -> ApiResult<Option<u64>> {
+    match req.param("resourceVersion") {
+        None | Some("0") | Some("") => Ok(None),
+        Some(rv) => rv.parse::<u64>().map(Some).map_err(|_| {
             ApiError::bad_request(format!(
                 "resourceVersion: Invalid value: \"{rv}\": must be a non-negative integer"
             ))
-        })?),
-    };
+        }),
+    }
+}
+
+/// The version a list must be at least as new as; a continued list carries its own.
+fn list_resource_version(req: &Request) -> ApiResult<Option<u64>> {
+    if req.param("continue").is_some() {
+        return Ok(None);
+    }
+    requested_resource_version(req)
+}
+
+fn watch_options(req: &Request, t: &Target) -> ApiResult<watch::WatchOptions> {
+    let (label_selector, field_selector) = selectors(req, t)?;
+    let resource_version = requested_resource_version(req)?;
     let timeout = match req.param("timeoutSeconds") {
         Some(s) => {
             Duration::from_secs(s.parse().map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?)

@@ -26,9 +26,15 @@ pub fn write(kubeconfig: &kube::config::Kubeconfig, path: &Path) -> std::io::Res
 /// A client for `url` that sends `token`. Nothing here reads the environment, so tests never
 /// reach whatever cluster the developer's own kubeconfig names.
 pub fn client(url: &str, token: &str) -> kube::Client {
+    kube::Client::try_from(client_config(url, token))
+        .unwrap_or_else(|e| panic!("a plain-HTTP client needs no TLS setup: {e}"))
+}
+
+/// The client configuration behind [`client`], for callers that change it (retries, timeouts).
+pub fn client_config(url: &str, token: &str) -> kube::Config {
     let uri = url.parse().unwrap_or_else(|_| panic!("kubesim's own URL {url} is a valid URI"));
     let mut config = kube::Config::new(uri);
     config.default_namespace = "default".into();
     config.auth_info.token = Some(secrecy::SecretString::from(token.to_owned()));
-    kube::Client::try_from(config).unwrap_or_else(|e| panic!("a plain-HTTP client needs no TLS setup: {e}"))
+    config
 }

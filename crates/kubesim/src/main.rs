@@ -38,6 +38,10 @@ struct ServeArgs {
     /// Changes kept for watches to resume from; older resource versions get 410 Gone.
     #[arg(long, env = "KUBESIM_WATCH_HISTORY", default_value_t = 100_000)]
     watch_history: usize,
+    /// How long a terminating namespace keeps its contents before they are deleted, as a
+    /// real cluster's namespace controller takes a while (`500ms`, `5s`, `1m`; 0: at once).
+    #[arg(long, env = "KUBESIM_NAMESPACE_DELETION_DELAY", default_value = "0", value_parser = parse_duration)]
+    namespace_deletion_delay: Duration,
     /// Log filter, e.g. `info` or `kubesim=debug`.
     #[arg(long, env = "KUBESIM_LOG", default_value = "info")]
     log: String,
@@ -61,6 +65,7 @@ async fn main() -> anyhow::Result<()> {
         },
         watch_history: args.watch_history,
         bookmark_interval: Duration::from_secs(1),
+        namespace_deletion_delay: args.namespace_deletion_delay,
         ..Config::default()
     };
     let server = Server::start(config).await?;
@@ -81,4 +86,21 @@ async fn shutdown_signal() -> std::io::Result<()> {
         r = tokio::signal::ctrl_c() => r,
         _ = term.recv() => Ok(()),
     }
+}
+
+/// A duration as `500ms`, `5s`, `2m`, or a number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: f64 =
+        number.parse().map_err(|_| format!("`{text}` is not a duration such as 500ms, 5s or 1m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("`{text}`: the unit must be ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
 }

@@ -36,6 +36,9 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Create the namespaces every cluster has (default, kube-system, kube-public, kube-node-lease).
     pub default_namespaces: bool,
+    /// How long a terminating namespace keeps its contents before the namespace controller
+    /// deletes them (zero: at once). A real cluster's namespace controller takes seconds.
+    pub namespace_deletion_delay: Duration,
 }
 
 impl Default for Config {
@@ -47,6 +50,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(1),
             max_body_bytes: 3 * 1024 * 1024,
             default_namespaces: true,
+            namespace_deletion_delay: Duration::ZERO,
         }
     }
 }
@@ -270,6 +274,11 @@ impl Server {
     /// An admin client.
     pub fn client(&self) -> kube::Client {
         crate::kubeconfig::client(&self.url(), crate::authz::ADMIN_TOKEN)
+    }
+
+    /// The admin client's configuration, for tests that need to change it.
+    pub fn client_config(&self) -> kube::Config {
+        crate::kubeconfig::client_config(&self.url(), crate::authz::ADMIN_TOKEN)
     }
 
     pub fn client_for_user(&self, user: &str, groups: &[&str]) -> kube::Client {

@@ -109,14 +109,52 @@ fn frame(kind: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
+/// How long kube-apiserver's watch cache waits to reach a resourceVersion a client asked
+/// for before it refuses it as too large.
+pub const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
+
+/// Waits until the store has reached `rv`, as kube-apiserver's watch cache does, and then
+/// refuses it: a client that resumes from a version the server never reached (an API server
+/// restored from an older backup, or one that lost its state) must see an error, not silence.
+pub async fn wait_until_fresh(sim: &Sim, rv: u64) -> ApiResult<()> {
+    let mut changes = {
+        let state = sim.lock();
+        if state.resource_version() >= rv {
+            return Ok(());
+        }
+        state.subscribe()
+    };
+    let deadline = tokio::time::sleep(FRESHNESS_WAIT);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => break,
+            change = changes.recv() => {
+                if matches!(change, Err(broadcast::error::RecvError::Closed)) {
+                    break;
+                }
+                if sim.lock().resource_version() >= rv {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    let current = sim.lock().resource_version();
+    if current >= rv { Ok(()) } else { Err(ApiError::too_large_resource_version(rv, current)) }
+}
+
 /// Starts a watch: decides its first events under the store lock (so no change falls
 /// between them and the live feed), then streams from a background task.
-pub fn serve(
+pub async fn serve(
     sim: Arc<Sim>,
     shutdown: CancellationToken,
     target: Target,
     opts: WatchOptions,
 ) -> ApiResult<Response> {
+    let fresh = match opts.resource_version {
+        Some(rv) if !opts.send_initial_events => wait_until_fresh(&sim, rv).await,
+        _ => Ok(()),
+    };
     let (first, changes) = {
         let state = sim.lock();
         let verbatim = !opts.metadata_only
@@ -124,13 +162,13 @@ pub fn serve(
             && target.rt.view == crate::registry::View::Native
             && state.registry.by_storage(&target.rt.storage).len() == 1;
         let watcher = Watcher { target, opts, verbatim };
-        let first = initial_frames(&state, &watcher);
+        let first = fresh.and_then(|()| initial_frames(&state, &watcher));
         (first.map(|frames| (frames, watcher)), state.subscribe())
     };
     let (tx, rx) = mpsc::channel(256);
     match first {
-        Err(gone) => {
-            let status = gone.to_status();
+        Err(refused) => {
+            let status = refused.to_status();
             tokio::spawn(async move {
                 let _ = tx.send(frame("ERROR", &status)).await;
             });

@@ -17,6 +17,8 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 
 pub struct TestCluster {
     pub client: Client,
+    /// What `client` was built from, for clients that differ (see `client_without_retries`).
+    config: Config,
     sim: Option<kubesim::Server>,
     namespaces: Vec<String>,
 }
@@ -34,14 +36,27 @@ impl TestCluster {
                 let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                     .await
                     .expect("usable kubeconfig");
-                let client = Client::try_from(config).expect("client");
-                Self { client, sim: None, namespaces: Vec::new() }
+                let client = Client::try_from(config.clone()).expect("client");
+                Self { client, config, sim: None, namespaces: Vec::new() }
             }
             _ => {
                 let sim = kubesim::Server::start(config).await.expect("kubesim starts");
-                Self { client: sim.client(), sim: Some(sim), namespaces: Vec::new() }
+                Self {
+                    client: sim.client(),
+                    config: sim.client_config(),
+                    sim: Some(sim),
+                    namespaces: Vec::new(),
+                }
             }
         }
+    }
+
+    /// A client that reports 429, 503 and 504 at once instead of retrying them, for tests
+    /// that assert on those answers.
+    pub fn client_without_retries(&self) -> Client {
+        let mut config = self.config.clone();
+        config.default_retry = false;
+        Client::try_from(config).expect("client")
     }
 
     /// kubesim's own hooks (faults, counters, history), or `None` on a real cluster: tests

@@ -97,7 +97,8 @@ async fn orphan_deletion_keeps_dependents_and_drops_their_owner_reference() {
     owners.delete("owner", &orphan).await.unwrap();
     wait_for("the owner to go", || gone(&owners, "owner")).await;
     let dependent = dependents.get("dependent").await.unwrap();
-    assert!(dependent.metadata.owner_references.unwrap_or_default().is_empty());
+    // kube-apiserver removes the field; an empty list left behind is not the same object.
+    assert_eq!(dependent.metadata.owner_references, None);
 }
 
 #[tokio::test]
@@ -151,4 +152,27 @@ async fn delete_precondition_on_a_stale_resource_version_is_conflict() {
     let status = api_error(api.delete("a", &stale).await);
     assert_eq!(status.code, 409);
     assert!(api.get_opt("a").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_terminating_namespace_keeps_its_contents_until_the_namespace_controller_gets_to_it() {
+    let delay = std::time::Duration::from_millis(1500);
+    let mut cluster =
+        TestCluster::with_config(kubesim::Config { namespace_deletion_delay: delay, ..Default::default() })
+            .await;
+    let ns = cluster.namespace("delete").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    api.create(&PostParams::default(), &config_map(json!({"metadata": {"name": "content"}}))).await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let started = std::time::Instant::now();
+    namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
+    let still_there = api.get_opt("content").await.unwrap().is_some();
+    if started.elapsed() < delay {
+        assert!(still_there, "contents stay while the namespace controller has not yet acted");
+    }
+    wait_for("the contents to go", || gone(&api, "content")).await;
+    wait_for("the namespace to go", || gone(&namespaces, &ns)).await;
+    if cluster.sim().is_some() {
+        assert!(started.elapsed() >= delay, "kubesim waited for the configured delay");
+    }
 }

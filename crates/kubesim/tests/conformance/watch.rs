@@ -202,3 +202,35 @@ async fn delayed_watch_events_arrive_late_but_in_order() {
     assert!(started.elapsed() >= delay, "the event waited for the injected delay");
     assert_eq!(next(&mut stream).await, event("ADDED", "b"));
 }
+
+#[tokio::test]
+async fn watch_from_a_resource_version_the_server_never_reached_is_refused() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let rv: u64 =
+        api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap().parse().unwrap();
+    let ahead = (rv + 1_000_000).to_string();
+    let mut stream = api.watch(&WatchParams::default(), &ahead).await.unwrap().boxed();
+    match next_event(&mut stream).await {
+        WatchEvent::Error(e) => {
+            assert_eq!((e.code, e.reason.as_str()), (504, "Timeout"), "{}", e.message);
+            assert!(e.message.contains("Too large resource version"), "{}", e.message);
+        }
+        other => panic!("expected the watch to be refused, got {:?}", describe(other)),
+    }
+}
+
+#[tokio::test]
+async fn list_at_a_resource_version_the_server_never_reached_is_refused() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let rv: u64 =
+        api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap().parse().unwrap();
+    let ahead = (rv + 1_000_000).to_string();
+    let impatient: Api<ConfigMap> = Api::namespaced(cluster.client_without_retries(), &ns);
+    let status = crate::common::api_error(impatient.list(&ListParams::default().at(&ahead)).await);
+    assert_eq!((status.code, status.reason.as_str()), (504, "Timeout"), "{}", status.message);
+    assert!(status.message.contains("Too large resource version"), "{}", status.message);
+}
