@@ -27,6 +27,8 @@ impl Cli {
     }
 }
 
+// One value, parsed once at start-up: boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator against the cluster of the current kubeconfig (or in-cluster). The default.
@@ -163,12 +165,37 @@ pub struct RunArgs {
     #[arg(long, env = "KOPPER_ALLOW_CROSS_NAMESPACE_SOURCES")]
     pub allow_cross_namespace_sources: bool,
 
+    /// Let a ConfigMapSync copy into any namespace that is not protected, without the
+    /// destination's consent (the `kopper.dev/accept-replication-from` annotation). Only for
+    /// clusters where every namespace belongs to one team.
+    #[arg(long, env = "KOPPER_ALLOW_UNCONSENTED_DESTINATIONS")]
+    pub allow_unconsented_destinations: bool,
+
+    /// More namespaces to protect, besides kube-system, kube-public, kube-node-lease and
+    /// kopper's own: no ConfigMapSync writes there, and a ReplicationRule only when its
+    /// includeNamespaces names one exactly. Comma-separated.
+    #[arg(long, env = "KOPPER_PROTECTED_NAMESPACES", value_delimiter = ',')]
+    pub protected_namespaces: Vec<String>,
+
+    /// kopper's own namespace, protected like the system ones (default: the pod's namespace
+    /// in a cluster, else the lease namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+
     /// Field manager name for server-side apply.
     #[arg(long, env = "KOPPER_FIELD_MANAGER", default_value = "kopper")]
     pub field_manager: String,
 }
 
 impl RunArgs {
+    /// kopper's own namespace: the flag, the pod's namespace, or the lease namespace.
+    pub fn own_namespace(&self) -> Option<String> {
+        self.namespace
+            .clone()
+            .or_else(crate::runtime::client::pod_namespace)
+            .or_else(|| self.lease_namespace.clone())
+    }
+
     /// The settings the controllers read, taken from the flags once at start-up.
     pub fn settings(&self) -> Settings {
         Settings {
@@ -177,6 +204,13 @@ impl RunArgs {
             pod_name_label: self.pod_name_label.clone(),
             allow_cross_namespace_sources: self.allow_cross_namespace_sources,
             concurrency: self.concurrency,
+            destinations: crate::tenancy::DestinationPolicy {
+                protected: crate::tenancy::ProtectedNamespaces::new(
+                    self.own_namespace().as_deref(),
+                    &self.protected_namespaces,
+                ),
+                allow_unconsented: self.allow_unconsented_destinations,
+            },
         }
     }
 

@@ -7,6 +7,7 @@ pub mod demo;
 pub mod operator;
 pub mod runtime;
 pub mod samples;
+pub mod tenancy;
 
 pub use operator::run;
 

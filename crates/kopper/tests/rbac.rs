@@ -317,6 +317,16 @@ async fn expect_hand_edits_undone(admin: &Client) {
     })
     .await;
 
+    let copies = Api::<ConfigMap>::namespaced(admin.clone(), "team-a");
+    let tampered = json!({"data": {"log-level": "debug", "extra": "added by hand"}});
+    copies.patch("shared-settings", &PatchParams::default(), &Patch::Merge(&tampered)).await.unwrap();
+    eventually("the edited copy made equal to its source again", || async {
+        let data = copies.get("shared-settings").await.unwrap().data.unwrap_or_default();
+        (data.get("log-level").map(String::as_str) == Some("info") && !data.contains_key("extra"))
+            .then_some(())
+    })
+    .await;
+
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
     let unlabel = json!({"metadata": {"labels": {POD_NAME_LABEL: null}}});
     pods.patch("hello", &PatchParams::default(), &Patch::Merge(&unlabel)).await.unwrap();

@@ -75,9 +75,14 @@ impl Cluster {
         Api::all(self.client.clone())
     }
 
+    /// A namespace that accepts copies from any namespace: consent itself is tested in
+    /// tests/tenancy.rs.
     async fn namespace(&self, name: &str, labels: serde_json::Value) {
-        let namespace: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        let annotations = json!({"kopper.dev/accept-replication-from": "*"});
+        let namespace: Namespace = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": labels, "annotations": annotations}}),
+        )
+        .unwrap();
         Api::<Namespace>::all(self.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
     }
 
@@ -165,7 +170,9 @@ async fn copies_appear_in_new_namespaces_and_follow_source_updates() {
 
     let copy = cluster.config_maps("team-a").get("app-config").await.unwrap();
     assert_eq!(copy.labels()["app.kubernetes.io/managed-by"], "kopper");
-    assert_eq!(copy.labels()["kopper.dev/replicated-by"], "ReplicationRule.main-rule");
+    assert_eq!(copy.annotations()["kopper.dev/rule"], "ReplicationRule.main-rule");
+    let id = kopper::controllers::replication::desired::RuleId::replication_rule("main-rule");
+    assert_eq!(copy.labels()["kopper.dev/replicated-by"], id.label_value());
     assert_eq!(copy.annotations()["kopper.dev/source-namespace"], "default");
     for system in ["kube-system", "kube-public", "kube-node-lease"] {
         assert!(cluster.config_maps(system).get_opt("app-config").await.unwrap().is_none());
@@ -249,24 +256,20 @@ async fn unmanaged_object_is_left_byte_for_byte() {
 }
 
 #[tokio::test]
-async fn oldest_rule_wins_and_the_other_reports_the_conflict() {
+async fn first_rule_by_name_wins_whatever_its_age_and_the_other_reports_the_conflict() {
     let cluster = Cluster::start().await;
     cluster.namespace("team-a", json!({})).await;
     cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
-    let first = cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
     cluster.rule_status("main-rule", |s| s["copiesInSync"] == 1).await;
-    // Creation times have one-second resolution; the younger rule's name sorts first, so
-    // only its age can make it lose.
-    let created = first.metadata.creation_timestamp.unwrap().0;
-    eventually("the next second", || async {
-        (k8s_openapi::jiff::Timestamp::now().as_second() > created.as_second()).then_some(())
-    })
-    .await;
-    cluster.apply_rule(&RULE_SAMPLE.replace("name: main-rule", "name: a-younger-rule")).await;
-    let status = cluster.rule_status("a-younger-rule", |s| s["conflictCount"] == 1).await;
+    // A rule created later but first by name takes the copy over: a rule recreated by a
+    // GitOps tool keeps what it had, whatever was created meanwhile.
+    cluster.apply_rule(&RULE_SAMPLE.replace("name: main-rule", "name: a-later-rule")).await;
+    let status = cluster.rule_status("main-rule", |s| s["conflictCount"] == 1).await;
     assert_eq!(status["conflicts"][0]["reason"], "ClaimedByOtherRule");
+    cluster.rule_status("a-later-rule", |s| s["copiesInSync"] == 1).await;
     let copy = cluster.config_maps("team-a").get("app-config").await.unwrap();
-    assert_eq!(copy.labels()["kopper.dev/replicated-by"], "ReplicationRule.main-rule");
+    assert_eq!(copy.annotations()["kopper.dev/rule"], "ReplicationRule.a-later-rule");
 }
 
 #[tokio::test]
@@ -639,7 +642,7 @@ async fn failed_writes_are_retried_and_reported_until_they_succeed() {
     cluster.namespace("team-a", json!({})).await;
     cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
     let fault = kubesim::Fault {
-        verb: Some("patch".into()),
+        verb: Some("create".into()),
         resource: Some("configmaps".into()),
         count: 2,
         status: 500,

@@ -6,6 +6,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use super::controller::Readiness;
 use super::metrics::Metrics;
+use crate::tenancy::DestinationPolicy;
 
 /// Handles shared by all controllers. Built once at start-up; cloning the `Arc` is the only
 /// cost a reconcile pays to reach the client, the event recorder or the metrics.
@@ -33,6 +34,8 @@ pub struct Settings {
     pub allow_cross_namespace_sources: bool,
     /// Reconciles each controller runs at once (0: unbounded).
     pub concurrency: u16,
+    /// Where tenants' resources may write: protected namespaces and destination consent.
+    pub destinations: DestinationPolicy,
 }
 
 impl Default for Settings {
@@ -43,6 +46,7 @@ impl Default for Settings {
             pod_name_label: "kopper.dev/pod-name".into(),
             allow_cross_namespace_sources: false,
             concurrency: 4,
+            destinations: DestinationPolicy::default(),
         }
     }
 }

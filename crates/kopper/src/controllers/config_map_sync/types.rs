@@ -13,6 +13,10 @@ pub use crate::controllers::replication_rule::types::CopyConflict;
 /// source is deleted, a namespace stops being a destination, or this object is deleted.
 /// A ConfigMap of the same name that kopper did not create is never touched. The source must
 /// be in this object's namespace unless kopper runs with `--allow-cross-namespace-sources`.
+/// Copies go only into this object's own namespace and into namespaces whose owner accepts
+/// them with the annotation `kopper.dev/accept-replication-from` (a comma-separated list of
+/// namespaces, or `*`) on the Namespace; never into kube-system, kube-public,
+/// kube-node-lease or kopper's own namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "kopper.dev",
@@ -36,7 +40,8 @@ pub struct ConfigMapSyncSpec {
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub source_namespace: String,
 
-    /// A namespace to copy the ConfigMap into.
+    /// A namespace to copy the ConfigMap into. It must accept copies from this object's
+    /// namespace (annotation `kopper.dev/accept-replication-from` on the Namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub destination_namespace: Option<String>,
@@ -49,8 +54,8 @@ pub struct ConfigMapSyncSpec {
     )]
     pub destination_namespaces: Vec<String>,
 
-    /// Every namespace whose labels match this selector also receives a copy (the source
-    /// namespace excepted).
+    /// Every namespace whose labels match this selector also receives a copy, if it accepts
+    /// copies from this object's namespace (the source namespace excepted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_selector: Option<LabelSelector>,
 
@@ -71,21 +76,32 @@ pub struct ConfigMapSyncStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
 
-    /// Namespaces holding an up-to-date copy, in name order; at most 100 are listed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Namespaces named in this spec (or this object's own) that hold an up-to-date copy,
+    /// in name order; at most 100 are listed. Namespaces reached through the selector are
+    /// only counted.
+    #[serde(default)]
     pub synced_namespaces: Vec<String>,
 
     /// Number of namespaces holding an up-to-date copy, including those not listed.
     #[serde(default)]
     pub synced_count: i32,
 
-    /// Copies wanted but not written because an object of that name exists and was not made
-    /// by kopper, or an older rule claims it. At most 20 are listed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Copies wanted but not written in namespaces named in this spec (or this object's
+    /// own), because the place is taken: by a ConfigMap kopper did not make, or by a rule
+    /// that takes precedence. At most 20 are listed; copies not written elsewhere are only
+    /// counted in the Ready condition.
+    #[serde(default)]
     pub conflicts: Vec<CopyConflict>,
 
+    /// Namespaces named in this spec that receive no copy, because they are protected or
+    /// have not accepted copies from this object's namespace. The owner of such a namespace
+    /// can accept them with the annotation `kopper.dev/accept-replication-from`.
+    #[serde(default)]
+    pub refused_destinations: Vec<String>,
+
     /// `Ready` is True when every destination holds an up-to-date copy. Reason
-    /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own.
+    /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own;
+    /// `DestinationRefused` that a named destination does not accept copies from here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -1,12 +1,14 @@
-//! Thin I/O: makes the changes a plan decided. Copies are written with server-side apply,
-//! sending only the fields kopper owns; only copies kopper marked are ever deleted, and
-//! only the exact object (by uid) the plan saw.
+//! Thin I/O: makes the changes a plan decided. Every write is atomic against a racing
+//! writer: a copy is created with a POST (which fails if the name is taken), updated with a
+//! full replace conditioned on the resourceVersion of the copy it checked, and deleted with
+//! a uid precondition. So kopper never merges into, takes over or deletes an object it did
+//! not make, even one that appeared a moment after it looked.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::core::{ObjectMeta, Status};
 use kube::{Api, Client};
 use serde_json::{Map, Value, json};
@@ -87,21 +89,115 @@ pub async fn execute(client: &Client, field_manager: &str, changes: &[Change]) -
 
 async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> Outcome {
     match change {
-        Change::Create(copy) => write(client, field_manager, copy, false).await,
-        Change::CreateIfAbsent(copy) => match look(client, &copy.key).await {
-            Ok(None) => write(client, field_manager, copy, false).await,
-            Ok(Some(meta)) if ObjectInfo::from_meta(&meta).is_kopper_copy() => Outcome::Skipped,
-            Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
-            Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
-        },
-        Change::Update(copy) => write(client, field_manager, copy, true).await,
+        Change::Create(copy) | Change::CreateIfAbsent(copy) => create(client, field_manager, copy).await,
+        Change::Update { existing_uid, copy } => update(client, field_manager, copy, existing_uid).await,
         Change::Replace { existing_uid, copy } => match delete(client, &copy.key, existing_uid).await {
-            Outcome::Deleted(_) => write(client, field_manager, copy, false).await,
+            Outcome::Deleted(_) => create(client, field_manager, copy).await,
             other => other,
         },
         Change::Delete { key, uid } => delete(client, key, uid).await,
         Change::Conflict { .. } => Outcome::Skipped,
     }
+}
+
+/// Creates the copy with a POST, which fails if an object of that name exists: one that
+/// appeared after kopper looked (a tenant racing it) is never merged into or taken over.
+async fn create(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Outcome {
+    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
+    let namespace = &copy.key.namespace;
+    let result = match copy.key.kind {
+        ObjectKind::ConfigMap => post::<ConfigMap>(client, namespace, &params, manifest(copy)).await,
+        ObjectKind::Secret => post::<Secret>(client, namespace, &params, manifest(copy)).await,
+    };
+    match result {
+        Ok(version) => Outcome::Written(copy.key.clone(), version),
+        Err(error) if namespace_gone(&error) => Outcome::Skipped,
+        Err(kube::Error::Api(status)) if status.is_already_exists() => match look(client, &copy.key).await {
+            // kopper's own copy, made by a pass that raced this one; its event follows.
+            Ok(Some(meta)) if ObjectInfo::from_meta(&meta).is_kopper_copy() => Outcome::Skipped,
+            Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
+            Ok(None) => Outcome::Skipped,
+            Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
+        },
+        Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
+    }
+}
+
+async fn post<K>(client: &Client, namespace: &str, params: &PostParams, body: Value) -> kube::Result<String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+    let created = Api::<K>::namespaced(client.clone(), namespace).create(params, &object).await?;
+    Ok(created.meta().resource_version.clone().unwrap_or_default())
+}
+
+/// Rewrites kopper's copy `existing_uid` to exactly the desired content. The copy is read
+/// fresh and its marks checked (the cache may be behind), and the write is conditioned on
+/// the resourceVersion read: if anyone replaced or changed the object meanwhile, the API
+/// server refuses it and the next pass judges the object anew. A full update, not a patch,
+/// so keys the source no longer has are removed whoever added them.
+async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existing_uid: &str) -> Outcome {
+    let key = &copy.key;
+    let current = match look(client, key).await {
+        Ok(Some(meta)) => meta,
+        Ok(None) => return Outcome::Skipped,
+        Err(source) => return Outcome::Failed(WriteError::Write { key: key.clone(), source }),
+    };
+    if current.uid.as_deref() != Some(existing_uid) {
+        return Outcome::Skipped;
+    }
+    if !ObjectInfo::from_meta(&current).is_kopper_copy() {
+        return Outcome::Unmanaged(key.clone());
+    }
+    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
+    let body = replacement(copy, &current);
+    let result = match key.kind {
+        ObjectKind::ConfigMap => put::<ConfigMap>(client, key, &params, body).await,
+        ObjectKind::Secret => put::<Secret>(client, key, &params, body).await,
+    };
+    match result {
+        Ok(version) => Outcome::Written(key.clone(), version),
+        Err(error) if namespace_gone(&error) => Outcome::Skipped,
+        // Changed or replaced since it was read: its watch event brings the next pass.
+        Err(kube::Error::Api(status)) if status.is_conflict() || status.is_not_found() => Outcome::Skipped,
+        Err(source) => Outcome::Failed(WriteError::Write { key: key.clone(), source }),
+    }
+}
+
+async fn put<K>(client: &Client, key: &CopyKey, params: &PostParams, body: Value) -> kube::Result<String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+    let api = Api::<K>::namespaced(client.clone(), &key.namespace);
+    let replaced = api.replace(&key.name, params, &object).await?;
+    Ok(replaced.meta().resource_version.clone().unwrap_or_default())
+}
+
+/// The desired copy as a full object replacing `current`: kopper's content, labels and
+/// annotations, with the metadata others may rely on (finalizers, owner references) and
+/// the resourceVersion that makes the write conditional kept from what was read.
+fn replacement(copy: &DesiredCopy, current: &ObjectMeta) -> Value {
+    let mut body = manifest(copy);
+    let metadata = &mut body["metadata"];
+    metadata["resourceVersion"] = json!(current.resource_version);
+    metadata["uid"] = json!(current.uid);
+    if let Some(finalizers) = &current.finalizers {
+        metadata["finalizers"] = json!(finalizers);
+    }
+    if let Some(owners) = &current.owner_references {
+        metadata["ownerReferences"] = json!(owners);
+    }
+    body
 }
 
 /// The metadata of whatever is at `key`, if anything.
@@ -117,36 +213,6 @@ async fn look(client: &Client, key: &CopyKey) -> Result<Option<ObjectMeta>, kube
             .await?
             .map(|object| object.metadata),
     })
-}
-
-/// Server-side apply of the copy. A create does not force: should an object of that name
-/// appear in the meantime with other values, the API server reports the conflict instead of
-/// kopper taking its fields. An update forces, as kopper is the only writer of its copies'
-/// fields.
-async fn write(client: &Client, field_manager: &str, copy: &DesiredCopy, force: bool) -> Outcome {
-    let mut params = PatchParams::apply(field_manager);
-    params.force = force;
-    let patch = Patch::Apply(manifest(copy));
-    let (namespace, name) = (&copy.key.namespace, &copy.key.name);
-    let result = match copy.key.kind {
-        ObjectKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), namespace)
-            .patch(name, &params, &patch)
-            .await
-            .map(|written| written.metadata.resource_version),
-        ObjectKind::Secret => Api::<Secret>::namespaced(client.clone(), namespace)
-            .patch(name, &params, &patch)
-            .await
-            .map(|written| written.metadata.resource_version),
-    };
-    match result {
-        Ok(version) => Outcome::Written(copy.key.clone(), version.unwrap_or_default()),
-        Err(error) if namespace_gone(&error) => Outcome::Skipped,
-        // Only another field manager's object conflicts with a create: not kopper's.
-        Err(kube::Error::Api(status)) if !force && status.is_conflict() => {
-            Outcome::Unmanaged(copy.key.clone())
-        }
-        Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
-    }
 }
 
 /// Deletes the copy the plan saw, and no other object that may have taken its name since.
@@ -235,7 +301,7 @@ mod tests {
     fn copy(kind: ObjectKind, payload: Payload) -> DesiredCopy {
         let info = ObjectInfo { namespace: "src".into(), name: "x".into(), ..ObjectInfo::default() };
         let mut copy =
-            desired_copy(&RuleId::replication_rule("r"), kind, &Source::new(info, payload), "dest");
+            desired_copy(&RuleId::replication_rule("r"), "uid", kind, &Source::new(info, payload), "dest");
         copy.key.kind = kind;
         copy
     }

@@ -9,10 +9,10 @@ use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::jiff::Timestamp;
 use kube::core::{ObjectMeta, Selector, SelectorExt};
 
 use crate::controllers::namespace_access::matching::glob_matches;
+use crate::tenancy::{CREDENTIAL_SECRET_TYPES, Consent, DestinationPolicy, ProtectedNamespaces};
 
 /// Label every copy carries, so kopper can watch its copies alone and never mistakes an
 /// object someone else made for its own.
@@ -20,6 +20,10 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "kopper";
 /// Label naming the rule a copy belongs to (see [`RuleId::label_value`]).
 pub const REPLICATED_BY_LABEL: &str = "kopper.dev/replicated-by";
+/// The rule a copy belongs to, readable (the label holds a digest of it).
+pub const RULE_ANNOTATION: &str = "kopper.dev/rule";
+/// The uid of the rule object that made a copy: its cleanup deletes only copies naming it.
+pub const RULE_UID_ANNOTATION: &str = "kopper.dev/rule-uid";
 pub const SOURCE_NAMESPACE_ANNOTATION: &str = "kopper.dev/source-namespace";
 pub const SOURCE_NAME_ANNOTATION: &str = "kopper.dev/source-name";
 pub const SOURCE_UID_ANNOTATION: &str = "kopper.dev/source-uid";
@@ -31,10 +35,11 @@ pub const SOURCE_VERSION_ANNOTATION: &str = "kopper.dev/source-resource-version"
 /// anyone (or any tool) reading them on a copy.
 const SOURCE_ONLY_ANNOTATIONS: [&str; 2] =
     ["kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision"];
-/// Namespaces that receive copies only when a rule names them.
-pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 /// Label values are limited to 63 characters.
 const MAX_LABEL_VALUE: usize = 63;
+/// Hex digits of the rule digest in [`REPLICATED_BY_LABEL`]: 240 bits, far past any collision
+/// a tenant could search for.
+const RULE_DIGEST_HEX: usize = 60;
 
 /// The kinds of object the engine replicates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -81,10 +86,26 @@ impl RuleId {
         Self { kind: RuleKind::ConfigMapSync, name: name.to_owned(), namespace: Some(namespace.to_owned()) }
     }
 
-    /// The value of [`REPLICATED_BY_LABEL`]: `ReplicationRule.<name>` or
-    /// `ConfigMapSync.<name>.<namespace>`. Names too long for a label value are shortened
-    /// and end in a hash of the full form, so distinct rules keep distinct values.
+    /// The value of [`REPLICATED_BY_LABEL`]: a SHA-256 digest of the rule's full identity,
+    /// so no rule, however its tenant names it, can share another's value (and so delete
+    /// or take over its copies).
     pub fn label_value(&self) -> String {
+        let digest = ring::digest::digest(&ring::digest::SHA256, self.to_string().as_bytes());
+        let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
+        format!("{}{}", self.label_prefix(), &hex[..RULE_DIGEST_HEX])
+    }
+
+    /// Tells the two kinds apart at a glance in `kubectl get -l`.
+    fn label_prefix(&self) -> &'static str {
+        match self.kind {
+            RuleKind::ReplicationRule => "r-",
+            RuleKind::ConfigMapSync => "s-",
+        }
+    }
+
+    /// The label value kopper 0.1 wrote (names shortened with a 64-bit hash), recognised so
+    /// copies made before an upgrade are taken over rather than deleted as orphans.
+    pub fn legacy_label_value(&self) -> String {
         let full = self.to_string();
         if full.len() <= MAX_LABEL_VALUE {
             return full;
@@ -93,6 +114,30 @@ impl RuleId {
         let keep = MAX_LABEL_VALUE - hash.len() - 1;
         let prefix: String = full.chars().take(keep).collect();
         format!("{}-{hash}", prefix.trim_end_matches(['.', '-']))
+    }
+}
+
+/// The label values that mark a rule's copies: the current one and the one kopper wrote
+/// before (see [`RuleId::legacy_label_value`]). Built once per loop over copies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleLabels {
+    pub current: String,
+    legacy: String,
+}
+
+impl RuleLabels {
+    pub fn of(id: &RuleId) -> Self {
+        Self { current: id.label_value(), legacy: id.legacy_label_value() }
+    }
+
+    /// Whether `copy` carries one of these labels.
+    pub fn marks(&self, copy: &CopyState) -> bool {
+        copy.made_by(&self.current) || copy.made_by(&self.legacy)
+    }
+
+    /// Whether `label` is one of these values.
+    pub fn is(&self, label: &str) -> bool {
+        label == self.current || label == self.legacy
     }
 }
 
@@ -119,8 +164,8 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[derive(Clone, Debug)]
 pub struct Rule {
     pub id: RuleId,
-    /// When the rule was created; the oldest rule wins a copy two rules want.
-    pub created: Option<Timestamp>,
+    /// The uid of the rule object, marked on its copies.
+    pub uid: String,
     pub kind: ObjectKind,
     pub sources: SourceMatch,
     pub targets: TargetMatch,
@@ -134,6 +179,9 @@ pub struct SourceMatch {
     pub name: Option<String>,
     /// Only objects whose labels match (ReplicationRule).
     pub selector: Option<Selector>,
+    /// For Secrets: the credential types (see [`CREDENTIAL_SECRET_TYPES`]) this rule may
+    /// copy; others of those types are never sources. `None` for ConfigMaps.
+    pub credential_types: Option<Vec<String>>,
 }
 
 impl SourceMatch {
@@ -145,17 +193,37 @@ impl SourceMatch {
             && self.namespaces.contains(&object.namespace)
             && self.name.as_ref().is_none_or(|name| *name == object.name)
             && self.selector.as_ref().is_none_or(|selector| selector.matches(&object.labels))
+            && object.credential_type().is_none_or(|kind| self.may_copy_credential(kind))
+    }
+
+    /// Whether a Secret of this type may be copied: any type that is not a credential of
+    /// the cluster, and those the rule names.
+    pub fn may_copy_secret_type(&self, secret_type: Option<&str>) -> bool {
+        match secret_type {
+            Some(kind) if CREDENTIAL_SECRET_TYPES.contains(&kind) => self.may_copy_credential(kind),
+            _ => true,
+        }
+    }
+
+    fn may_copy_credential(&self, kind: &str) -> bool {
+        self.credential_types.as_ref().is_none_or(|allowed| allowed.iter().any(|a| a == kind))
     }
 }
 
 /// Which namespaces receive copies.
 #[derive(Clone, Debug)]
 pub enum TargetMatch {
-    /// The named namespaces and those the selector matches (ConfigMapSync).
-    Listed { names: BTreeSet<String>, selector: Option<Selector> },
-    /// Every namespace the selector and the name patterns allow (ReplicationRule). System
-    /// namespaces only when `include` names them.
-    Matching { selector: Option<Selector>, include: Vec<String>, exclude: Vec<String> },
+    /// The named namespaces and those the selector matches (ConfigMapSync, a tenant's), of
+    /// those `policy` lets namespace `tenant` write into.
+    Listed { names: BTreeSet<String>, selector: Option<Selector>, tenant: String, policy: DestinationPolicy },
+    /// Every namespace the selector and the name patterns allow (ReplicationRule, an
+    /// admin's). Protected namespaces only when `include` names them exactly.
+    Matching {
+        selector: Option<Selector>,
+        include: Vec<String>,
+        exclude: Vec<String>,
+        protected: ProtectedNamespaces,
+    },
 }
 
 /// What the engine knows of a namespace: its metadata, nothing more.
@@ -165,6 +233,8 @@ pub struct NamespaceInfo {
     pub labels: BTreeMap<String, String>,
     /// False once the namespace is being deleted: it gets no new copies.
     pub active: bool,
+    /// Which tenants' resources it accepts copies from.
+    pub consent: Consent,
 }
 
 impl NamespaceInfo {
@@ -173,6 +243,7 @@ impl NamespaceInfo {
             name: meta.name.clone().unwrap_or_default(),
             labels: meta.labels.clone().unwrap_or_default(),
             active: meta.deletion_timestamp.is_none(),
+            consent: Consent::from_annotations(meta.annotations.as_ref()),
         }
     }
 }
@@ -184,26 +255,46 @@ impl Rule {
             return false;
         }
         match &self.targets {
-            TargetMatch::Listed { names, selector } => {
-                names.contains(&namespace.name)
-                    || selector.as_ref().is_some_and(|selector| selector.matches(&namespace.labels))
+            TargetMatch::Listed { names, selector, tenant, policy } => {
+                let wanted = names.contains(&namespace.name)
+                    || selector.as_ref().is_some_and(|selector| selector.matches(&namespace.labels));
+                wanted && policy.allows(tenant, &namespace.name, &namespace.consent)
             }
-            TargetMatch::Matching { selector, include, exclude } => {
+            TargetMatch::Matching { selector, include, exclude, protected } => {
+                let name = namespace.name.as_str();
                 let selected = selector.as_ref().is_none_or(|selector| selector.matches(&namespace.labels));
-                let included = if include.is_empty() {
-                    !SYSTEM_NAMESPACES.contains(&namespace.name.as_str())
+                let included = if protected.contains(name) {
+                    include.iter().any(|pattern| pattern == name)
                 } else {
-                    include.iter().any(|pattern| glob_matches(pattern, &namespace.name))
+                    include.is_empty() || include.iter().any(|pattern| glob_matches(pattern, name))
                 };
-                let excluded = exclude.iter().any(|pattern| glob_matches(pattern, &namespace.name));
+                let excluded = exclude.iter().any(|pattern| glob_matches(pattern, name));
                 selected && included && !excluded
             }
         }
     }
 
-    /// The order in which rules win a copy they both want: oldest first, then by identity.
-    fn precedence(&self) -> (bool, Option<Timestamp>, &RuleId) {
-        (self.created.is_none(), self.created, &self.id)
+    /// The namespaces this rule names as destinations that it may not write into (not
+    /// protected, no consent), whether or not they exist: telling them apart would tell a
+    /// tenant which namespaces exist. Only a tenant's rule (ConfigMapSync) has any.
+    pub fn refused_destinations(&self, namespaces: &BTreeMap<String, NamespaceInfo>) -> Vec<String> {
+        let TargetMatch::Listed { names, tenant, policy, .. } = &self.targets else { return Vec::new() };
+        names
+            .iter()
+            .filter(|name| !self.sources.namespaces.contains(name))
+            .filter(|name| {
+                let consent = namespaces.get(*name).map(|namespace| &namespace.consent);
+                !policy.allows(tenant, name, consent.unwrap_or(&Consent::None))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The order in which rules win a copy they both want: an admin's ReplicationRule before
+    /// any tenant's ConfigMapSync, then by kind, name and namespace. Creation time plays no
+    /// part, so a rule recreated by GitOps does not lose its copies to a squatter.
+    fn precedence(&self) -> &RuleId {
+        &self.id
     }
 }
 
@@ -230,6 +321,22 @@ impl ObjectInfo {
             labels: meta.labels.clone().unwrap_or_default(),
             annotations: meta.annotations.clone().unwrap_or_default(),
             deleting: meta.deletion_timestamp.is_some(),
+        }
+    }
+
+    /// The cluster credential type (see [`CREDENTIAL_SECRET_TYPES`]) a Secret is, told from
+    /// its metadata alone (the watches hold no more), as the API server and Helm mark them.
+    pub fn credential_type(&self) -> Option<&'static str> {
+        if self.annotations.contains_key("kubernetes.io/service-account.name") {
+            Some(CREDENTIAL_SECRET_TYPES[0])
+        } else if self.name.starts_with("bootstrap-token-") {
+            Some(CREDENTIAL_SECRET_TYPES[1])
+        } else if self.name.starts_with("sh.helm.release.v1.")
+            && self.labels.get("owner").is_some_and(|owner| owner == "helm")
+        {
+            Some(CREDENTIAL_SECRET_TYPES[2])
+        } else {
+            None
         }
     }
 
@@ -365,13 +472,25 @@ impl CopyTemplate<'_> {
 /// Builds the copy of `source` that `rule` puts into `namespace`: the source's content and
 /// its own labels and annotations, without server-set metadata or kopper's marks, plus
 /// marks naming the rule and the source version.
-pub fn desired_copy(rule: &RuleId, kind: ObjectKind, source: &Source, namespace: &str) -> DesiredCopy {
-    copy_template(rule, kind, source).into_namespace(namespace)
+pub fn desired_copy(
+    rule: &RuleId,
+    rule_uid: &str,
+    kind: ObjectKind,
+    source: &Source,
+    namespace: &str,
+) -> DesiredCopy {
+    copy_template(rule, rule_uid, kind, source).into_namespace(namespace)
 }
 
 /// The labels and annotations of `rule`'s copies of `source`: the source's own, without
-/// server-set metadata or kopper's marks, plus marks naming the rule and the source version.
-pub fn copy_template<'a>(rule: &'a RuleId, kind: ObjectKind, source: &'a Source) -> CopyTemplate<'a> {
+/// server-set metadata or kopper's marks, plus marks naming the rule (and the uid of its
+/// object) and the source version.
+pub fn copy_template<'a>(
+    rule: &'a RuleId,
+    rule_uid: &str,
+    kind: ObjectKind,
+    source: &'a Source,
+) -> CopyTemplate<'a> {
     let mut labels: BTreeMap<String, String> =
         source.info.labels.iter().filter(|(key, _)| is_user_key(key)).map(clone_pair).collect();
     labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
@@ -383,6 +502,8 @@ pub fn copy_template<'a>(rule: &'a RuleId, kind: ObjectKind, source: &'a Source)
         .filter(|(key, _)| is_user_key(key) && !SOURCE_ONLY_ANNOTATIONS.contains(&key.as_str()))
         .map(clone_pair)
         .collect();
+    annotations.insert(RULE_ANNOTATION.to_owned(), rule.to_string());
+    annotations.insert(RULE_UID_ANNOTATION.to_owned(), rule_uid.to_owned());
     annotations.insert(SOURCE_NAMESPACE_ANNOTATION.to_owned(), source.info.namespace.clone());
     annotations.insert(SOURCE_NAME_ANNOTATION.to_owned(), source.info.name.clone());
     annotations.insert(SOURCE_UID_ANNOTATION.to_owned(), source.info.uid.clone());
@@ -538,6 +659,8 @@ pub struct CopyState {
     pub uid: Box<str>,
     /// The value of its [`REPLICATED_BY_LABEL`], if any.
     pub rule: Option<Arc<str>>,
+    /// The uid of the rule object that made it ([`RULE_UID_ANNOTATION`]), if marked.
+    pub rule_uid: Option<Box<str>>,
     pub marks: Marks,
     /// [`Payload::digest`] of its content.
     pub content: u64,
@@ -572,6 +695,7 @@ impl CopyState {
         Self {
             uid: uid.into(),
             rule: labels.get(REPLICATED_BY_LABEL).map(|rule| Arc::from(rule.as_str())),
+            rule_uid: annotations.get(RULE_UID_ANNOTATION).map(|uid| Box::from(uid.as_str())),
             marks: Marks::new(labels, annotations),
             content: payload.digest(),
             immutable: payload.immutable,
@@ -583,6 +707,13 @@ impl CopyState {
     /// Whether this copy was made by the rule whose label value is `label`.
     pub fn made_by(&self, label: &str) -> bool {
         self.rule.as_deref() == Some(label)
+    }
+
+    /// Whether the rule object with uid `uid` may delete this copy: it names that uid, or
+    /// none (made before kopper marked uids). A rule deleted and created again under the
+    /// same name never deletes what its successor took over.
+    pub fn deletable_by(&self, uid: &str) -> bool {
+        self.rule_uid.as_deref().is_none_or(|own| own == uid)
     }
 }
 
@@ -652,8 +783,12 @@ pub enum Change {
     /// Create a copy where no watch tells what is there: look first, and report a conflict
     /// instead if an object is there.
     CreateIfAbsent(DesiredCopy),
-    /// Server-side apply of the copy over kopper's existing one.
-    Update(DesiredCopy),
+    /// Replace kopper's existing copy (uid `existing_uid`) with this content, on the
+    /// condition that it is still that copy, unchanged since it was read.
+    Update {
+        existing_uid: String,
+        copy: DesiredCopy,
+    },
     /// The existing copy cannot be changed in place (immutable, or a Secret of another type):
     /// delete it, then create it again.
     Replace {
@@ -677,7 +812,7 @@ impl Change {
         match self {
             Self::Create(copy)
             | Self::CreateIfAbsent(copy)
-            | Self::Update(copy)
+            | Self::Update { copy, .. }
             | Self::Replace { copy, .. } => Some(copy),
             Self::Delete { .. } | Self::Conflict { .. } => None,
         }
@@ -687,7 +822,7 @@ impl Change {
         match self {
             Self::Create(copy)
             | Self::CreateIfAbsent(copy)
-            | Self::Update(copy)
+            | Self::Update { copy, .. }
             | Self::Replace { copy, .. } => &copy.key,
             Self::Delete { key, .. } | Self::Conflict { key, .. } => key,
         }
@@ -750,7 +885,8 @@ impl<'a> RulePass<'a> {
         let templates: Vec<CopyTemplate<'a>> = matched
             .iter()
             .filter_map(|info| sources.get(&info.uid))
-            .map(|source| copy_template(&rule.id, rule.kind, source))
+            .filter(|source| rule.sources.may_copy_secret_type(source.payload.secret_type.as_deref()))
+            .map(|source| copy_template(&rule.id, &rule.uid, rule.kind, source))
             .collect();
         let targets = world.target_namespaces(rule);
         Self {
@@ -864,10 +1000,11 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
     let unchangeable = (state.immutable && !content_matches)
         || state.secret_type.as_deref() != template.source.payload.secret_type.as_deref();
     let copy = template.into_namespace(namespace);
+    let existing_uid = state.uid.to_string();
     if unchangeable {
-        plan.changes.push(Change::Replace { existing_uid: state.uid.to_string(), copy });
+        plan.changes.push(Change::Replace { existing_uid, copy });
     } else {
-        plan.changes.push(Change::Update(copy));
+        plan.changes.push(Change::Update { existing_uid, copy });
     }
 }
 
@@ -888,19 +1025,20 @@ pub fn plan_rule(
         existing.get(&key).map_or(Found::Nothing, Existing::found)
     };
     pass.plan_copies(pass.targets(), found, &mut plan);
-    pass.stale_copies(own_copies(&rule.id, rule.kind, existing), &mut plan);
+    pass.stale_copies(own_copies(&rule.id, &rule.uid, rule.kind, existing), &mut plan);
     plan
 }
 
-/// The copies of `kind` in `existing` that `rule` made.
+/// The copies of `kind` in `existing` that `rule` (whose object has uid `uid`) made.
 pub fn own_copies<'c>(
     rule: &RuleId,
+    uid: &'c str,
     kind: ObjectKind,
     existing: &'c BTreeMap<CopyKey, Existing>,
 ) -> impl Iterator<Item = (&'c str, &'c str, &'c CopyState)> + 'c {
-    let label = rule.label_value();
+    let labels = RuleLabels::of(rule);
     existing.iter().filter_map(move |(key, found)| match found {
-        Existing::Copy(copy) if key.kind == kind && copy.made_by(&label) => {
+        Existing::Copy(copy) if key.kind == kind && labels.marks(copy) && copy.deletable_by(uid) => {
             Some((key.namespace.as_str(), key.name.as_str(), copy))
         }
         _ => None,
@@ -936,7 +1074,7 @@ pub fn rules_affected_by<'a>(
         .filter(move |rule| {
             let replicated_by = object.replicated_by();
             rule.sources.matches(object)
-                || replicated_by.is_some_and(|label| label == rule.id.label_value())
+                || replicated_by.is_some_and(|label| RuleLabels::of(&rule.id).is(label))
                 || wants_copy_at(rule, &object.namespace, &object.name, &source_named)
         })
         .map(|rule| &rule.id)

@@ -19,8 +19,8 @@ use super::METRICS_NAME;
 use super::apply::{self, WriteError};
 use super::copies::CopyIndex;
 use super::desired::{
-    Change, CopyState, Found, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, RulePass,
-    RulePlan, Source, World, cleanup, source_namespaces,
+    Change, CopyState, Found, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, RuleLabels,
+    RulePass, RulePlan, Source, World, cleanup, source_namespaces,
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
@@ -154,9 +154,12 @@ impl Engine {
         let rule = match object.to_rule(&ctx.settings) {
             Ok(rule) => rule,
             Err(refusal) => {
+                // A refused rule holds no copies: whatever it was allowed before (a source
+                // kopper no longer lets it read, say) is revoked.
+                let uid = object.meta().uid.clone().unwrap_or_default();
+                let removed = self.cleanup(ctx, &object.rule_id(), &uid).await;
                 self.report(ctx, object, Err(refusal)).await?;
-                self.retire_scoped_watches(ctx);
-                return Ok(Action::await_change());
+                return removed;
             }
         };
         let tally = self.pass(ctx, &rule).await?;
@@ -166,14 +169,15 @@ impl Engine {
         let total = self.router.memo.set_conflicts(&rule.id, tally.findings.conflicts.len());
         ctx.metrics.conflicts.get_or_create(&metric_labels()).set(total);
         self.retire_scoped_watches(ctx);
-        self.report(ctx, object, Ok(tally.findings)).await?;
+        self.report(ctx, object, Ok(object.redact(tally.findings))).await?;
         failures(tally.failed)
     }
 
-    /// Removes every copy `object` made; runs when it is deleted.
-    pub async fn cleanup(&self, ctx: &Context, id: &RuleId) -> Result<Action, SyncError> {
-        let label = id.label_value();
-        let changes = self.copies_where(|copy| copy.made_by(&label));
+    /// Removes every copy the rule `id` (whose object has uid `uid`) made; runs when it is
+    /// deleted, refused or no longer allowed.
+    pub async fn cleanup(&self, ctx: &Context, id: &RuleId, uid: &str) -> Result<Action, SyncError> {
+        let labels = RuleLabels::of(id);
+        let changes = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
         let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(METRICS_NAME));
         let total = self.router.memo.set_conflicts(id, 0);
@@ -185,7 +189,13 @@ impl Engine {
     /// Deletes copies whose rule no longer exists: left behind when a rule's finalizer
     /// was removed by hand, or kopper was uninstalled and reinstalled in between.
     pub async fn collect_orphans(&self, ctx: &Context) {
-        let rules: HashSet<String> = self.router.rules.all_ids().iter().map(RuleId::label_value).collect();
+        let rules: HashSet<String> = self
+            .router
+            .rules
+            .all_ids()
+            .iter()
+            .flat_map(|id| [id.label_value(), id.legacy_label_value()])
+            .collect();
         let changes =
             self.copies_where(|copy| copy.rule.as_deref().is_some_and(|rule| !rules.contains(rule)));
         if changes.is_empty() {
@@ -229,6 +239,7 @@ impl Engine {
         let pass = RulePass::new(rule, &world, &sources);
         let mut tally = PassTally::default();
         tally.findings.sources_matched = pass.sources_matched;
+        tally.findings.refused_destinations = rule.refused_destinations(&namespaces);
         let copies = self.caches.copies(rule.kind);
         let batch = (COPIES_PER_BATCH / pass.copies_per_namespace().max(1)).max(1);
         for targets in pass.targets().chunks(batch) {
@@ -244,17 +255,18 @@ impl Engine {
             self.apply_batch(ctx, rule.kind, plan, &mut tally).await;
         }
         let mut plan = RulePlan::default();
-        let label = rule.id.label_value();
+        let labels = RuleLabels::of(&rule.id);
+        let own = |copy: &CopyState| labels.marks(copy) && copy.deletable_by(&rule.uid);
         {
             let map = copies.read();
-            pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| copy.made_by(&label)), &mut plan);
+            pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| own(copy)), &mut plan);
         }
         // Copies of the kind the rule copied before its spec changed.
         let other = match rule.kind {
             ObjectKind::ConfigMap => ObjectKind::Secret,
             ObjectKind::Secret => ObjectKind::ConfigMap,
         };
-        plan.changes.extend(self.deletions(other, |copy| copy.made_by(&label)));
+        plan.changes.extend(self.deletions(other, own));
         self.apply_batch(ctx, rule.kind, plan, &mut tally).await;
         tally.findings.conflicts.sort();
         Ok(tally)

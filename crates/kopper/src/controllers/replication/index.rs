@@ -16,7 +16,9 @@ use tokio::task::JoinHandle;
 
 use super::RULE_CONTROLLER;
 use super::copies::{self, CopyIndex};
-use super::desired::{ObjectInfo, ObjectKind, Rule, RuleId, RuleKind, rules_affected_by, wants_copy_at};
+use super::desired::{
+    ObjectInfo, ObjectKind, Rule, RuleId, RuleKind, RuleLabels, rules_affected_by, wants_copy_at,
+};
 use super::engine::Memo;
 use super::rules::RuleObject;
 use super::scoped::{Scoped, ScopedView};
@@ -199,8 +201,8 @@ impl Router {
         let name = meta.name.as_deref().unwrap_or_default();
         let source_named = |rule: &Rule, name: &str| self.has_source_named(view.as_ref(), rule, name);
         for rule in rules.iter().filter(|rule| rule.kind == kind) {
-            let label = rule.id.label_value();
-            let made = made_by.iter().flatten().any(|made_by| **made_by == *label);
+            let labels = RuleLabels::of(&rule.id);
+            let made = made_by.iter().flatten().any(|made_by| labels.is(made_by));
             if made || wants_copy_at(rule, namespace, name, source_named) {
                 self.wakers.wake(&rule.id);
             }

@@ -233,7 +233,9 @@ async fn reconcile_rule<R: RuleObject>(
     finalizer(&api, FINALIZER, object, move |event| async move {
         match event {
             finalizer::Event::Apply(object) => engine.sync(ctx, object.as_ref()).await,
-            finalizer::Event::Cleanup(object) => engine.cleanup(ctx, &object.rule_id()).await,
+            finalizer::Event::Cleanup(object) => {
+                engine.cleanup(ctx, &object.rule_id(), object.meta().uid.as_deref().unwrap_or_default()).await
+            }
         }
     })
     .await
@@ -266,7 +268,7 @@ async fn reconcile_unreadable<R: RuleObject>(
         return Ok(Action::await_change());
     }
     engine
-        .cleanup(ctx, &R::id_of(meta))
+        .cleanup(ctx, &R::id_of(meta), meta.uid.as_deref().unwrap_or_default())
         .await
         .map_err(|error| Error::Finalizer(Box::new(finalizer::Error::CleanupFailed(error))))?;
     remove_finalizer::<R>(&ctx.client, meta).await.map_err(Error::RemoveFinalizer)?;

@@ -144,7 +144,7 @@ fn render(out: &mut String, rule: &RuleId, changes: &[Change], totals: &mut Tota
                 totals.create += 1;
                 format!("  + create  {} (from {}/{})", copy.key, copy.source.namespace, copy.source.name)
             }
-            Change::Update(copy) => {
+            Change::Update { copy, .. } => {
                 totals.update += 1;
                 format!("  ~ update  {} (from {}/{})", copy.key, copy.source.namespace, copy.source.name)
             }
@@ -175,7 +175,7 @@ mod tests {
         let rule = RuleId::replication_rule("r");
         let info = ObjectInfo { namespace: "src".into(), name: "cfg".into(), ..ObjectInfo::default() };
         let copy: DesiredCopy =
-            desired_copy(&rule, ObjectKind::ConfigMap, &Source::new(info, Payload::default()), "a");
+            desired_copy(&rule, "uid", ObjectKind::ConfigMap, &Source::new(info, Payload::default()), "a");
         let changes = vec![
             Change::Create(copy.clone()),
             Change::Delete { key: copy.key.clone(), uid: "u".into() },

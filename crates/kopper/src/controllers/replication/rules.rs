@@ -47,6 +47,11 @@ pub struct Findings {
     pub wrote: bool,
     /// Copies that could not be written this pass (they are retried).
     pub failed: usize,
+    /// Destinations named in a tenant's spec that it may not write into.
+    pub refused_destinations: Vec<String>,
+    /// Conflicts left out of `conflicts` because their namespace is not one the rule's
+    /// owner named (see [`RuleObject::redact`]).
+    pub hidden_conflicts: usize,
 }
 
 impl Findings {
@@ -71,11 +76,19 @@ impl Findings {
     fn readiness(&self) -> (&'static str, &'static str, String) {
         if self.failed > 0 {
             ("False", "WriteFailed", format!("{} copies could not be written; retrying", self.failed))
-        } else if !self.conflicts.is_empty() {
+        } else if !self.conflicts.is_empty() || self.hidden_conflicts > 0 {
+            let count = self.conflicts.len() + self.hidden_conflicts;
+            ("False", "Conflict", format!("{count} copies are not written: their place is taken"))
+        } else if !self.refused_destinations.is_empty() {
             (
                 "False",
-                "Conflict",
-                format!("{} copies are held by objects kopper does not own", self.conflicts.len()),
+                "DestinationRefused",
+                format!(
+                    "{} do not accept copies from this namespace: the owner of each can annotate it with \
+                     {}=<this namespace>",
+                    self.refused_destinations.join(", "),
+                    crate::tenancy::ACCEPT_REPLICATION_FROM
+                ),
             )
         } else if self.sources_matched == 0 {
             ("True", "NoSources", "no source object matches".to_owned())
@@ -105,6 +118,10 @@ pub trait RuleObject:
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value>;
     /// Conflicts the current status reports, so Events go out only for new ones.
     fn reported_conflicts(&self) -> Vec<CopyConflict>;
+    /// What of `findings` the object's owner may see, for its status and Events.
+    fn redact(&self, findings: Findings) -> Findings {
+        findings
+    }
 }
 
 impl RuleObject for ReplicationRule {
@@ -120,21 +137,25 @@ impl RuleObject for ReplicationRule {
         ready_reason(self.status.as_ref().map(|status| status.conditions.as_slice()))
     }
 
-    fn to_rule(&self, _settings: &Settings) -> Result<Rule, Refusal> {
+    fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal> {
         let spec = &self.spec;
+        let kind = match spec.kind {
+            ReplicatedKind::ConfigMap => ObjectKind::ConfigMap,
+            ReplicatedKind::Secret => ObjectKind::Secret,
+        };
         Ok(Rule {
             id: self.rule_id(),
-            created: self.meta().creation_timestamp.as_ref().map(|time| time.0),
-            kind: match spec.kind {
-                ReplicatedKind::ConfigMap => ObjectKind::ConfigMap,
-                ReplicatedKind::Secret => ObjectKind::Secret,
-            },
+            uid: self.meta().uid.clone().unwrap_or_default(),
+            kind,
             sources: SourceMatch {
                 namespaces: spec.namespaces.clone(),
                 name: None,
                 selector: Some(selector(&spec.selector, "selector")?),
+                credential_types: (kind == ObjectKind::Secret)
+                    .then(|| spec.credential_types.iter().map(|kind| kind.as_str().to_owned()).collect()),
             },
             targets: TargetMatch::Matching {
+                protected: settings.destinations.protected.clone(),
                 selector: spec
                     .namespace_selector
                     .as_ref()
@@ -208,14 +229,17 @@ impl RuleObject for ConfigMapSync {
         }
         Ok(Rule {
             id: self.rule_id(),
-            created: self.meta().creation_timestamp.as_ref().map(|time| time.0),
+            uid: self.meta().uid.clone().unwrap_or_default(),
             kind: ObjectKind::ConfigMap,
             sources: SourceMatch {
                 namespaces: vec![spec.source_namespace.clone()],
                 name: Some(spec.config_map_name.clone()),
                 selector: None,
+                credential_types: None,
             },
             targets: TargetMatch::Listed {
+                tenant: own_namespace,
+                policy: settings.destinations.clone(),
                 names,
                 selector: spec
                     .destination_selector
@@ -240,12 +264,14 @@ impl RuleObject for ConfigMapSync {
                     findings.synced_namespaces.iter().take(MAX_LISTED_NAMESPACES).cloned().collect();
                 new.synced_count = count(findings.synced_namespaces.len());
                 new.conflicts = findings.conflicts.iter().take(MAX_LISTED_CONFLICTS).cloned().collect();
+                new.refused_destinations = findings.refused_destinations.clone();
                 new.last_sync_time = sync_time(old.last_sync_time.as_ref(), findings, now);
             }
             Err(_) => {
                 new.synced_namespaces.clear();
                 new.synced_count = 0;
                 new.conflicts.clear();
+                new.refused_destinations.clear();
             }
         }
         (new != old).then(|| serde_json::json!({ "status": new }))
@@ -253,6 +279,35 @@ impl RuleObject for ConfigMapSync {
 
     fn reported_conflicts(&self) -> Vec<CopyConflict> {
         self.status.as_ref().map(|status| status.conflicts.clone()).unwrap_or_default()
+    }
+
+    /// A tenant sees only namespaces they named (and their own): no other namespace's name,
+    /// no sign of which objects exist there, no other rule's name.
+    fn redact(&self, mut findings: Findings) -> Findings {
+        let own = self.namespace().unwrap_or_default();
+        let spec = &self.spec;
+        let named = |namespace: &str| {
+            namespace == own
+                || spec.destination_namespace.as_deref() == Some(namespace)
+                || spec.destination_namespaces.iter().any(|name| name == namespace)
+        };
+        findings.synced_namespaces.retain(|namespace| named(namespace));
+        let (visible, hidden): (Vec<CopyConflict>, Vec<CopyConflict>) =
+            std::mem::take(&mut findings.conflicts).into_iter().partition(|c| named(&c.namespace));
+        findings.hidden_conflicts += hidden.len();
+        findings.conflicts = visible
+            .into_iter()
+            .map(|conflict| CopyConflict {
+                reason: "DestinationOccupied".to_owned(),
+                message: format!(
+                    "the copy in {} is not written: the name is taken there (by a ConfigMap kopper did not \
+                     make, or by a rule that takes precedence); the namespace's owner can tell which",
+                    conflict.namespace
+                ),
+                ..conflict
+            })
+            .collect();
+        findings
     }
 }
 

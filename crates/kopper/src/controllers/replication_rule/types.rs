@@ -48,8 +48,9 @@ pub struct ReplicationRuleSpec {
 
     /// Namespace name patterns that receive copies. `*` matches any run of characters, `?`
     /// exactly one. Omit to target every namespace except the source namespaces and the
-    /// system ones (kube-system, kube-public, kube-node-lease); system namespaces receive
-    /// copies only when listed here.
+    /// protected ones (kube-system, kube-public, kube-node-lease, kopper's own namespace and
+    /// any the admin protects); a protected namespace receives copies only when listed here
+    /// by its exact name, never through a pattern.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$")))]
     pub include_namespaces: Vec<String>,
@@ -58,6 +59,37 @@ pub struct ReplicationRuleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$")))]
     pub exclude_namespaces: Vec<String>,
+
+    /// Secret types that are credentials of the cluster itself, which this rule may copy
+    /// (kind Secret only). They are never copied otherwise, however broad the selector:
+    /// `kubernetes.io/service-account-token` (a copy is a live token of that ServiceAccount
+    /// in every namespace it lands in), `bootstrap.kubernetes.io/token` and
+    /// `helm.sh/release.v1` (Helm's release records).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3))]
+    pub credential_types: Vec<CredentialSecretType>,
+}
+
+/// A Secret type that is a credential of the cluster itself.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum CredentialSecretType {
+    #[serde(rename = "kubernetes.io/service-account-token")]
+    ServiceAccountToken,
+    #[serde(rename = "bootstrap.kubernetes.io/token")]
+    BootstrapToken,
+    #[serde(rename = "helm.sh/release.v1")]
+    HelmRelease,
+}
+
+impl CredentialSecretType {
+    /// The `type` of such Secrets.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ServiceAccountToken => "kubernetes.io/service-account-token",
+            Self::BootstrapToken => "bootstrap.kubernetes.io/token",
+            Self::HelmRelease => "helm.sh/release.v1",
+        }
+    }
 }
 
 /// The kind of object a rule copies.
@@ -84,9 +116,9 @@ pub struct ReplicationRuleStatus {
     pub copies_in_sync: i32,
 
     /// Copies this rule wants but does not get, because an object of that name exists and
-    /// was not made by kopper, or an older rule claims it. At most 20 are listed;
-    /// `conflictCount` has the total.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// was not made by kopper, or a rule that takes precedence claims it. At most 20 are
+    /// listed; `conflictCount` has the total.
+    #[serde(default)]
     pub conflicts: Vec<CopyConflict>,
 
     /// Number of conflicts, including those not listed.

@@ -10,7 +10,12 @@ fn namespaces(names: &[&str]) -> BTreeMap<String, NamespaceInfo> {
         .map(|name| {
             (
                 (*name).to_owned(),
-                NamespaceInfo { name: (*name).to_owned(), labels: BTreeMap::new(), active: true },
+                NamespaceInfo {
+                    name: (*name).to_owned(),
+                    labels: BTreeMap::new(),
+                    active: true,
+                    consent: Consent::None,
+                },
             )
         })
         .collect()
@@ -32,17 +37,28 @@ fn payload(value: &str) -> Payload {
     Payload { data: labels(&[("key", value)]), ..Payload::default() }
 }
 
-fn rule(name: &str, created_second: i64) -> Rule {
+/// The uid of every rule object in these tests.
+const RULE_UID: &str = "uid";
+
+/// A ReplicationRule copying ConfigMaps labelled `copy: yes` from `src`. Rules are ordered by
+/// identity, never by age: `_age` only documents the scenario.
+fn rule(name: &str, _age: i64) -> Rule {
     Rule {
         id: RuleId::replication_rule(name),
-        created: Some(Timestamp::from_second(created_second).unwrap()),
+        uid: RULE_UID.to_owned(),
         kind: ObjectKind::ConfigMap,
         sources: SourceMatch {
             namespaces: vec!["src".to_owned()],
             name: None,
             selector: Some(Selector::from_iter([("copy", "yes")])),
+            credential_types: None,
         },
-        targets: TargetMatch::Matching { selector: None, include: vec![], exclude: vec![] },
+        targets: TargetMatch::Matching {
+            selector: None,
+            include: vec![],
+            exclude: vec![],
+            protected: ProtectedNamespaces::default(),
+        },
     }
 }
 
@@ -107,7 +123,10 @@ fn plan_after_first_pass(
 fn copies_go_to_every_active_namespace_but_the_source_and_system_ones() {
     let rules = [rule("r", 1)];
     let mut ns = namespaces(&["src", "a", "b", "kube-system", "kube-public", "kube-node-lease"]);
-    ns.insert("gone".into(), NamespaceInfo { name: "gone".into(), labels: BTreeMap::new(), active: false });
+    ns.insert(
+        "gone".into(),
+        NamespaceInfo { name: "gone".into(), labels: BTreeMap::new(), active: false, consent: Consent::None },
+    );
     let objects = [source("src", "cfg", "u1", "1")];
     let world = World::new(&rules, &ns, &objects);
     let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &BTreeMap::new());
@@ -122,14 +141,24 @@ fn include_and_exclude_patterns_and_namespace_selector_narrow_the_targets() {
         selector: Some(Selector::from_iter([("team", "x")])),
         include: vec!["team-*".into(), "kube-system".into()],
         exclude: vec!["*-tmp".into()],
+        protected: ProtectedNamespaces::default(),
     };
-    let team =
-        |name: &str| NamespaceInfo { name: name.into(), labels: labels(&[("team", "x")]), active: true };
+    let team = |name: &str| NamespaceInfo {
+        name: name.into(),
+        labels: labels(&[("team", "x")]),
+        active: true,
+        consent: Consent::None,
+    };
     assert!(r.targets(&team("team-a")));
     assert!(r.targets(&team("kube-system")), "system namespaces are targeted when included by name");
     assert!(!r.targets(&team("team-a-tmp")));
     assert!(!r.targets(&team("other")));
-    assert!(!r.targets(&NamespaceInfo { name: "team-b".into(), labels: BTreeMap::new(), active: true }));
+    assert!(!r.targets(&NamespaceInfo {
+        name: "team-b".into(),
+        labels: BTreeMap::new(),
+        active: true,
+        consent: Consent::None
+    }));
 }
 
 #[test]
@@ -138,11 +167,17 @@ fn listed_targets_take_named_and_selected_namespaces() {
         targets: TargetMatch::Listed {
             names: ["dest".to_owned()].into(),
             selector: Some(Selector::from_iter([("sync", "on")])),
+            tenant: "src".into(),
+            policy: DestinationPolicy { allow_unconsented: true, ..DestinationPolicy::default() },
         },
         ..rule("r", 1)
     };
-    let ns =
-        |name: &str, l: &[(&str, &str)]| NamespaceInfo { name: name.into(), labels: labels(l), active: true };
+    let ns = |name: &str, l: &[(&str, &str)]| NamespaceInfo {
+        name: name.into(),
+        labels: labels(l),
+        active: true,
+        consent: Consent::None,
+    };
     assert!(r.targets(&ns("dest", &[])));
     assert!(r.targets(&ns("labelled", &[("sync", "on")])));
     assert!(!r.targets(&ns("other", &[])));
@@ -179,14 +214,19 @@ fn source_change_updates_the_copy() {
     let rules = [rule("r", 1)];
     let ns = namespaces(&["src", "a"]);
     let old = source("src", "cfg", "u1", "1");
-    let copy =
-        desired_copy(&rules[0].id, ObjectKind::ConfigMap, &Source::new(old.clone(), payload("v1")), "a");
+    let copy = desired_copy(
+        &rules[0].id,
+        RULE_UID,
+        ObjectKind::ConfigMap,
+        &Source::new(old.clone(), payload("v1")),
+        "a",
+    );
     let objects = [source("src", "cfg", "u1", "2")];
     let world = World::new(&rules, &ns, &objects);
     let existing = [(copy.key.clone(), written(&copy))].into();
     let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v2"), &existing);
     match plan.changes.as_slice() {
-        [Change::Update(updated)] => {
+        [Change::Update { copy: updated, .. }] => {
             assert_eq!(*updated.payload, payload("v2"));
             assert_eq!(updated.annotations[SOURCE_VERSION_ANNOTATION], "2");
         }
@@ -202,6 +242,7 @@ fn edited_copy_is_restored() {
     let world = World::new(&rules, &ns, &objects);
     let copy = desired_copy(
         &rules[0].id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(objects[0].clone(), payload("v1")),
         "a",
@@ -209,7 +250,7 @@ fn edited_copy_is_restored() {
     let edited = written_as(&copy, |_, content| *content = payload("hand-edited"));
     let plan =
         plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &[(copy.key.clone(), edited)].into());
-    assert!(matches!(plan.changes.as_slice(), [Change::Update(_)]), "{:?}", plan.changes);
+    assert!(matches!(plan.changes.as_slice(), [Change::Update { copy: _, .. }]), "{:?}", plan.changes);
 }
 
 #[test]
@@ -220,6 +261,7 @@ fn labels_others_added_to_a_copy_do_not_cause_writes() {
     let world = World::new(&rules, &ns, &objects);
     let copy = desired_copy(
         &rules[0].id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(objects[0].clone(), payload("v1")),
         "a",
@@ -251,7 +293,7 @@ fn unmanaged_object_is_reported_not_overwritten() {
 }
 
 #[test]
-fn oldest_rule_wins_a_contested_copy() {
+fn first_rule_by_name_wins_a_contested_copy_whatever_its_age() {
     let rules = [rule("young", 20), rule("old", 10)];
     let ns = namespaces(&["src", "a"]);
     let objects = [source("src", "cfg", "u1", "1")];
@@ -264,13 +306,13 @@ fn oldest_rule_wins_a_contested_copy() {
         young.changes,
         vec![Change::Conflict {
             key: key("a", "cfg"),
-            reason: ConflictReason::ClaimedByOtherRule("ReplicationRule.old".into())
+            reason: ConflictReason::ClaimedByOtherRule(RuleId::replication_rule("old").to_string())
         }]
     );
 }
 
 #[test]
-fn rules_created_together_are_ordered_by_name() {
+fn rules_are_ordered_by_name() {
     let rules = [rule("b", 10), rule("a", 10)];
     let ns = namespaces(&["src", "x"]);
     let objects = [source("src", "cfg", "u1", "1")];
@@ -287,6 +329,7 @@ fn winning_rule_adopts_a_copy_the_losing_rule_wrote() {
     let world = World::new(&rules, &ns, &objects);
     let theirs = desired_copy(
         &rules[1].id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(objects[0].clone(), payload("v1")),
         "a",
@@ -294,7 +337,9 @@ fn winning_rule_adopts_a_copy_the_losing_rule_wrote() {
     let existing = [(theirs.key.clone(), written(&theirs))].into();
     let plan = plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &existing);
     match plan.changes.as_slice() {
-        [Change::Update(copy)] => assert_eq!(copy.labels[REPLICATED_BY_LABEL], "ReplicationRule.old"),
+        [Change::Update { copy, .. }] => {
+            assert_eq!(copy.labels[REPLICATED_BY_LABEL], RuleId::replication_rule("old").label_value())
+        }
         other => panic!("expected adoption, got {other:?}"),
     }
 }
@@ -311,18 +356,25 @@ fn server_set_metadata_is_not_copied() {
     ]);
     let copy = desired_copy(
         &RuleId::replication_rule("r"),
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(info, payload("v")),
         "a",
     );
     assert_eq!(
         *copy.labels,
-        labels(&[("copy", "yes"), (MANAGED_BY_LABEL, "kopper"), (REPLICATED_BY_LABEL, "ReplicationRule.r")])
+        labels(&[
+            ("copy", "yes"),
+            (MANAGED_BY_LABEL, "kopper"),
+            (REPLICATED_BY_LABEL, &RuleId::replication_rule("r").label_value())
+        ])
     );
     assert_eq!(
         *copy.annotations,
         labels(&[
             ("team", "payments"),
+            (RULE_ANNOTATION, "ReplicationRule.r"),
+            (RULE_UID_ANNOTATION, RULE_UID),
             (SOURCE_NAMESPACE_ANNOTATION, "src"),
             (SOURCE_NAME_ANNOTATION, "cfg"),
             (SOURCE_UID_ANNOTATION, "u1"),
@@ -350,6 +402,7 @@ fn copy_is_deleted_when_its_source_stops_matching() {
     unlabelled.labels.clear();
     let old = desired_copy(
         &rules[0].id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(source("src", "cfg", "u1", "1"), payload("v1")),
         "a",
@@ -365,10 +418,14 @@ fn copy_is_deleted_when_its_source_stops_matching() {
 fn copies_in_a_terminating_namespace_are_left_to_go_with_it() {
     let rules = [rule("r", 1)];
     let mut ns = namespaces(&["src"]);
-    ns.insert("a".into(), NamespaceInfo { name: "a".into(), labels: BTreeMap::new(), active: false });
+    ns.insert(
+        "a".into(),
+        NamespaceInfo { name: "a".into(), labels: BTreeMap::new(), active: false, consent: Consent::None },
+    );
     let objects = [source("src", "cfg", "u1", "1")];
     let copy = desired_copy(
         &rules[0].id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(objects[0].clone(), payload("v1")),
         "a",
@@ -386,12 +443,18 @@ fn copies_in_a_terminating_namespace_are_left_to_go_with_it() {
 #[test]
 fn unwanted_copy_another_rule_wants_is_handed_over_not_deleted() {
     let mut narrow = rule("first", 1);
-    narrow.targets = TargetMatch::Matching { selector: None, include: vec![], exclude: vec!["a".into()] };
+    narrow.targets = TargetMatch::Matching {
+        selector: None,
+        include: vec![],
+        exclude: vec!["a".into()],
+        protected: ProtectedNamespaces::default(),
+    };
     let rules = [narrow, rule("second", 2)];
     let ns = namespaces(&["src", "a"]);
     let objects = [source("src", "cfg", "u1", "1")];
     let copy = desired_copy(
         &rules[0].id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(objects[0].clone(), payload("v1")),
         "a",
@@ -414,6 +477,7 @@ fn immutable_copy_is_replaced_when_the_source_is_replaced() {
     let immutable = |value: &str| Payload { immutable: true, ..payload(value) };
     let old = desired_copy(
         &rules[0].id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(source("src", "cfg", "u1", "1"), immutable("v1")),
         "a",
@@ -441,6 +505,7 @@ fn secret_type_change_replaces_the_copy() {
     let objects = [source("src", "tls", "u1", "2")];
     let mut old = desired_copy(
         &rules[0].id,
+        RULE_UID,
         ObjectKind::Secret,
         &Source::new(source("src", "tls", "u1", "1"), typed("Opaque")),
         "a",
@@ -478,12 +543,14 @@ fn cleanup_deletes_only_the_rules_own_copies() {
     let rule_id = RuleId::replication_rule("r");
     let mine = desired_copy(
         &rule_id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(source("src", "cfg", "u1", "1"), payload("v")),
         "a",
     );
     let other = desired_copy(
         &RuleId::replication_rule("other"),
+        RULE_UID,
         ObjectKind::ConfigMap,
         &Source::new(source("src", "cfg", "u1", "1"), payload("v")),
         "b",
@@ -494,7 +561,8 @@ fn cleanup_deletes_only_the_rules_own_copies() {
         (key("c", "cfg"), Existing::Unmanaged),
     ]
     .into();
-    let changes = cleanup(ObjectKind::ConfigMap, own_copies(&rule_id, ObjectKind::ConfigMap, &existing));
+    let changes =
+        cleanup(ObjectKind::ConfigMap, own_copies(&rule_id, RULE_UID, ObjectKind::ConfigMap, &existing));
     assert_eq!(changes, vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into() }]);
 }
 
@@ -504,7 +572,24 @@ fn long_rule_names_give_distinct_valid_label_values() {
     let b = RuleId::config_map_sync(&"n".repeat(63), &format!("{}b", "a".repeat(199)));
     assert!(a.label_value().len() <= 63);
     assert_ne!(a.label_value(), b.label_value());
-    assert_eq!(RuleId::config_map_sync("ns", "sync").label_value(), "ConfigMapSync.sync.ns");
+}
+
+#[test]
+fn rule_label_is_a_digest_of_the_whole_identity_so_truncation_cannot_collide() {
+    // The old scheme kept 46 characters and a 64-bit hash: a tenant who could name a
+    // namespace could craft another rule's value. A digest of the full identity cannot be.
+    let victim = RuleId::config_map_sync("team-a", "ca-bundle");
+    let value = victim.label_value();
+    assert_eq!(value.len(), 62);
+    assert!(value.starts_with("s-") && value[2..].chars().all(|c| c.is_ascii_hexdigit()));
+    assert_ne!(value, RuleId::config_map_sync("team-a.ca-bundle", "").label_value());
+    assert_ne!(value, RuleId::replication_rule("ca-bundle").label_value());
+    assert_eq!(value, RuleId::config_map_sync("team-a", "ca-bundle").label_value(), "stable");
+    let labels = RuleLabels::of(&victim);
+    assert!(
+        labels.is(&value) && labels.is("ConfigMapSync.ca-bundle.team-a"),
+        "copies made before the upgrade"
+    );
 }
 
 #[test]
@@ -516,8 +601,13 @@ fn events_wake_the_rules_they_concern() {
     let src = source("src", "cfg", "u1", "1");
     let woken: Vec<_> = rules_affected_by(&rules, ObjectKind::ConfigMap, &src, no_sources).collect();
     assert_eq!(woken, vec![&rules[0].id]);
-    let copy =
-        desired_copy(&rules[1].id, ObjectKind::ConfigMap, &Source::new(src.clone(), payload("v")), "a");
+    let copy = desired_copy(
+        &rules[1].id,
+        RULE_UID,
+        ObjectKind::ConfigMap,
+        &Source::new(src.clone(), payload("v")),
+        "a",
+    );
     let copy = ObjectInfo {
         namespace: "a".into(),
         labels: (*copy.labels).clone(),
@@ -542,11 +632,13 @@ fn a_pass_decided_in_batches_decides_as_one_in_a_go() {
     let sources = payloads(&objects.iter().collect::<Vec<_>>(), "v1");
     let stale = desired_copy(
         &rules[0].id,
+        RULE_UID,
         ObjectKind::ConfigMap,
         &read(&source("src", "gone", "u3", "1"), payload("v")),
         "a",
     );
-    let kept = desired_copy(&rules[0].id, ObjectKind::ConfigMap, &read(&objects[0], payload("v1")), "b");
+    let kept =
+        desired_copy(&rules[0].id, RULE_UID, ObjectKind::ConfigMap, &read(&objects[0], payload("v1")), "b");
     let existing: BTreeMap<CopyKey, Existing> =
         [(stale.key.clone(), written(&stale)), (kept.key.clone(), written(&kept))].into();
     let whole = plan_rule(&rules[0], &world, &sources, &existing);
@@ -559,7 +651,7 @@ fn a_pass_decided_in_batches_decides_as_one_in_a_go() {
     for batch in pass.targets().chunks(1) {
         pass.plan_copies(batch, found, &mut batched);
     }
-    pass.stale_copies(own_copies(&rules[0].id, ObjectKind::ConfigMap, &existing), &mut batched);
+    pass.stale_copies(own_copies(&rules[0].id, RULE_UID, ObjectKind::ConfigMap, &existing), &mut batched);
     assert_eq!(batched, whole);
     assert_eq!((whole.in_sync, whole.wanted, creates(&whole).len()), (1, 8, 7));
     assert!(whole.changes.contains(&Change::Delete { key: key("a", "gone"), uid: "copy-a".into() }));
@@ -575,4 +667,150 @@ fn payload_debug_names_keys_and_never_shows_values() {
     let shown = format!("{payload:?}");
     assert!(shown.contains("password"), "{shown}");
     assert!(!shown.contains("hunter2") && !shown.contains("104, 117"), "{shown}");
+}
+
+/// A ConfigMapSync in `tenant` copying `cfg` to the named namespaces and those labelled
+/// `sync: on`, under the default (multi-tenant) policy.
+fn tenant_sync(tenant: &str, names: &[&str]) -> Rule {
+    Rule {
+        id: RuleId::config_map_sync(tenant, "sync"),
+        uid: RULE_UID.to_owned(),
+        kind: ObjectKind::ConfigMap,
+        sources: SourceMatch {
+            namespaces: vec![tenant.to_owned()],
+            name: Some("cfg".into()),
+            selector: None,
+            credential_types: None,
+        },
+        targets: TargetMatch::Listed {
+            names: names.iter().map(|name| (*name).to_owned()).collect(),
+            selector: Some(Selector::from_iter([("sync", "on")])),
+            tenant: tenant.to_owned(),
+            policy: DestinationPolicy {
+                protected: ProtectedNamespaces::new(Some("kopper-system"), &[]),
+                allow_unconsented: false,
+            },
+        },
+    }
+}
+
+fn namespace_accepting(name: &str, accepts: &str, labelled: bool) -> NamespaceInfo {
+    let annotations = [(crate::tenancy::ACCEPT_REPLICATION_FROM.to_owned(), accepts.to_owned())].into();
+    NamespaceInfo {
+        name: name.into(),
+        labels: if labelled { labels(&[("sync", "on")]) } else { BTreeMap::new() },
+        active: true,
+        consent: Consent::from_annotations(Some(&annotations)),
+    }
+}
+
+#[test]
+fn a_tenant_sync_writes_only_where_the_destination_consents_and_never_into_protected_ones() {
+    let sync = tenant_sync("tenant-a", &["tenant-b", "tenant-c", "kube-system", "kopper-system"]);
+    assert!(sync.targets(&namespace_accepting("tenant-b", "tenant-a", false)));
+    assert!(!sync.targets(&namespace_accepting("tenant-c", "tenant-x", false)), "consent names another");
+    assert!(!sync.targets(&namespace_accepting("kube-system", "*", true)), "protected despite consent");
+    assert!(!sync.targets(&namespace_accepting("kopper-system", "*", false)));
+    assert!(sync.targets(&namespace_accepting("labelled", "*", true)), "selected and consenting");
+    let unconsenting_labelled =
+        NamespaceInfo { consent: Consent::None, ..namespace_accepting("l", "", true) };
+    assert!(!sync.targets(&unconsenting_labelled), "a selector reaches only consenting namespaces");
+}
+
+#[test]
+fn refused_destinations_name_only_what_the_tenant_wrote_whether_or_not_it_exists() {
+    let sync = tenant_sync("tenant-a", &["tenant-b", "tenant-c", "missing", "kube-system"]);
+    let ns: BTreeMap<String, NamespaceInfo> = [
+        namespace_accepting("tenant-b", "tenant-a", false),
+        namespace_accepting("tenant-c", "", false),
+        namespace_accepting("selected-but-unconsenting", "", true),
+        namespace_accepting("kube-system", "*", false),
+    ]
+    .into_iter()
+    .map(|namespace| (namespace.name.clone(), namespace))
+    .collect();
+    assert_eq!(sync.refused_destinations(&ns), ["kube-system", "missing", "tenant-c"]);
+}
+
+#[test]
+fn a_cluster_rule_reaches_protected_namespaces_only_by_their_exact_name() {
+    let protected = ProtectedNamespaces::new(Some("kopper-system"), &["platform".to_owned()]);
+    let with_include = |include: &[&str]| Rule {
+        targets: TargetMatch::Matching {
+            selector: None,
+            include: include.iter().map(|pattern| (*pattern).to_owned()).collect(),
+            exclude: vec![],
+            protected: protected.clone(),
+        },
+        ..rule("r", 1)
+    };
+    let ns = |name: &str| NamespaceInfo { name: name.into(), active: true, ..NamespaceInfo::default() };
+    for name in ["kube-system", "kube-public", "kube-node-lease", "kopper-system", "platform"] {
+        assert!(!with_include(&[]).targets(&ns(name)), "{name} is not reached by default");
+        assert!(!with_include(&["*"]).targets(&ns(name)), "{name} is not reached through a glob");
+        assert!(with_include(&[name]).targets(&ns(name)), "{name} is reached when named");
+    }
+    assert!(!with_include(&["kube-*"]).targets(&ns("kube-system")));
+    assert!(with_include(&[]).targets(&ns("tenant-a")));
+}
+
+#[test]
+fn an_admin_rule_wins_over_a_tenant_sync_whatever_their_names_or_ages() {
+    let admin = Rule { id: RuleId::replication_rule("zz-trusted-ca"), ..rule("zz-trusted-ca", 100) };
+    let mut squatter = tenant_sync("src", &["tenant-b"]);
+    squatter.sources.name = None;
+    squatter.sources.selector = Some(Selector::from_iter([("copy", "yes")]));
+    let rules = [squatter, admin];
+    let ns: BTreeMap<String, NamespaceInfo> =
+        [namespace_accepting("tenant-b", "*", false), namespace_accepting("src", "", false)]
+            .into_iter()
+            .map(|namespace| (namespace.name.clone(), namespace))
+            .collect();
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let (owner, _) = world.owner(&key("tenant-b", "cfg")).unwrap();
+    assert_eq!(owner.id, RuleId::replication_rule("zz-trusted-ca"));
+}
+
+#[test]
+fn cluster_credential_secrets_are_copied_only_when_the_rule_names_their_type() {
+    let mut broad = rule("r", 1);
+    broad.kind = ObjectKind::Secret;
+    broad.sources.selector = Some(Selector::default());
+    broad.sources.credential_types = Some(vec![]);
+    let mut token = source("src", "builder-token", "u1", "1");
+    token.annotations.insert("kubernetes.io/service-account.name".into(), "builder".into());
+    let mut release = source("src", "sh.helm.release.v1.app.v1", "u2", "1");
+    release.labels.insert("owner".into(), "helm".into());
+    let bootstrap = source("src", "bootstrap-token-abcdef", "u3", "1");
+    let plain = source("src", "tls", "u4", "1");
+    for credential in [&token, &release, &bootstrap] {
+        assert!(!broad.sources.matches(credential), "{}", credential.name);
+    }
+    assert!(broad.sources.matches(&plain));
+    assert!(!broad.sources.may_copy_secret_type(Some("kubernetes.io/service-account-token")));
+    assert!(broad.sources.may_copy_secret_type(Some("kubernetes.io/tls")));
+    broad.sources.credential_types = Some(vec!["kubernetes.io/service-account-token".into()]);
+    assert!(broad.sources.matches(&token));
+    assert!(!broad.sources.matches(&release));
+    assert!(broad.sources.may_copy_secret_type(Some("kubernetes.io/service-account-token")));
+}
+
+#[test]
+fn cleanup_leaves_copies_that_name_another_rule_object() {
+    let id = RuleId::replication_rule("r");
+    let info = |uid: &str| ObjectInfo {
+        namespace: "a".into(),
+        name: "cfg".into(),
+        uid: format!("copy-{uid}"),
+        labels: labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE), (REPLICATED_BY_LABEL, &id.label_value())]),
+        annotations: labels(&[(RULE_UID_ANNOTATION, uid)]),
+        ..ObjectInfo::default()
+    };
+    let mine = CopyState::from_info(&info(RULE_UID), &Payload::default());
+    let successor = CopyState::from_info(&info("successor"), &Payload::default());
+    assert!(mine.deletable_by(RULE_UID));
+    assert!(!successor.deletable_by(RULE_UID));
+    let unmarked = CopyState::from_info(&ObjectInfo::default(), &Payload::default());
+    assert!(unmarked.deletable_by(RULE_UID), "copies made before uids were marked");
 }
