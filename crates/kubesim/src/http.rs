@@ -100,6 +100,7 @@ async fn route(app: &App, req: &Request) -> ApiResult<Response> {
     };
     authorize(app, req, &target, verb)?;
     app.sim.counters.record(verb, &resource);
+    app.sim.faults.wait_if_held(verb, &resource).await;
     if let Some(status) = app.sim.faults.take(verb, &resource) {
         return Err(injected(status, &target));
     }

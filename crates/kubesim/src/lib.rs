@@ -25,4 +25,4 @@ mod typed;
 pub mod validation;
 mod watch;
 
-pub use server::{Authorization, Config, Counters, Fault, Faults, Server, Sim};
+pub use server::{Authorization, Config, Counters, Fault, Faults, HeldRequest, Server, Sim};

@@ -67,9 +67,39 @@ pub struct Fault {
     pub status: u16,
 }
 
-/// Fault injection: failing requests, closing watches, delaying watch events.
+/// A request kubesim holds before serving it (see [`Faults::hold_next`]), so a test can
+/// put another write in front of it: the race between a controller's look and its write.
+pub struct HeldRequest {
+    arrived: Option<tokio::sync::oneshot::Receiver<()>>,
+    release: tokio::sync::oneshot::Sender<()>,
+}
+
+impl HeldRequest {
+    /// Waits until the request has come in and is being held.
+    pub async fn arrived(&mut self) {
+        if let Some(arrived) = self.arrived.take() {
+            let _ = arrived.await;
+        }
+    }
+
+    /// Lets the request go on, to be served against whatever the store holds now.
+    pub fn release(self) {
+        let _ = self.release.send(());
+    }
+}
+
+struct Hold {
+    verb: String,
+    resource: String,
+    arrived: tokio::sync::oneshot::Sender<()>,
+    release: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// Fault injection: failing requests, holding one back, closing watches, delaying watch
+/// events.
 pub struct Faults {
     pending: Mutex<Vec<Fault>>,
+    holds: Mutex<Vec<Hold>>,
     watch_delay: Mutex<Duration>,
     /// Bumped to close every open watch; each watch holds a receiver.
     close: tokio::sync::watch::Sender<u64>,
@@ -79,6 +109,7 @@ impl Default for Faults {
     fn default() -> Self {
         Self {
             pending: Mutex::default(),
+            holds: Mutex::default(),
             watch_delay: Mutex::default(),
             close: tokio::sync::watch::channel(0).0,
         }
@@ -88,6 +119,34 @@ impl Default for Faults {
 impl Faults {
     pub fn fail_next(&self, fault: Fault) {
         lock(&self.pending).push(fault);
+    }
+
+    /// Holds the next request with this verb on this resource (e.g. `create`,
+    /// `configmaps`) after it is authorized and before it is served, until the test
+    /// releases it; a dropped [`HeldRequest`] releases it too.
+    pub fn hold_next(&self, verb: &str, resource: &str) -> HeldRequest {
+        let (arrived_tx, arrived_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel();
+        lock(&self.holds).push(Hold {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            arrived: arrived_tx,
+            release: release_rx,
+        });
+        HeldRequest { arrived: Some(arrived_rx), release: release_tx }
+    }
+
+    /// Waits while a hold set for this request lasts.
+    pub(crate) async fn wait_if_held(&self, verb: &str, resource: &str) {
+        let hold = {
+            let mut holds = lock(&self.holds);
+            let position = holds.iter().position(|h| h.verb == verb && h.resource == resource);
+            position.map(|position| holds.remove(position))
+        };
+        if let Some(hold) = hold {
+            let _ = hold.arrived.send(());
+            let _ = hold.release.await;
+        }
     }
 
     /// Ends every open watch stream, as an API server restart or a load balancer would.

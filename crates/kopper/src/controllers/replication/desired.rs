@@ -90,7 +90,10 @@ impl RuleId {
     /// so no rule, however its tenant names it, can share another's value (and so delete
     /// or take over its copies).
     pub fn label_value(&self) -> String {
-        let digest = ring::digest::digest(&ring::digest::SHA256, self.to_string().as_bytes());
+        // Fields apart by NUL, which no name holds: distinct identities, distinct inputs.
+        let identity =
+            format!("{:?}\0{}\0{}", self.kind, self.namespace.as_deref().unwrap_or_default(), self.name);
+        let digest = ring::digest::digest(&ring::digest::SHA256, identity.as_bytes());
         let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
         format!("{}{}", self.label_prefix(), &hex[..RULE_DIGEST_HEX])
     }

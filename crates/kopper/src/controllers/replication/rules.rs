@@ -49,9 +49,11 @@ pub struct Findings {
     pub failed: usize,
     /// Destinations named in a tenant's spec that it may not write into.
     pub refused_destinations: Vec<String>,
-    /// Conflicts left out of `conflicts` because their namespace is not one the rule's
-    /// owner named (see [`RuleObject::redact`]).
+    /// Conflicts left out of `conflicts`, and synced namespaces left out of
+    /// `synced_namespaces`, because their namespace is not one the rule's owner named (see
+    /// [`RuleObject::redact`]). They are counted, not named.
     pub hidden_conflicts: usize,
+    pub hidden_synced: usize,
 }
 
 impl Findings {
@@ -75,10 +77,11 @@ impl Findings {
     /// The `Ready` condition's status, reason and message.
     fn readiness(&self) -> (&'static str, &'static str, String) {
         if self.failed > 0 {
-            ("False", "WriteFailed", format!("{} copies could not be written; retrying", self.failed))
+            ("False", "WriteFailed", format!("{} could not be written; retrying", copies(self.failed)))
         } else if !self.conflicts.is_empty() || self.hidden_conflicts > 0 {
             let count = self.conflicts.len() + self.hidden_conflicts;
-            ("False", "Conflict", format!("{count} copies are not written: their place is taken"))
+            let verb = if count == 1 { "is" } else { "are" };
+            ("False", "Conflict", format!("{} {verb} not written: the place is taken", copies(count)))
         } else if !self.refused_destinations.is_empty() {
             (
                 "False",
@@ -93,7 +96,7 @@ impl Findings {
         } else if self.sources_matched == 0 {
             ("True", "NoSources", "no source object matches".to_owned())
         } else {
-            ("True", "Synced", format!("{} copies in sync", self.copies_in_sync))
+            ("True", "Synced", format!("{} in sync", copies(self.copies_in_sync)))
         }
     }
 }
@@ -262,7 +265,7 @@ impl RuleObject for ConfigMapSync {
             Ok(findings) => {
                 new.synced_namespaces =
                     findings.synced_namespaces.iter().take(MAX_LISTED_NAMESPACES).cloned().collect();
-                new.synced_count = count(findings.synced_namespaces.len());
+                new.synced_count = count(findings.synced_namespaces.len() + findings.hidden_synced);
                 new.conflicts = findings.conflicts.iter().take(MAX_LISTED_CONFLICTS).cloned().collect();
                 new.refused_destinations = findings.refused_destinations.clone();
                 new.last_sync_time = sync_time(old.last_sync_time.as_ref(), findings, now);
@@ -291,7 +294,9 @@ impl RuleObject for ConfigMapSync {
                 || spec.destination_namespace.as_deref() == Some(namespace)
                 || spec.destination_namespaces.iter().any(|name| name == namespace)
         };
+        let synced = findings.synced_namespaces.len();
         findings.synced_namespaces.retain(|namespace| named(namespace));
+        findings.hidden_synced += synced - findings.synced_namespaces.len();
         let (visible, hidden): (Vec<CopyConflict>, Vec<CopyConflict>) =
             std::mem::take(&mut findings.conflicts).into_iter().partition(|c| named(&c.namespace));
         findings.hidden_conflicts += hidden.len();
@@ -314,6 +319,11 @@ impl RuleObject for ConfigMapSync {
 fn selector(selector: &LabelSelector, field: &str) -> Result<Selector, Refusal> {
     Selector::try_from(selector.clone())
         .map_err(|error| Refusal { reason: "InvalidSelector", message: format!("{field}: {error}") })
+}
+
+/// `1 copy`, `2 copies`.
+fn copies(n: usize) -> String {
+    if n == 1 { "1 copy".to_owned() } else { format!("{n} copies") }
 }
 
 fn ready_reason(conditions: Option<&[Condition]>) -> Option<String> {

@@ -1,0 +1,555 @@
+//! Replication tried as a hostile tenant would: kubesim enforces RBAC, kopper runs as its
+//! ServiceAccount with config/rbac/ as shipped, and tenants `alice` (tenant-a) and `bob`
+//! (tenant-b) have rights that end at their own namespace. Each test asserts that an attack
+//! fails and that the legitimate use next to it still works.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::{Operator, eventually, run_args};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kopper::controllers::config_map_sync::types::ConfigMapSync;
+use kopper::controllers::replication_rule::types::ReplicationRule;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+const KOPPER_NAMESPACE: &str = "kopper-system";
+const CONSENT: &str = "kopper.dev/accept-replication-from";
+
+/// A cluster with kopper installed as config/rbac/ says, and two tenants.
+struct Tenancy {
+    sim: kubesim::Server,
+    admin: Client,
+    alice: Client,
+    bob: Client,
+    kubeconfig: PathBuf,
+    operator: Option<Operator>,
+    _dir: tempfile::TempDir,
+}
+
+impl Tenancy {
+    async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// `flags` are extra `kopper run` flags.
+    async fn start_with(flags: &[&str]) -> Self {
+        let config =
+            kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() };
+        let sim = kubesim::Server::start(config).await.unwrap();
+        let admin = sim.client();
+        namespace(&admin, KOPPER_NAMESPACE, json!({})).await;
+        for document in rbac_documents() {
+            create_document(&admin, document).await;
+        }
+        let crds = Api::all(admin.clone());
+        for crd in kopper::crds::all() {
+            crds.create(&PostParams::default(), &crd).await.unwrap();
+        }
+        tenant_role(&admin).await;
+        for (user, home) in [("alice", "tenant-a"), ("bob", "tenant-b")] {
+            namespace(&admin, home, json!({})).await;
+            bind_tenant(&admin, user, home).await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let identity = sim.kubeconfig_for_service_account(KOPPER_NAMESPACE, "kopper");
+        std::fs::write(&kubeconfig, serde_yaml::to_string(&identity).unwrap()).unwrap();
+        let alice = sim.client_for_user("alice", &[]);
+        let bob = sim.client_for_user("bob", &[]);
+        let mut tenancy = Self { sim, admin, alice, bob, kubeconfig, operator: None, _dir: dir };
+        tenancy.start_kopper(flags);
+        tenancy
+    }
+
+    fn start_kopper(&mut self, flags: &[&str]) {
+        let mut args =
+            vec!["--controllers", "config-map-sync,replication-rule", "--namespace", KOPPER_NAMESPACE];
+        args.extend(flags);
+        self.operator = Some(Operator::start(run_args(&self.kubeconfig, &args)));
+    }
+
+    async fn restart_kopper(&mut self, flags: &[&str]) {
+        self.operator.take().unwrap().stop().await.unwrap();
+        self.start_kopper(flags);
+    }
+
+    fn config_maps(&self, client: &Client, namespace: &str) -> Api<ConfigMap> {
+        Api::namespaced(client.clone(), namespace)
+    }
+
+    /// `alice` creates a ConfigMapSync in tenant-a.
+    async fn alice_syncs(&self, name: &str, spec: Value) {
+        let sync: ConfigMapSync = serde_json::from_value(json!({
+            "apiVersion": "kopper.dev/v1alpha1",
+            "kind": "ConfigMapSync",
+            "metadata": {"name": name, "namespace": "tenant-a"},
+            "spec": spec,
+        }))
+        .unwrap();
+        Api::<ConfigMapSync>::namespaced(self.alice.clone(), "tenant-a")
+            .create(&PostParams::default(), &sync)
+            .await
+            .expect("alice may create ConfigMapSyncs in her namespace");
+    }
+
+    /// The status of alice's ConfigMapSync once `ready` holds for it.
+    async fn sync_status(&self, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let api = Api::<ConfigMapSync>::namespaced(self.alice.clone(), "tenant-a");
+        eventually(&format!("status of ConfigMapSync {name}"), || async {
+            let sync = api.get(name).await.unwrap();
+            let status = serde_json::to_value(sync.status?).unwrap();
+            ready(&status).then_some(status)
+        })
+        .await
+    }
+
+    /// The namespaces holding a ConfigMap named `name`.
+    async fn holders(&self, name: &str) -> Vec<String> {
+        let all: Api<ConfigMap> = Api::all(self.admin.clone());
+        let list = all.list(&ListParams::default().fields(&format!("metadata.name={name}"))).await.unwrap();
+        let mut namespaces: Vec<String> = list.items.iter().filter_map(|cm| cm.namespace()).collect();
+        namespaces.sort();
+        namespaces
+    }
+
+    async fn consent(&self, namespace_name: &str, value: Option<&str>) {
+        let patch = json!({"metadata": {"annotations": {CONSENT: value}}});
+        Api::<Namespace>::all(self.admin.clone())
+            .patch(namespace_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    async fn stop(mut self) {
+        if let Some(operator) = self.operator.take() {
+            operator.stop().await.unwrap();
+        }
+        self.sim.shutdown().await;
+    }
+}
+
+fn ready_reason(status: &Value) -> &str {
+    status["conditions"][0]["reason"].as_str().unwrap_or_default()
+}
+
+/// Tenants may manage ConfigMaps, Secrets and ConfigMapSyncs in their own namespace only.
+async fn tenant_role(admin: &Client) {
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "tenant"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["*"]},
+            {"apiGroups": ["kopper.dev"], "resources": ["configmapsyncs"], "verbs": ["*"]},
+        ],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(admin.clone()).create(&PostParams::default(), &role).await.unwrap();
+}
+
+async fn bind_tenant(admin: &Client, user: &str, namespace_name: &str) {
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{user}-tenant"), "namespace": namespace_name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tenant"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), namespace_name)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+async fn namespace(client: &Client, name: &str, metadata: Value) {
+    let mut object = json!({"metadata": {"name": name}});
+    if let Some(extra) = metadata.as_object() {
+        for (key, value) in extra {
+            object["metadata"][key] = value.clone();
+        }
+    }
+    let namespace: Namespace = serde_json::from_value(object).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+}
+
+async fn config_map(api: &Api<ConfigMap>, name: &str, data: Value) {
+    let config_map: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap();
+    api.create(&PostParams::default(), &config_map).await.unwrap();
+}
+
+fn rbac_documents() -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rbac");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|file| kopper::samples::documents(&std::fs::read_to_string(file).unwrap()).unwrap())
+        .collect()
+}
+
+async fn create_document(client: &Client, document: Value) {
+    match document["kind"].as_str().unwrap_or_default() {
+        "ClusterRole" => create_all::<ClusterRole>(client, document).await,
+        "ClusterRoleBinding" => create_all::<ClusterRoleBinding>(client, document).await,
+        "Role" => create_in::<Role>(client, document).await,
+        "RoleBinding" => create_in::<RoleBinding>(client, document).await,
+        "ServiceAccount" => create_in::<ServiceAccount>(client, document).await,
+        other => panic!("config/rbac/ holds a {other}, which this test does not know"),
+    }
+}
+
+async fn create_all<K>(client: &Client, document: Value)
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(document).unwrap();
+    Api::<K>::all(client.clone()).create(&PostParams::default(), &object).await.unwrap();
+}
+
+async fn create_in<K>(client: &Client, document: Value)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(document).unwrap();
+    let namespace = object.namespace().unwrap();
+    Api::<K>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &object).await.unwrap();
+}
+
+async fn admin_rule(admin: &Client, name: &str, spec: Value) {
+    let rule: ReplicationRule = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "ReplicationRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap();
+    Api::<ReplicationRule>::all(admin.clone()).create(&PostParams::default(), &rule).await.unwrap();
+}
+
+async fn rule_status(admin: &Client, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let api = Api::<ReplicationRule>::all(admin.clone());
+    eventually(&format!("status of ReplicationRule {name}"), || async {
+        let status = serde_json::to_value(api.get(name).await.unwrap().status?).unwrap();
+        ready(&status).then_some(status)
+    })
+    .await
+}
+
+/// Case 1: a ConfigMapSync pushes nothing into a namespace that did not consent, protected
+/// namespaces included, whether named or selected; once the destination's owner consents, it
+/// gets its copy, and loses it when the consent is withdrawn.
+#[tokio::test]
+async fn a_tenant_cannot_push_into_namespaces_that_did_not_consent() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "later", json!({})).await;
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "aws-auth", json!({"mapUsers": "alice"}))
+        .await;
+    tenancy
+        .alice_syncs(
+            "push",
+            json!({
+                "sourceNamespace": "tenant-a",
+                "destinationNamespaces": ["kube-system", "tenant-b", "default", KOPPER_NAMESPACE],
+                "destinationSelector": {},
+                "configMapName": "aws-auth",
+            }),
+        )
+        .await;
+    let status = tenancy.sync_status("push", |s| ready_reason(s) == "DestinationRefused").await;
+    assert_eq!(status["refusedDestinations"], json!(["default", "kopper-system", "kube-system", "tenant-b"]));
+    assert_eq!(status["syncedCount"], 0);
+    assert_eq!(tenancy.holders("aws-auth").await, ["tenant-a"], "no copy anywhere");
+
+    tenancy.consent("tenant-b", Some("tenant-a")).await;
+    eventually("the copy in tenant-b", || async {
+        (tenancy.holders("aws-auth").await.len() == 2).then_some(())
+    })
+    .await;
+    let status = tenancy.sync_status("push", |s| s["syncedNamespaces"] == json!(["tenant-b"])).await;
+    assert_eq!(status["refusedDestinations"], json!(["default", "kopper-system", "kube-system"]));
+    let copy = tenancy.config_maps(&tenancy.bob, "tenant-b").get("aws-auth").await.unwrap();
+    assert_eq!(copy.data.unwrap()["mapUsers"], "alice");
+
+    tenancy.consent("tenant-b", None).await;
+    eventually("the copy removed once consent is withdrawn", || async {
+        (tenancy.holders("aws-auth").await == ["tenant-a"]).then_some(())
+    })
+    .await;
+    tenancy.stop().await;
+}
+
+/// Case 2: status names only namespaces the tenant wrote, says nothing of what exists in the
+/// others, and never names another tenant's rule.
+#[tokio::test]
+async fn status_tells_a_tenant_only_what_they_could_read_anyway() {
+    let tenancy = Tenancy::start().await;
+    let annotations = json!({"annotations": {CONSENT: "*"}, "labels": {"shared": "yes"}});
+    namespace(&tenancy.admin, "tenant-c", annotations).await;
+    tenancy.consent("tenant-b", Some("tenant-a")).await;
+    config_map(&tenancy.config_maps(&tenancy.bob, "tenant-b"), "settings", json!({"owner": "bob"})).await;
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "settings", json!({"owner": "alice"})).await;
+    tenancy
+        .alice_syncs(
+            "probe",
+            json!({
+                "sourceNamespace": "tenant-a",
+                "destinationNamespace": "tenant-b",
+                "destinationSelector": {"matchLabels": {"shared": "yes"}},
+                "configMapName": "settings",
+            }),
+        )
+        .await;
+    let status =
+        tenancy.sync_status("probe", |s| ready_reason(s) == "Conflict" && s["syncedCount"] == 1).await;
+    let text = status.to_string();
+    assert!(!text.contains("tenant-c"), "a selected namespace is counted, not named: {text}");
+    assert_eq!(status["syncedNamespaces"], json!([]));
+    assert_eq!(status["conflicts"][0]["namespace"], "tenant-b");
+    assert_eq!(status["conflicts"][0]["reason"], "DestinationOccupied");
+    let bobs = tenancy.config_maps(&tenancy.bob, "tenant-b").get("settings").await.unwrap();
+    assert_eq!(bobs.data.unwrap()["owner"], "bob", "bob's object is left as it is");
+    tenancy.stop().await;
+}
+
+/// Case 3: an admin's ReplicationRule wins a copy over a tenant's ConfigMapSync created
+/// before it, so a tenant cannot squat the name of a copy others trust.
+#[tokio::test]
+async fn a_tenant_cannot_squat_a_copy_an_admin_rule_provides() {
+    let tenancy = Tenancy::start().await;
+    tenancy.consent("tenant-b", Some("*")).await;
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "trusted-ca", json!({"ca": "alice's"}))
+        .await;
+    tenancy
+        .alice_syncs(
+            "squat",
+            json!({"sourceNamespace": "tenant-a", "destinationNamespace": "tenant-b", "configMapName": "trusted-ca"}),
+        )
+        .await;
+    let copies = tenancy.config_maps(&tenancy.bob, "tenant-b");
+    eventually("alice's copy first", || async {
+        let data = copies.get_opt("trusted-ca").await.unwrap()?.data?;
+        (data["ca"] == "alice's").then_some(())
+    })
+    .await;
+    namespace(&tenancy.admin, "platform", json!({})).await;
+    let platform = tenancy.config_maps(&tenancy.admin, "platform");
+    let ca: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "trusted-ca", "labels": {"trust": "yes"}}, "data": {"ca": "the cluster's"}}),
+    )
+    .unwrap();
+    platform.create(&PostParams::default(), &ca).await.unwrap();
+    admin_rule(
+        &tenancy.admin,
+        "trusted-ca",
+        json!({"kind": "ConfigMap", "namespaces": ["platform"], "selector": {"matchLabels": {"trust": "yes"}}}),
+    )
+    .await;
+    eventually("the admin's copy wins in tenant-b", || async {
+        let data = copies.get("trusted-ca").await.unwrap().data?;
+        (data["ca"] == "the cluster's").then_some(())
+    })
+    .await;
+    let status = tenancy.sync_status("squat", |s| ready_reason(s) == "Conflict").await;
+    assert!(!status.to_string().contains("ReplicationRule"), "no other rule named: {status}");
+    tenancy.stop().await;
+}
+
+/// Case 4: bob creates his object between kopper's look and its write. kopper's create
+/// fails instead of merging into it, and deleting alice's rule leaves bob's object alone.
+#[tokio::test]
+async fn an_object_created_in_the_race_before_kopper_writes_is_never_taken_over() {
+    let tenancy = Tenancy::start().await;
+    tenancy.consent("tenant-b", Some("tenant-a")).await;
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "race-cm", json!({"from": "alice"})).await;
+    let mut held = tenancy.sim.faults().hold_next("create", "configmaps");
+    tenancy
+        .alice_syncs(
+            "race",
+            json!({"sourceNamespace": "tenant-a", "destinationNamespace": "tenant-b", "configMapName": "race-cm"}),
+        )
+        .await;
+    held.arrived().await;
+    let bobs = tenancy.config_maps(&tenancy.bob, "tenant-b");
+    config_map(&bobs, "race-cm", json!({"mine": "bob"})).await;
+    held.release();
+    let status = tenancy.sync_status("race", |s| ready_reason(s) == "Conflict").await;
+    assert_eq!(status["conflicts"][0]["namespace"], "tenant-b");
+    let untouched = |object: ConfigMap| {
+        let data = object.data.clone().unwrap_or_default();
+        assert_eq!(data, BTreeMap::from([("mine".to_owned(), "bob".to_owned())]), "bob's data only");
+        assert!(!object.labels().contains_key("app.kubernetes.io/managed-by"), "no kopper marks");
+    };
+    untouched(bobs.get("race-cm").await.unwrap());
+    Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a")
+        .delete("race", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("alice's sync gone", || async {
+        Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a")
+            .get_opt("race")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    untouched(bobs.get("race-cm").await.expect("bob's object survives the cleanup"));
+    tenancy.stop().await;
+}
+
+/// Case 5: rules whose names are too long for a label never share the value that ties
+/// copies to their rule, so deleting one never deletes the other's copies.
+#[tokio::test]
+async fn long_rule_names_in_two_tenants_keep_their_copies_apart() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "hub", json!({"annotations": {CONSENT: "tenant-a,tenant-b"}})).await;
+    let name = format!("sync-{}", "x".repeat(200));
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "from-alice", json!({"v": "a"})).await;
+    config_map(&tenancy.config_maps(&tenancy.bob, "tenant-b"), "from-bob", json!({"v": "b"})).await;
+    tenancy
+        .alice_syncs(&name, json!({"sourceNamespace": "tenant-a", "destinationNamespace": "hub", "configMapName": "from-alice"}))
+        .await;
+    let sync: ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ConfigMapSync",
+        "metadata": {"name": name, "namespace": "tenant-b"},
+        "spec": {"sourceNamespace": "tenant-b", "destinationNamespace": "hub", "configMapName": "from-bob"},
+    }))
+    .unwrap();
+    let bobs_syncs = Api::<ConfigMapSync>::namespaced(tenancy.bob.clone(), "tenant-b");
+    bobs_syncs.create(&PostParams::default(), &sync).await.unwrap();
+    let hub = tenancy.config_maps(&tenancy.admin, "hub");
+    eventually("both copies in hub", || async {
+        (hub.get_opt("from-alice").await.unwrap().is_some()
+            && hub.get_opt("from-bob").await.unwrap().is_some())
+        .then_some(())
+    })
+    .await;
+    let label = |cm: ConfigMap| cm.labels()["kopper.dev/replicated-by"].clone();
+    assert_ne!(label(hub.get("from-alice").await.unwrap()), label(hub.get("from-bob").await.unwrap()));
+    Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a")
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("alice's copy removed", || async {
+        hub.get_opt("from-alice").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(hub.get_opt("from-bob").await.unwrap().is_some(), "bob's copy stays");
+    tenancy.stop().await;
+}
+
+/// Case 6: copies made while kopper allowed cross-namespace sources are removed once a
+/// restart without the flag refuses the rule.
+#[tokio::test]
+async fn a_rule_no_longer_allowed_loses_its_copies() {
+    let mut tenancy = Tenancy::start_with(&["--allow-cross-namespace-sources"]).await;
+    tenancy.consent("tenant-a", Some("tenant-a")).await;
+    namespace(&tenancy.admin, "shared", json!({"annotations": {CONSENT: "tenant-a"}})).await;
+    config_map(&tenancy.config_maps(&tenancy.bob, "tenant-b"), "public", json!({"v": "1"})).await;
+    tenancy
+        .alice_syncs(
+            "borrow",
+            json!({"sourceNamespace": "tenant-b", "destinationNamespace": "shared", "configMapName": "public"}),
+        )
+        .await;
+    eventually("the copy under the flag", || async {
+        (tenancy.holders("public").await == ["shared", "tenant-b"]).then_some(())
+    })
+    .await;
+    tenancy.restart_kopper(&[]).await;
+    let status = tenancy.sync_status("borrow", |s| ready_reason(s) == "CrossNamespaceSourceDenied").await;
+    assert_eq!(status["conditions"][0]["status"], "False");
+    eventually("the copy revoked", || async {
+        (tenancy.holders("public").await == ["tenant-b"]).then_some(())
+    })
+    .await;
+    tenancy.stop().await;
+}
+
+/// Case 7: a Secret rule with an empty selector copies ordinary Secrets but no credential of
+/// the cluster (ServiceAccount tokens, Helm release records) unless it names their type.
+#[tokio::test]
+async fn a_broad_secret_rule_copies_no_cluster_credentials_unless_it_names_their_type() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "platform", json!({})).await;
+    let secrets: Api<Secret> = Api::namespaced(tenancy.admin.clone(), "platform");
+    for secret in [
+        json!({"metadata": {"name": "plain"}, "stringData": {"k": "v"}}),
+        json!({"metadata": {"name": "builder-token", "annotations": {"kubernetes.io/service-account.name": "builder"}},
+               "type": "kubernetes.io/service-account-token", "stringData": {"token": "t"}}),
+        json!({"metadata": {"name": "sh.helm.release.v1.app.v1", "labels": {"owner": "helm"}},
+               "type": "helm.sh/release.v1", "stringData": {"release": "r"}}),
+    ] {
+        let secret: Secret = serde_json::from_value(secret).unwrap();
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
+    admin_rule(
+        &tenancy.admin,
+        "everything",
+        json!({"kind": "Secret", "namespaces": ["platform"], "selector": {}}),
+    )
+    .await;
+    rule_status(&tenancy.admin, "everything", |s| s["copiesInSync"] == 3).await;
+    let copies: Api<Secret> = Api::namespaced(tenancy.admin.clone(), "tenant-b");
+    assert!(copies.get_opt("plain").await.unwrap().is_some());
+    assert!(copies.get_opt("builder-token").await.unwrap().is_none());
+    assert!(copies.get_opt("sh.helm.release.v1.app.v1").await.unwrap().is_none());
+
+    let named = json!({"spec": {"credentialTypes": ["kubernetes.io/service-account-token"]}});
+    Api::<ReplicationRule>::all(tenancy.admin.clone())
+        .patch("everything", &PatchParams::default(), &Patch::Merge(&named))
+        .await
+        .unwrap();
+    eventually("the named credential type copied", || async {
+        copies.get_opt("builder-token").await.unwrap().map(drop)
+    })
+    .await;
+    assert!(copies.get_opt("sh.helm.release.v1.app.v1").await.unwrap().is_none());
+    tenancy.stop().await;
+}
+
+/// Case 8: even an admin's rule reaches protected namespaces only when it names them; a
+/// glob or the default "every namespace" does not.
+#[tokio::test]
+async fn protected_namespaces_get_copies_only_when_a_cluster_rule_names_them() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "platform", json!({})).await;
+    let source: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "settings", "labels": {"copy": "yes"}}})).unwrap();
+    tenancy.config_maps(&tenancy.admin, "platform").create(&PostParams::default(), &source).await.unwrap();
+    let spec = |include: Value| {
+        json!({"kind": "ConfigMap", "namespaces": ["platform"], "selector": {"matchLabels": {"copy": "yes"}},
+               "includeNamespaces": include})
+    };
+    admin_rule(&tenancy.admin, "glob", spec(json!(["*"]))).await;
+    rule_status(&tenancy.admin, "glob", |s| s["copiesInSync"] == 3).await;
+    assert_eq!(tenancy.holders("settings").await, ["default", "platform", "tenant-a", "tenant-b"]);
+    let named = json!({"spec": {"includeNamespaces": ["*", "kube-system"]}});
+    Api::<ReplicationRule>::all(tenancy.admin.clone())
+        .patch("glob", &PatchParams::default(), &Patch::Merge(&named))
+        .await
+        .unwrap();
+    eventually("the copy in the named protected namespace", || async {
+        tenancy.holders("settings").await.contains(&"kube-system".to_owned()).then_some(())
+    })
+    .await;
+    assert!(!tenancy.holders("settings").await.contains(&KOPPER_NAMESPACE.to_owned()));
+    tenancy.stop().await;
+}
