@@ -188,7 +188,7 @@ mod tests {
     fn seed_desired(namespace: &str) -> Desired {
         let policies = Policies::compile([&policy("seed", 1)]);
         let labels = BTreeMap::new();
-        desired_bindings(NamespaceFacts { name: namespace, labels: &labels }, &policies)
+        desired_bindings(NamespaceFacts { name: namespace, labels: &labels, protected: false }, &policies)
     }
 
     /// What the API server returns after kopper applied the seed binding.

@@ -6,7 +6,9 @@ use super::template::NamespaceFacts;
 use super::types::NamespaceSelection;
 
 /// Namespaces that hold cluster machinery or shared workloads. Granting a team edit rights
-/// there by accident is dangerous, so a policy selects them only when it names one exactly.
+/// there by accident is dangerous, so a policy selects them, and kopper's protected
+/// namespaces, only when it names one exactly. `default` is here too: bindings there give
+/// power over the workloads every team shares.
 pub const SYSTEM_NAMESPACES: [&str; 4] = ["kube-system", "kube-public", "kube-node-lease", "default"];
 
 /// A [`NamespaceSelection`] ready to test namespaces against.
@@ -38,12 +40,12 @@ impl NamespaceMatcher {
         let selected_by_labels =
             self.selector.as_ref().is_none_or(|selector| selector.matches(namespace.labels));
         selected_by_labels
-            && self.included(name)
+            && self.included(name, namespace.protected)
             && !self.exclude.iter().any(|pattern| glob_matches(pattern, name))
     }
 
-    fn included(&self, name: &str) -> bool {
-        if SYSTEM_NAMESPACES.contains(&name) {
+    fn included(&self, name: &str, protected: bool) -> bool {
+        if protected || SYSTEM_NAMESPACES.contains(&name) {
             return self.include.iter().any(|pattern| pattern == name);
         }
         self.include.is_empty() || self.include.iter().any(|pattern| glob_matches(pattern, name))
@@ -99,7 +101,11 @@ mod tests {
     fn matches(selection: &NamespaceSelection, name: &str, labels: &[(&str, &str)]) -> bool {
         let labels: BTreeMap<String, String> =
             labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        NamespaceMatcher::new(selection).unwrap().matches(NamespaceFacts { name, labels: &labels })
+        NamespaceMatcher::new(selection).unwrap().matches(NamespaceFacts {
+            name,
+            labels: &labels,
+            protected: false,
+        })
     }
 
     #[test]
@@ -138,6 +144,16 @@ mod tests {
             assert!(!matches(&selection(&["*"], &[]), system, &[]), "{system}");
         }
         assert!(!matches(&selection(&["kube-*"], &[]), "kube-system", &[]));
+    }
+
+    #[test]
+    fn kopper_protected_namespaces_are_selected_only_when_named_exactly() {
+        let no_labels = BTreeMap::new();
+        let facts = |name| NamespaceFacts { name, labels: &no_labels, protected: true };
+        let matcher = |include: &[&str]| NamespaceMatcher::new(&selection(include, &[])).unwrap();
+        assert!(!matcher(&[]).matches(facts("kopper-system")));
+        assert!(!matcher(&["kopper-*"]).matches(facts("kopper-system")));
+        assert!(matcher(&["kopper-system"]).matches(facts("kopper-system")));
     }
 
     #[test]

@@ -40,6 +40,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::controller::run_controller;
 use crate::runtime::{Context, ErrorCategory};
+use crate::tenancy::ProtectedNamespaces;
 
 use self::cache::{Cache, Trigger};
 use self::desired::{Policies, Problem, desired_bindings};
@@ -99,6 +100,8 @@ struct Shared {
     /// Conflicts per policy, for the metrics gauge.
     conflicts: Mutex<BTreeMap<String, i64>>,
     wake_status: Trigger,
+    /// Namespaces a policy selects only by their exact name.
+    protected: ProtectedNamespaces,
 }
 
 /// Runs both NamespaceAccess controllers until `shutdown` resolves and in-flight reconciles end.
@@ -149,6 +152,7 @@ pub async fn run(
         refused: Mutex::default(),
         conflicts: Mutex::default(),
         wake_status,
+        protected: ctx.settings.destinations.protected.clone(),
     });
 
     let binding_controller =
@@ -191,7 +195,9 @@ async fn reconcile_namespace(
         return Ok(Action::await_change());
     }
     let policies = Policies::from_store(&shared.policies.state());
-    let desired = desired_bindings(NamespaceFacts { name: &name, labels: namespace.labels() }, &policies);
+    let protected = shared.protected.contains(&name);
+    let desired =
+        desired_bindings(NamespaceFacts { name: &name, labels: namespace.labels(), protected }, &policies);
     let existing = apply::list_bindings(&ctx.client, &name)
         .await
         .map_err(|source| Error::ListBindings { namespace: name.clone(), source })?;
@@ -297,8 +303,13 @@ impl Shared {
             all.retain(|namespace, _| self.namespaces.get(&ObjectRef::new(namespace)).is_some());
             all.values().flatten().cloned().collect()
         };
-        let observed =
-            Observed { policies: &policies, namespaces: &namespaces, bindings: &bindings, refused: &refused };
+        let observed = Observed {
+            policies: &policies,
+            namespaces: &namespaces,
+            bindings: &bindings,
+            refused: &refused,
+            protected: &self.protected,
+        };
         let outcome = report_for(&policy.name_any(), &observed);
         next_status(policy.status.as_ref(), policy.metadata.generation, &outcome, Timestamp::now())
     }

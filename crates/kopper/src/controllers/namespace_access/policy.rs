@@ -245,7 +245,7 @@ mod tests {
     use crate::controllers::namespace_access::testing::{policy, policy_yaml};
 
     fn facts<'a>(name: &'a str, labels: &'a BTreeMap<String, String>) -> NamespaceFacts<'a> {
-        NamespaceFacts { name, labels }
+        NamespaceFacts { name, labels, protected: false }
     }
 
     #[test]

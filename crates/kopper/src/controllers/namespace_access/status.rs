@@ -27,6 +27,7 @@ pub struct Observed<'a> {
     pub bindings: &'a HashMap<(String, String), Arc<RoleBinding>>,
     /// Bindings the API server refused on the last attempt.
     pub refused: &'a [Problem],
+    pub protected: &'a crate::tenancy::ProtectedNamespaces,
 }
 
 /// How far one policy is from what it asks for.
@@ -54,7 +55,11 @@ pub fn report_for(policy: &str, observed: &Observed<'_>) -> Outcome {
     let mut matched = BTreeSet::new();
     for namespace in observed.namespaces.iter().filter(|ns| ns.metadata.deletion_timestamp.is_none()) {
         let name = namespace.name_any();
-        let facts = NamespaceFacts { name: &name, labels: namespace.labels() };
+        let facts = NamespaceFacts {
+            name: &name,
+            labels: namespace.labels(),
+            protected: observed.protected.contains(&name),
+        };
         if !compiled.selects(facts) {
             continue;
         }
@@ -256,7 +261,7 @@ mod tests {
         fn converge(&mut self) {
             for namespace in &self.namespaces {
                 let name = namespace.name_any();
-                let facts = NamespaceFacts { name: &name, labels: namespace.labels() };
+                let facts = NamespaceFacts { name: &name, labels: namespace.labels(), protected: false };
                 for (binding, wanted) in desired_bindings(facts, &self.policies).bindings {
                     self.bindings.insert((name.clone(), binding), Arc::new(wanted.to_role_binding(&name)));
                 }
@@ -269,6 +274,7 @@ mod tests {
                 namespaces: &self.namespaces,
                 bindings: &self.bindings,
                 refused: &self.refused,
+                protected: &crate::tenancy::ProtectedNamespaces::default(),
             };
             report_for(policy, &observed)
         }

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 pub struct NamespaceFacts<'a> {
     pub name: &'a str,
     pub labels: &'a BTreeMap<String, String>,
+    /// One of kopper's protected namespaces (see [`crate::tenancy::ProtectedNamespaces`]).
+    pub protected: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,7 +127,11 @@ mod tests {
 
     fn render(template: &str, namespace: &str, pairs: &[(&str, &str)]) -> Result<String, RenderError> {
         let labels = labels(pairs);
-        Template::parse(template).unwrap().render(NamespaceFacts { name: namespace, labels: &labels })
+        Template::parse(template).unwrap().render(NamespaceFacts {
+            name: namespace,
+            labels: &labels,
+            protected: false,
+        })
     }
 
     #[test]
