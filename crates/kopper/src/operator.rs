@@ -24,11 +24,13 @@ const ADMIN_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1
 /// or leadership is lost (a replica that lost its lease must stop at once).
 pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let lease = lease_config(&args)?;
-    let client = client::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let metrics = Arc::new(Metrics::default());
+    let client =
+        client::connect(args.kubeconfig.as_deref(), args.context.as_deref(), Some(metrics.clone())).await?;
     let listener = TcpListener::bind(args.admin_addr).await.with_context(|| {
         format!("cannot listen on --admin-addr {} (is the port in use?)", args.admin_addr)
     })?;
-    let ctx = Arc::new(Context::new(client.clone(), Arc::new(Metrics::default()), args.settings()));
+    let ctx = Arc::new(Context::new(client.clone(), metrics, args.settings()));
     let enabled = args.enabled_controllers();
     for name in &enabled {
         ctx.readiness.register(name.as_str());
@@ -77,10 +79,11 @@ async fn run_controllers(
                 return Ok(());
             };
             ctx.readiness.set_standby(false);
-            ctx.metrics.leader.set(1);
             Some(leadership)
         }
     };
+    // Without leader election this process does the work, so it leads.
+    ctx.metrics.set_leader(true);
 
     let mut running = JoinSet::new();
     for name in controllers::units(enabled) {
@@ -93,14 +96,14 @@ async fn run_controllers(
         if let Some(leadership) = leadership {
             leadership.release().await;
         }
-        ctx.metrics.leader.set(0);
+        ctx.metrics.set_leader(false);
         return Err(error);
     }
     running.abort_all();
     if let Some(leadership) = leadership {
         leadership.release().await;
-        ctx.metrics.leader.set(0);
     }
+    ctx.metrics.set_leader(false);
     info!("stopped");
     Ok(())
 }

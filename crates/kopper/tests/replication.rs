@@ -703,7 +703,7 @@ async fn only_kopper_s_copies_are_cached_not_the_cluster_s_other_objects() {
     cluster.copy_has("busy", "app-config", "v", "1").await;
     let labels = kopper::runtime::metrics::CacheLabels {
         controller: replication::RULE_CONTROLLER.to_owned(),
-        kind: "ConfigMap copy".to_owned(),
+        kind: "ConfigMap".to_owned(),
     };
     let copies = Api::<ConfigMap>::all(cluster.client.clone())
         .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kopper"))

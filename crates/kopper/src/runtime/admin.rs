@@ -42,8 +42,18 @@ pub async fn serve(
     axum::serve(listener, router(metrics, readiness)).with_graceful_shutdown(shutdown).await
 }
 
-async fn serve_metrics(State(state): State<AdminState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], state.metrics.encode())
+/// The classic text format, for clients that do not ask for OpenMetrics.
+const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// OpenMetrics when the scraper asks for it (Prometheus does), the classic text format
+/// otherwise (curl, `promtool check metrics`).
+async fn serve_metrics(State(state): State<AdminState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+    let accept = headers.get(header::ACCEPT).and_then(|value| value.to_str().ok()).unwrap_or_default();
+    if accept.contains("application/openmetrics-text") {
+        ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], state.metrics.encode())
+    } else {
+        ([(header::CONTENT_TYPE, CLASSIC_CONTENT_TYPE)], state.metrics.encode_classic())
+    }
 }
 
 async fn serve_readiness(State(state): State<AdminState>) -> impl IntoResponse {

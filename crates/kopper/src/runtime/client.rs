@@ -1,9 +1,13 @@
 //! Connecting to the API server the way kubectl does, with errors that say what to fix.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use tracing::Instrument as _;
+
+use super::api_requests::ApiRequestsLayer;
+use super::metrics::Metrics;
 
 /// Name of the span the start-up check of the API server runs in. Telemetry drops kube's own
 /// log of that request failing, since [`ConnectError::Unreachable`] reports the same failure.
@@ -32,11 +36,20 @@ pub enum ConnectError {
 
 /// Builds a client from, in order: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config`, the pod's
 /// service account; then checks that the API server answers, so a wrong address fails at
-/// start-up rather than as a stream of watch errors.
-pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<kube::Client, ConnectError> {
+/// start-up rather than as a stream of watch errors. With `metrics`, every request is
+/// counted in `kopper_api_requests_total`.
+pub async fn connect(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+    metrics: Option<Arc<Metrics>>,
+) -> Result<kube::Client, ConnectError> {
     let config = load_config(kubeconfig, context).await?;
     let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(ConnectError::Client)?;
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(ConnectError::Client)?;
+    let client = match metrics {
+        Some(metrics) => builder.with_layer(&ApiRequestsLayer::new(metrics)).build(),
+        None => builder.build(),
+    };
     // ERROR level, so the span exists (and telemetry can recognise the probe) at any --log-level
     // that logs errors; with `kopper=off` kube's line would show again.
     let probe = tracing::error_span!(PROBE_SPAN, %url);

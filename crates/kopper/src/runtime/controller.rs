@@ -90,7 +90,10 @@ pub async fn run_controller<K, E, F, Fut>(
             ctx.metrics.reconciled(name, started.elapsed());
             record_cache_size(&ctx, name, &store);
             match &result {
-                Ok(_) => failures.reset(&key),
+                Ok(_) => {
+                    failures.reset(&key);
+                    ctx.metrics.succeeded(name);
+                }
                 Err(error) => ctx.metrics.failed(name, error.category()),
             }
             result

@@ -1,8 +1,11 @@
-//! Prometheus metrics. Labels are bounded: controller names and error categories, never
-//! object names.
+//! Prometheus metrics. Labels are bounded: controller names, kinds, verbs, status codes and
+//! error categories, never object names. `docs/operations.md` says what each alert built on
+//! them means and what to do.
 
-use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -10,6 +13,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use super::process::ProcessCollector;
+
+/// kopper's version, and the commit it was built from (`unknown` outside a git checkout).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const COMMIT: &str = env!("KOPPER_COMMIT");
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
@@ -28,71 +37,172 @@ pub struct CacheLabels {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+}
+
+type IntGauge = Gauge<i64, AtomicI64>;
+
 pub struct Metrics {
     pub registry: Registry,
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
-    pub cached_objects: Family<CacheLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
-    pub leader: Gauge<i64, std::sync::atomic::AtomicI64>,
+    /// Unix time of each controller's last reconcile that succeeded.
+    pub last_success: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
+    pub cached_objects: Family<CacheLabels, IntGauge>,
+    pub leader: IntGauge,
+    pub leader_transitions: Counter,
     pub objects_written: Family<ControllerLabels, Counter<u64, AtomicU64>>,
-    pub conflicts: Family<ControllerLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    pub conflicts: Family<ControllerLabels, IntGauge>,
+    pub copies_out_of_sync: Family<KindLabels, IntGauge>,
+    pub rules_not_ready: Family<ControllerLabels, IntGauge>,
+    pub watch_errors: Family<CacheLabels, Counter>,
+    pub relists: Family<CacheLabels, Counter>,
+    pub api_requests: Family<RequestLabels, Counter>,
+    /// Per controller and per rule, the figures the gauges above sum (see [`RuleGauges`]).
+    rule_gauges: Mutex<BTreeMap<(String, String), RuleGauges>>,
+}
+
+/// What one rule contributes to the per-controller gauges; replaced after each of its passes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleGauges {
+    pub kind: String,
+    pub conflicts: i64,
+    pub out_of_sync: i64,
+    pub not_ready: bool,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("kopper");
-        crate::controllers::replication::register_metrics(&mut registry);
-        let reconciles = Family::<ControllerLabels, Counter>::default();
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 14))
-        });
-        let cached_objects = Family::default();
-        let leader = Gauge::default();
-        let objects_written = Family::default();
-        let conflicts = Family::default();
-        registry.register("reconciles", "Reconciles run, per controller", reconciles.clone());
-        registry.register(
-            "reconcile_errors",
-            "Reconciles that failed, per controller and error category",
-            reconcile_errors.clone(),
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(ProcessCollector));
+        let kopper = registry.sub_registry_with_prefix("kopper");
+        crate::controllers::replication::register_metrics(kopper);
+        let build_info = Family::<BuildLabels, IntGauge>::default();
+        build_info.get_or_create(&BuildLabels { version: VERSION.into(), commit: COMMIT.into() }).set(1);
+        kopper.register(
+            "build_info",
+            "kopper's version and the commit it was built from; always 1",
+            build_info,
         );
-        registry.register(
-            "reconcile_duration_seconds",
-            "Time spent in one reconcile, per controller",
-            reconcile_duration.clone(),
-        );
-        registry.register(
-            "cached_objects",
-            "Objects held in each controller's cache",
-            cached_objects.clone(),
-        );
-        registry.register("leader", "1 while this replica holds the leader lease", leader.clone());
-        registry.register(
-            "objects_written",
-            "Objects created, updated or deleted by a controller",
-            objects_written.clone(),
-        );
-        registry.register("conflicts", "Objects a controller wants but did not create", conflicts.clone());
-        Self {
-            registry,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            cached_objects,
-            leader,
-            objects_written,
-            conflicts,
-        }
+        let metrics = Self {
+            registry: Registry::default(),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 14))
+            }),
+            last_success: Family::default(),
+            cached_objects: Family::default(),
+            leader: Gauge::default(),
+            leader_transitions: Counter::default(),
+            objects_written: Family::default(),
+            conflicts: Family::default(),
+            copies_out_of_sync: Family::default(),
+            rules_not_ready: Family::default(),
+            watch_errors: Family::default(),
+            relists: Family::default(),
+            api_requests: Family::default(),
+            rule_gauges: Mutex::default(),
+        };
+        metrics.register_into(kopper);
+        Self { registry, ..metrics }
     }
 }
 
 impl Metrics {
+    fn register_into(&self, kopper: &mut Registry) {
+        kopper.register("reconciles", "Reconciles run, per controller", self.reconciles.clone());
+        kopper.register(
+            "reconcile_errors",
+            "Reconciles that failed, per controller and error category",
+            self.reconcile_errors.clone(),
+        );
+        kopper.register(
+            "reconcile_duration_seconds",
+            "Time spent in one reconcile, per controller",
+            self.reconcile_duration.clone(),
+        );
+        kopper.register(
+            "last_successful_reconcile_timestamp_seconds",
+            "Unix time of the controller's last reconcile that succeeded",
+            self.last_success.clone(),
+        );
+        kopper.register(
+            "cached_objects",
+            "Objects held in each controller's cache",
+            self.cached_objects.clone(),
+        );
+        kopper.register(
+            "leader",
+            "1 while this replica does the work: it holds the lease, or leader election is off",
+            self.leader.clone(),
+        );
+        kopper.register(
+            "leader_transitions",
+            "Times this replica gained or lost leadership",
+            self.leader_transitions.clone(),
+        );
+        kopper.register(
+            "objects_written",
+            "Objects created, updated or deleted by a controller",
+            self.objects_written.clone(),
+        );
+        kopper.register(
+            "conflicts",
+            "Objects a controller wants but leaves alone because another owns the place",
+            self.conflicts.clone(),
+        );
+        kopper.register(
+            "copies_out_of_sync",
+            "Copies wanted but not identical to their source (missing, stale or blocked), per kind",
+            self.copies_out_of_sync.clone(),
+        );
+        kopper.register(
+            "rules_not_ready",
+            "Rules whose Ready condition is not True, per controller",
+            self.rules_not_ready.clone(),
+        );
+        kopper.register(
+            "watch_errors",
+            "Watches that failed and are retried with backoff, per controller and kind",
+            self.watch_errors.clone(),
+        );
+        kopper.register(
+            "relists",
+            "Full lists of a watched kind (at start and after a watch could not resume), per controller and kind",
+            self.relists.clone(),
+        );
+        kopper.register(
+            "api_requests",
+            "Requests to the Kubernetes API, by verb and HTTP status code (`error` when no answer came)",
+            self.api_requests.clone(),
+        );
+    }
+
     pub fn reconciled(&self, controller: &str, took: Duration) {
         let labels = ControllerLabels { controller: controller.to_owned() };
         self.reconciles.get_or_create(&labels).inc();
         self.reconcile_duration.get_or_create(&labels).observe(took.as_secs_f64());
+    }
+
+    pub fn succeeded(&self, controller: &str) {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        self.last_success.get_or_create(&ControllerLabels { controller: controller.to_owned() }).set(now);
     }
 
     pub fn failed(&self, controller: &str, category: &str) {
@@ -104,11 +214,141 @@ impl Metrics {
         self.objects_written.get_or_create(&ControllerLabels { controller: controller.to_owned() }).inc();
     }
 
-    /// Renders the registry in the Prometheus text format.
+    /// Records that this replica started (`true`) or stopped doing the work.
+    pub fn set_leader(&self, leading: bool) {
+        let was = self.leader.set(i64::from(leading));
+        if was != i64::from(leading) {
+            self.leader_transitions.inc();
+        }
+    }
+
+    pub fn api_request(&self, verb: &str, code: &str) {
+        self.api_requests
+            .get_or_create(&RequestLabels { verb: verb.to_owned(), code: code.to_owned() })
+            .inc();
+    }
+
+    pub fn watch_failed(&self, controller: &str, kind: &str) {
+        self.watch_errors.get_or_create(&cache_labels(controller, kind)).inc();
+    }
+
+    pub fn relisted(&self, controller: &str, kind: &str) {
+        self.relists.get_or_create(&cache_labels(controller, kind)).inc();
+    }
+
+    /// Replaces what `rule` of `controller` contributes to the conflict, out-of-sync and
+    /// not-ready gauges (`None`: the rule is gone), and sets those gauges.
+    pub fn set_rule_gauges(&self, controller: &str, rule: &str, gauges: Option<RuleGauges>) {
+        let mut all = self.rule_gauges.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (controller.to_owned(), rule.to_owned());
+        let kind = match gauges {
+            Some(gauges) => {
+                let kind = gauges.kind.clone();
+                all.insert(key, gauges);
+                kind
+            }
+            None => match all.remove(&key) {
+                Some(gone) => gone.kind,
+                None => return,
+            },
+        };
+        let of_controller = all.iter().filter(|((c, _), _)| c == controller).map(|(_, g)| g);
+        let (conflicts, not_ready) =
+            of_controller.fold((0, 0), |(c, n), g| (c + g.conflicts, n + i64::from(g.not_ready)));
+        let labels = ControllerLabels { controller: controller.to_owned() };
+        self.conflicts.get_or_create(&labels).set(conflicts);
+        self.rules_not_ready.get_or_create(&labels).set(not_ready);
+        // A refused rule has no kind to speak of: it holds no copies.
+        if !kind.is_empty() {
+            let out_of_sync = all.values().filter(|g| g.kind == kind).map(|g| g.out_of_sync).sum();
+            self.copies_out_of_sync.get_or_create(&KindLabels { kind }).set(out_of_sync);
+        }
+    }
+
+    /// Renders the registry in the OpenMetrics text format (what Prometheus asks for).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Renders the registry in the classic Prometheus text format (version 0.0.4), for
+    /// clients that do not ask for OpenMetrics (curl, `promtool check metrics`).
+    pub fn encode_classic(&self) -> String {
+        classic_text(&self.encode())
+    }
+}
+
+fn cache_labels(controller: &str, kind: &str) -> CacheLabels {
+    CacheLabels { controller: controller.to_owned(), kind: kind.to_owned() }
+}
+
+/// The classic text format of an OpenMetrics text: counters' HELP and TYPE lines name the
+/// samples (`x_total`), and the OpenMetrics-only lines (`# UNIT`, `# EOF`) go.
+fn classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters.contains(name).then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counters_by_their_samples_and_drops_openmetrics_lines() {
+        let openmetrics = "# HELP kopper_reconciles Reconciles run.\n# TYPE kopper_reconciles counter\n\
+                           kopper_reconciles_total{controller=\"a\"} 1\n# TYPE kopper_leader gauge\n\
+                           kopper_leader 1\n# UNIT x seconds\n# EOF\n";
+        assert_eq!(
+            classic_text(openmetrics),
+            "# HELP kopper_reconciles_total Reconciles run.\n# TYPE kopper_reconciles_total counter\n\
+             kopper_reconciles_total{controller=\"a\"} 1\n# TYPE kopper_leader gauge\nkopper_leader 1\n"
+        );
+    }
+
+    #[test]
+    fn rule_gauges_sum_per_controller_and_kind_and_forget_deleted_rules() {
+        let metrics = Metrics::default();
+        let gauges = |kind: &str, conflicts, out_of_sync, not_ready| {
+            Some(RuleGauges { kind: kind.into(), conflicts, out_of_sync, not_ready })
+        };
+        metrics.set_rule_gauges("replication-rule", "a", gauges("ConfigMap", 2, 3, true));
+        metrics.set_rule_gauges("replication-rule", "b", gauges("ConfigMap", 1, 0, false));
+        metrics.set_rule_gauges("config-map-sync", "c", gauges("ConfigMap", 0, 4, true));
+        let text = metrics.encode();
+        assert!(text.contains("kopper_conflicts{controller=\"replication-rule\"} 3"), "{text}");
+        assert!(text.contains("kopper_copies_out_of_sync{kind=\"ConfigMap\"} 7"), "{text}");
+        assert!(text.contains("kopper_rules_not_ready{controller=\"replication-rule\"} 1"), "{text}");
+        metrics.set_rule_gauges("replication-rule", "a", None);
+        let text = metrics.encode();
+        assert!(text.contains("kopper_conflicts{controller=\"replication-rule\"} 1"), "{text}");
+        assert!(text.contains("kopper_copies_out_of_sync{kind=\"ConfigMap\"} 4"), "{text}");
+    }
+
+    #[test]
+    fn leader_transitions_count_changes_only() {
+        let metrics = Metrics::default();
+        metrics.set_leader(true);
+        metrics.set_leader(true);
+        metrics.set_leader(false);
+        assert_eq!(metrics.leader_transitions.get(), 2);
     }
 }

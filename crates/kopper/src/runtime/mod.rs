@@ -1,11 +1,13 @@
 //! The shared runtime every controller stands on.
 
 pub mod admin;
+pub mod api_requests;
 pub mod client;
 pub mod context;
 pub mod controller;
 pub mod leader;
 pub mod metrics;
+pub mod process;
 pub mod shutdown;
 pub mod telemetry;
 

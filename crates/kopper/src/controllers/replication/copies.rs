@@ -179,15 +179,21 @@ pub fn spawn<K: Replicable + Send + Sync + 'static>(
 ) -> JoinHandle<()> {
     let config = watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE);
     let events = watcher(Api::<K>::all(client.clone()), config).default_backoff().take_until(shutdown);
-    let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: format!("{} copy", K::KIND) };
+    let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: K::KIND.to_string() };
     tokio::spawn(async move {
         let mut events = std::pin::pin!(events);
         let mut listing: Option<CopyMap> = None;
         while let Some(event) = events.next().await {
             match event {
-                Ok(event) => apply_event(&index, &router, event, &mut listing),
+                Ok(event) => {
+                    if matches!(event, watcher::Event::Init) {
+                        metrics.relisted(&labels.controller, &labels.kind);
+                    }
+                    apply_event(&index, &router, event, &mut listing)
+                }
                 Err(error) => {
                     tracing::warn!(kind = %labels.kind, %error, "watch failed; retrying with backoff");
+                    metrics.watch_failed(&labels.controller, &labels.kind);
                     continue;
                 }
             }

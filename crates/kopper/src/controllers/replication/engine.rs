@@ -15,7 +15,6 @@ use kube::{Api, Client, ResourceExt};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::METRICS_NAME;
 use super::apply::{self, WriteError};
 use super::copies::CopyIndex;
 use super::desired::{
@@ -25,6 +24,8 @@ use super::desired::{
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
 use super::scoped::{Scope, ScopeNotReady};
+use super::{RULE_CONTROLLER, controller_of};
+use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory};
 
 /// Reads made at once while preparing one rule's pass.
@@ -89,8 +90,6 @@ pub struct Memo {
     sources: Mutex<HashMap<(ObjectKind, String), Source>>,
     /// When a source version was first seen, by uid, for the latency histogram.
     changed: Mutex<HashMap<String, (String, Instant)>>,
-    /// Conflicts per rule, for the gauge.
-    conflicts: Mutex<BTreeMap<RuleId, i64>>,
 }
 
 /// Every critical section below completes or changes nothing, so a poisoned lock still
@@ -113,17 +112,6 @@ impl Memo {
         let sources = lock(&self.sources);
         let cached = sources.get(&(kind, info.uid.clone()))?;
         (cached.info.resource_version == info.resource_version).then(|| cached.clone())
-    }
-
-    /// Records the conflicts of `rule` and returns the total over all rules.
-    fn set_conflicts(&self, rule: &RuleId, count: usize) -> i64 {
-        let mut conflicts = lock(&self.conflicts);
-        if count == 0 {
-            conflicts.remove(rule);
-        } else {
-            conflicts.insert(rule.clone(), i64::try_from(count).unwrap_or(i64::MAX));
-        }
-        conflicts.values().sum()
     }
 }
 
@@ -156,8 +144,11 @@ impl Engine {
             Err(refusal) => {
                 // A refused rule holds no copies: whatever it was allowed before (a source
                 // kopper no longer lets it read, say) is revoked.
+                let id = object.rule_id();
                 let uid = object.meta().uid.clone().unwrap_or_default();
-                let removed = self.cleanup(ctx, &object.rule_id(), &uid).await;
+                let removed = self.cleanup(ctx, &id, &uid).await;
+                let refused = RuleGauges { not_ready: true, ..RuleGauges::default() };
+                ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), Some(refused));
                 self.report(ctx, object, Err(refusal)).await?;
                 return removed;
             }
@@ -166,8 +157,8 @@ impl Engine {
         if tally.failed.is_empty() {
             self.observe_latency(&tally.written_sources);
         }
-        let total = self.router.memo.set_conflicts(&rule.id, tally.findings.conflicts.len());
-        ctx.metrics.conflicts.get_or_create(&metric_labels()).set(total);
+        let gauges = rule_gauges(rule.kind, &tally);
+        ctx.metrics.set_rule_gauges(controller_of(rule.id.kind), &rule.id.to_string(), Some(gauges));
         self.retire_scoped_watches(ctx);
         self.report(ctx, object, Ok(object.redact(tally.findings))).await?;
         failures(tally.failed)
@@ -179,9 +170,8 @@ impl Engine {
         let labels = RuleLabels::of(id);
         let changes = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
         let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
-        applied.removed.iter().for_each(|_| ctx.metrics.wrote(METRICS_NAME));
-        let total = self.router.memo.set_conflicts(id, 0);
-        ctx.metrics.conflicts.get_or_create(&metric_labels()).set(total);
+        applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller_of(id.kind)));
+        ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), None);
         self.retire_scoped_watches(ctx);
         failures(applied.failed)
     }
@@ -203,7 +193,7 @@ impl Engine {
         }
         tracing::info!(copies = changes.len(), "deleting copies whose rule no longer exists");
         let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
-        applied.removed.iter().for_each(|_| ctx.metrics.wrote(METRICS_NAME));
+        applied.removed.iter().for_each(|_| ctx.metrics.wrote(RULE_CONTROLLER));
         if let Some(error) = applied.failed.first() {
             tracing::warn!(%error, failed = applied.failed.len(), "could not delete every orphaned copy");
         }
@@ -252,7 +242,7 @@ impl Engine {
                 };
                 pass.plan_copies(targets, found, &mut plan);
             }
-            self.apply_batch(ctx, rule.kind, plan, &mut tally).await;
+            self.apply_batch(ctx, rule, plan, &mut tally).await;
         }
         let mut plan = RulePlan::default();
         let labels = RuleLabels::of(&rule.id);
@@ -267,19 +257,21 @@ impl Engine {
             ObjectKind::Secret => ObjectKind::ConfigMap,
         };
         plan.changes.extend(self.deletions(other, own));
-        self.apply_batch(ctx, rule.kind, plan, &mut tally).await;
+        self.apply_batch(ctx, rule, plan, &mut tally).await;
         tally.findings.conflicts.sort();
         Ok(tally)
     }
 
     /// Makes one batch of a pass's changes and adds what happened to `tally`.
-    async fn apply_batch(&self, ctx: &Context, kind: ObjectKind, plan: RulePlan, tally: &mut PassTally) {
+    async fn apply_batch(&self, ctx: &Context, rule: &Rule, plan: RulePlan, tally: &mut PassTally) {
+        let kind = rule.kind;
         let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &plan.changes).await;
         for key in &applied.unmanaged {
             // Watch that name, so kopper sees the object that holds the place go.
             self.caches.scoped.ensure(kind, Scope::Name(key.name.clone()));
         }
-        applied.written.iter().chain(&applied.removed).for_each(|_| ctx.metrics.wrote(METRICS_NAME));
+        let controller = controller_of(rule.id.kind);
+        applied.written.iter().chain(&applied.removed).for_each(|_| ctx.metrics.wrote(controller));
         for copy in plan.writes().filter_map(Change::copy).filter(|copy| applied.written.contains(&copy.key))
         {
             tally.written_sources.insert(copy.source.uid.clone(), copy.source.resource_version.clone());
@@ -428,8 +420,17 @@ fn failures(failed: Vec<WriteError>) -> Result<Action, SyncError> {
     }
 }
 
-fn metric_labels() -> crate::runtime::metrics::ControllerLabels {
-    crate::runtime::metrics::ControllerLabels { controller: METRICS_NAME.to_owned() }
+/// What one pass of a rule adds to the conflict, out-of-sync and not-ready gauges.
+fn rule_gauges(kind: ObjectKind, tally: &PassTally) -> RuleGauges {
+    let findings = &tally.findings;
+    let conflicts = findings.conflicts.len();
+    RuleGauges {
+        kind: kind.to_string(),
+        conflicts: i64::try_from(conflicts).unwrap_or(i64::MAX),
+        out_of_sync: i64::try_from(findings.wanted.saturating_sub(findings.copies_in_sync))
+            .unwrap_or(i64::MAX),
+        not_ready: conflicts > 0 || !tally.failed.is_empty() || !findings.refused_destinations.is_empty(),
+    }
 }
 
 /// Reads one ConfigMap or Secret with its content; `None` if it is gone.

@@ -340,7 +340,8 @@ fn spawn_namespaces(
                     let size = i64::try_from(reader.len()).unwrap_or(i64::MAX);
                     metrics.cached_objects.get_or_create(&labels).set(size);
                     match event {
-                        watcher::Event::Init | watcher::Event::InitApply(_) => {}
+                        watcher::Event::Init => metrics.relisted(&labels.controller, &labels.kind),
+                        watcher::Event::InitApply(_) => {}
                         watcher::Event::InitDone => {
                             synced.mark_ready();
                             router.wake_all();
@@ -349,7 +350,8 @@ fn spawn_namespaces(
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(kind = %labels.kind, %error, "watch failed; retrying with backoff")
+                    tracing::warn!(kind = %labels.kind, %error, "watch failed; retrying with backoff");
+                    metrics.watch_failed(&labels.controller, &labels.kind);
                 }
             }
         }

@@ -50,6 +50,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
+use self::desired::RuleKind;
 use self::engine::{Engine, Memo, SyncError};
 use self::index::{CacheStopped, Caches, Guarded, Router, RuleStores, Synced, Wakers};
 use self::rules::RuleObject;
@@ -64,8 +65,14 @@ pub use self::plan::plan;
 /// Controller names, as they appear in metrics and logs.
 pub const RULE_CONTROLLER: &str = "replication-rule";
 pub const SYNC_CONTROLLER: &str = "config-map-sync";
-/// The label of the engine's own metrics (copies written, conflicts), shared by both.
-pub const METRICS_NAME: &str = "replication";
+
+/// The controller that runs the passes of rules of `kind`, as metrics name it.
+pub fn controller_of(kind: RuleKind) -> &'static str {
+    match kind {
+        RuleKind::ReplicationRule => RULE_CONTROLLER,
+        RuleKind::ConfigMapSync => SYNC_CONTROLLER,
+    }
+}
 /// Holds a rule until its copies are removed.
 pub const FINALIZER: &str = "kopper.dev/replication";
 /// Gathers a burst of changes (a thousand namespaces created at once) into fewer passes.
