@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: formatting, lints, then every test of the
 # workspace (unit, conformance on kubesim, end-to-end on kubesim, kubectl, CRD drift).
-# Needs only the Rust toolchain (cargo, rustfmt, clippy) and, for the kubectl tests,
-# kubectl on PATH; crates are fetched by cargo.
+# Needs the Rust toolchain (cargo, rustfmt, clippy) and, for the kubectl tests, kubectl on
+# PATH; crates are fetched by cargo, and the tools the other tests use are installed by the
+# scripts below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Prometheus and promtool, for the observability tests.
+./scripts/setup-prometheus.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -263,7 +263,7 @@ impl Caches {
         );
         let config_maps = Arc::new(CopyIndex::new(ObjectKind::ConfigMap));
         let secrets = Arc::new(CopyIndex::new(ObjectKind::Secret));
-        let scoped = Arc::new(Scoped::new(client.clone(), router.clone(), shutdown.clone()));
+        let scoped = Arc::new(Scoped::new(client.clone(), router.clone(), metrics.clone(), shutdown.clone()));
         let _ = router.scoped.set(Arc::downgrade(&scoped));
         let tasks = vec![
             namespace_task,

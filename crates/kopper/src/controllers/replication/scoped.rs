@@ -110,6 +110,7 @@ type Shutdown = Shared<BoxFuture<'static, ()>>;
 pub struct Scoped {
     client: Client,
     router: Arc<Router>,
+    metrics: Arc<crate::runtime::Metrics>,
     shutdown: Shutdown,
     watches: Mutex<HashMap<(ObjectKind, Scope), Running>>,
 }
@@ -164,9 +165,10 @@ impl Scoped {
     pub fn new(
         client: Client,
         router: Arc<Router>,
+        metrics: Arc<crate::runtime::Metrics>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
-        Self { client, router, shutdown: shutdown.boxed().shared(), watches: Mutex::default() }
+        Self { client, router, metrics, shutdown: shutdown.boxed().shared(), watches: Mutex::default() }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<(ObjectKind, Scope), Running>> {
@@ -258,16 +260,24 @@ impl Scoped {
         let config = config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"));
         let events = watcher(api, config).default_backoff().take_until(self.shutdown.clone());
         let router = self.router.clone();
+        let metrics = self.metrics.clone();
         let kind = kind_of::<K>();
         let scope = scope.clone();
         tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             let mut listing: Option<HashMap<(String, String), ObjectInfo>> = None;
+            let kind_label = kind.to_string();
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(event) => apply_event(kind, &store, &router, event, &mut listing),
+                    Ok(event) => {
+                        if matches!(event, watcher::Event::Init) {
+                            metrics.relisted(super::RULE_CONTROLLER, &kind_label);
+                        }
+                        apply_event(kind, &store, &router, event, &mut listing)
+                    }
                     Err(error) => {
-                        tracing::warn!(%kind, ?scope, %error, "watch failed; retrying with backoff")
+                        tracing::warn!(%kind, ?scope, %error, "watch failed; retrying with backoff");
+                        metrics.watch_failed(super::RULE_CONTROLLER, &kind_label);
                     }
                 }
             }
