@@ -149,7 +149,6 @@ impl Installation {
             kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() };
         let sim = kubesim::Server::start(config).await.unwrap();
         let admin = sim.client();
-        create_namespace(&admin, KOPPER_NAMESPACE).await;
         for document in rbac {
             create_document(&admin, document).await;
         }

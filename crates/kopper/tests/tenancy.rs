@@ -44,7 +44,6 @@ impl Tenancy {
             kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() };
         let sim = kubesim::Server::start(config).await.unwrap();
         let admin = sim.client();
-        namespace(&admin, KOPPER_NAMESPACE, json!({})).await;
         for document in rbac_documents() {
             create_document(&admin, document).await;
         }
@@ -203,6 +202,7 @@ async fn create_document(client: &Client, document: Value) {
         "Role" => create_in::<Role>(client, document).await,
         "RoleBinding" => create_in::<RoleBinding>(client, document).await,
         "ServiceAccount" => create_in::<ServiceAccount>(client, document).await,
+        "Namespace" => create_all::<Namespace>(client, document).await,
         other => panic!("config/rbac/ holds a {other}, which this test does not know"),
     }
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds kopper as a fully static binary and the container image `kopper:dev` (and
+# `kopper:<version>`) from it. No registry is needed: the image starts FROM scratch.
+#   scripts/image.sh            # build
+#   KOPPER_IMAGE=name:tag scripts/image.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target=x86_64-unknown-linux-gnu
+image=${KOPPER_IMAGE:-kopper:dev}
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+
+# crt-static links glibc statically; --target keeps the flag off build scripts and proc macros.
+RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --release --locked --target "$target" -p kopper --bin kopper
+
+context=target/image
+rm -rf "$context"
+mkdir -p "$context"
+cp "target/$target/release/kopper" "$context/kopper"
+cp /etc/ssl/certs/ca-certificates.crt "$context/ca-certificates.crt"
+echo "nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin" > "$context/passwd"
+echo "nonroot:x:65532:" > "$context/group"
+
+if ! file "$context/kopper" 2>/dev/null | grep -q "statically linked"; then
+    if command -v ldd >/dev/null && ldd "$context/kopper" >/dev/null 2>&1; then
+        echo "image.sh: $context/kopper is not statically linked" >&2
+        exit 1
+    fi
+fi
+
+docker build --quiet -f Dockerfile -t "$image" -t "kopper:$version" "$context" >/dev/null
+size=$(docker image inspect "$image" --format '{{.Size}}')
+echo "built $image ($((size / 1024 / 1024)) MiB)"
