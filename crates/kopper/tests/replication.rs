@@ -474,6 +474,8 @@ async fn conflict_clears_when_the_unmanaged_object_goes() {
     cluster.copy_has("team-a", "app-config", "level", "info").await;
     let status = cluster.rule_status("main-rule", |s| s["conflictCount"] == 0).await;
     assert_eq!(status["conditions"][0]["status"], "True");
+    // The list is written empty, not left as it was (a merge patch skips absent fields).
+    assert_eq!(status["conflicts"], json!([]), "{status}");
 }
 
 #[tokio::test]
