@@ -9,8 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::runtime::Settings;
 
+/// `kopper --version`: the version and the commit it was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("KOPPER_COMMIT"), ")");
+
 #[derive(Debug, Parser)]
-#[command(name = "kopper", version, about = "A Kubernetes operator for multi-tenant clusters")]
+#[command(name = "kopper", version = VERSION, about = "A Kubernetes operator for multi-tenant clusters")]
 #[command(args_conflicts_with_subcommands = true, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
@@ -41,6 +44,23 @@ pub enum Command {
     /// Start an embedded API server, run every controller on it and apply the samples: a tour with
     /// no cluster needed.
     Demo(DemoArgs),
+    /// Print a shell completion script, e.g. `kopper completions bash > /etc/bash_completion.d/kopper`.
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+impl CompletionsArgs {
+    /// Writes the completion script for every command and flag of kopper to `out`.
+    pub fn write(&self, out: &mut dyn std::io::Write) {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(self.shell, &mut command, "kopper", out);
+    }
 }
 
 /// The controllers kopper can run.

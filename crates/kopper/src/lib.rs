@@ -26,6 +26,10 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
         Command::Crds(args) => print_crds(args.out_dir.as_deref()),
         Command::Plan(args) => plan(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Completions(args) => {
+            args.write(&mut std::io::stdout().lock());
+            Ok(())
+        }
     }
 }
 
