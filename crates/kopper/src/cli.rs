@@ -260,6 +260,10 @@ pub struct CrdsArgs {
     /// them (how `config/crd/` is regenerated).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+    /// Print a Markdown reference of every field instead (how `docs/crd-reference.md` is
+    /// regenerated).
+    #[arg(long, conflicts_with = "out_dir")]
+    pub reference: bool,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod controllers;
+pub mod crd_reference;
 pub mod crds;
 pub mod demo;
 pub mod operator;
@@ -22,6 +23,10 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             let signal =
                 runtime::shutdown::termination_signal().context("cannot install SIGTERM/SIGINT handlers")?;
             run(args, signal).await
+        }
+        Command::Crds(args) if args.reference => {
+            print!("{}", crd_reference::render(&crds::all()));
+            Ok(())
         }
         Command::Crds(args) => print_crds(args.out_dir.as_deref()),
         Command::Plan(args) => plan(args).await,

@@ -30,6 +30,18 @@ fn committed_crds_match_the_types() {
 }
 
 #[test]
+fn committed_field_reference_matches_the_types() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/crd-reference.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = kopper::crd_reference::render(&kopper::crds::all());
+    assert!(
+        committed == generated,
+        "docs/crd-reference.md differs from the CRDs; regenerate it with \
+         `cargo run -p kopper -- crds --reference > docs/crd-reference.md`"
+    );
+}
+
+#[test]
 fn no_committed_crd_is_left_without_a_type() {
     let expected: BTreeSet<String> = kopper::crds::all().iter().map(kopper::crds::file_name).collect();
     let stray: Vec<_> = committed_files().difference(&expected).cloned().collect();

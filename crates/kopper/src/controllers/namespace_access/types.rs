@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceAccessSpec {
     /// Which namespaces receive the bindings. Omit to select every namespace except the
-    /// system ones (kube-system, kube-public, kube-node-lease, default).
+    /// system ones (kube-system, kube-public, kube-node-lease, default) and the namespaces
+    /// kopper protects (its own, and those given with --protected-namespaces).
     #[serde(default)]
     pub namespaces: NamespaceSelection,
 
@@ -38,8 +39,8 @@ pub struct NamespaceAccessSpec {
 
 /// Selects namespaces by labels and by name. A namespace is selected when it matches the
 /// selector (if given), matches one of `include` (if given) and matches none of `exclude`.
-/// System namespaces (kube-system, kube-public, kube-node-lease, default) are only selected
-/// when `include` names them exactly, without wildcards.
+/// System namespaces (kube-system, kube-public, kube-node-lease, default) and the namespaces
+/// kopper protects are only selected when `include` names them exactly, without wildcards.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceSelection {
