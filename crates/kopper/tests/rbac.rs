@@ -6,20 +6,19 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::manifests::{create_document, kind_of, rbac_documents, yaml_documents};
 use common::{Operator, eventually, eventually_within, run_args};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding};
 use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::namespace_access::types::NamespaceAccess;
 use kopper::controllers::replication_rule::types::ReplicationRule;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client};
 use serde_json::json;
 
 const NAMESPACE_ACCESS_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-seed-000.yaml");
@@ -37,26 +36,6 @@ const REFUSAL_DEADLINE: Duration = Duration::from_secs(30);
 /// How long a kopper that was refused gets to stop before it is aborted; a healthy one stops
 /// in milliseconds.
 const STOP_DEADLINE: Duration = Duration::from_secs(5);
-
-/// Every document of every file in config/rbac/, in file order.
-fn rbac_documents() -> Vec<serde_json::Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rbac");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
-        .collect();
-    files.sort();
-    files.iter().flat_map(|file| yaml_documents(&std::fs::read_to_string(file).unwrap())).collect()
-}
-
-fn yaml_documents(text: &str) -> Vec<serde_json::Value> {
-    kopper::samples::documents(text).unwrap()
-}
-
-fn kind_of(document: &serde_json::Value) -> &str {
-    document["kind"].as_str().unwrap_or_default()
-}
 
 /// The documents of config/rbac/ with `verb` taken out of rule `index` of the object of `kind`
 /// (and the rule removed if that was its only verb).
@@ -88,50 +67,6 @@ fn describe(kind: &str, rule: &PolicyRule, verb: &str) -> String {
     let resources = rule.resources.clone().unwrap_or_default().join(",");
     let names = rule.resource_names.clone().map(|names| format!(" {names:?}")).unwrap_or_default();
     format!("{kind}: {verb} on {groups}/{resources}{names}")
-}
-
-async fn create<K>(client: &Client, document: serde_json::Value)
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let object: K = serde_json::from_value(document).unwrap();
-    let namespace = object.namespace().unwrap();
-    Api::<K>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &object).await.unwrap();
-}
-
-async fn create_cluster_scoped<K>(client: &Client, document: serde_json::Value)
-where
-    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
-        + Clone
-        + DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let object: K = serde_json::from_value(document).unwrap();
-    Api::<K>::all(client.clone()).create(&PostParams::default(), &object).await.unwrap();
-}
-
-/// Creates one manifest of config/rbac/ or config/samples/ as the admin.
-async fn create_document(client: &Client, document: serde_json::Value) {
-    match kind_of(&document) {
-        "ClusterRole" => create_cluster_scoped::<ClusterRole>(client, document).await,
-        "ClusterRoleBinding" => create_cluster_scoped::<ClusterRoleBinding>(client, document).await,
-        "Role" => create::<Role>(client, document).await,
-        "RoleBinding" => create::<RoleBinding>(client, document).await,
-        "ServiceAccount" => create::<ServiceAccount>(client, document).await,
-        "Namespace" => create_cluster_scoped::<Namespace>(client, document).await,
-        "ConfigMap" => create::<ConfigMap>(client, document).await,
-        "NamespaceAccess" => create_cluster_scoped::<NamespaceAccess>(client, document).await,
-        "ReplicationRule" => create_cluster_scoped::<ReplicationRule>(client, document).await,
-        "ConfigMapSync" => create::<ConfigMapSync>(client, document).await,
-        other => panic!("a manifest holds a {other}, which this test does not know how to create"),
-    }
 }
 
 /// A kubesim enforcing RBAC, set up as an administrator would install kopper: its namespace,

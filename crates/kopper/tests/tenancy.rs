@@ -6,17 +6,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use common::manifests::{create_document, rbac_documents};
 use common::{Operator, eventually, run_args};
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::replication_rule::types::ReplicationRule;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 const KOPPER_NAMESPACE: &str = "kopper-system";
@@ -179,57 +178,6 @@ async fn config_map(api: &Api<ConfigMap>, name: &str, data: Value) {
     let config_map: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap();
     api.create(&PostParams::default(), &config_map).await.unwrap();
-}
-
-fn rbac_documents() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rbac");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|file| kopper::samples::documents(&std::fs::read_to_string(file).unwrap()).unwrap())
-        .collect()
-}
-
-async fn create_document(client: &Client, document: Value) {
-    match document["kind"].as_str().unwrap_or_default() {
-        "ClusterRole" => create_all::<ClusterRole>(client, document).await,
-        "ClusterRoleBinding" => create_all::<ClusterRoleBinding>(client, document).await,
-        "Role" => create_in::<Role>(client, document).await,
-        "RoleBinding" => create_in::<RoleBinding>(client, document).await,
-        "ServiceAccount" => create_in::<ServiceAccount>(client, document).await,
-        "Namespace" => create_all::<Namespace>(client, document).await,
-        other => panic!("config/rbac/ holds a {other}, which this test does not know"),
-    }
-}
-
-async fn create_all<K>(client: &Client, document: Value)
-where
-    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let object: K = serde_json::from_value(document).unwrap();
-    Api::<K>::all(client.clone()).create(&PostParams::default(), &object).await.unwrap();
-}
-
-async fn create_in<K>(client: &Client, document: Value)
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let object: K = serde_json::from_value(document).unwrap();
-    let namespace = object.namespace().unwrap();
-    Api::<K>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &object).await.unwrap();
 }
 
 async fn admin_rule(admin: &Client, name: &str, spec: Value) {

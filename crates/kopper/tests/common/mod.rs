@@ -2,6 +2,8 @@
 //! on conditions with deadlines instead of sleeping.
 #![allow(dead_code)]
 
+pub mod manifests;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -203,14 +203,20 @@ async fn delayed_watch_events_arrive_late_but_in_order() {
     assert_eq!(next(&mut stream).await, event("ADDED", "b"));
 }
 
+/// A resourceVersion far past the server's current one, as a client resuming against a
+/// server restored from an older backup would send.
+async fn resource_version_ahead(api: &Api<ConfigMap>) -> String {
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let current: u64 = list.metadata.resource_version.unwrap().parse().unwrap();
+    (current + 1_000_000).to_string()
+}
+
 #[tokio::test]
 async fn watch_from_a_resource_version_the_server_never_reached_is_refused() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("watch").await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
-    let rv: u64 =
-        api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap().parse().unwrap();
-    let ahead = (rv + 1_000_000).to_string();
+    let ahead = resource_version_ahead(&api).await;
     let mut stream = api.watch(&WatchParams::default(), &ahead).await.unwrap().boxed();
     match next_event(&mut stream).await {
         WatchEvent::Error(e) => {
@@ -226,9 +232,7 @@ async fn list_at_a_resource_version_the_server_never_reached_is_refused() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("watch").await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
-    let rv: u64 =
-        api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap().parse().unwrap();
-    let ahead = (rv + 1_000_000).to_string();
+    let ahead = resource_version_ahead(&api).await;
     let impatient: Api<ConfigMap> = Api::namespaced(cluster.client_without_retries(), &ns);
     let status = crate::common::api_error(impatient.list(&ListParams::default().at(&ahead)).await);
     assert_eq!((status.code, status.reason.as_str()), (504, "Timeout"), "{}", status.message);

@@ -15,6 +15,25 @@ use serde_json::{Map, Value, json};
 
 use super::desired::{Change, CopyKey, DesiredCopy, ObjectInfo, ObjectKind};
 
+/// The kinds kopper copies (ConfigMap, Secret), written through their typed API.
+trait CopyObject:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> CopyObject for K where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// Writes in flight at once for one rule.
 const CONCURRENT_WRITES: usize = 16;
 
@@ -123,14 +142,12 @@ async fn create(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Out
     }
 }
 
-async fn post<K>(client: &Client, namespace: &str, params: &PostParams, body: Value) -> kube::Result<String>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+async fn post<K: CopyObject>(
+    client: &Client,
+    namespace: &str,
+    params: &PostParams,
+    body: Value,
+) -> kube::Result<String> {
     let object: K = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
     let created = Api::<K>::namespaced(client.clone(), namespace).create(params, &object).await?;
     Ok(created.meta().resource_version.clone().unwrap_or_default())
@@ -169,14 +186,12 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     }
 }
 
-async fn put<K>(client: &Client, key: &CopyKey, params: &PostParams, body: Value) -> kube::Result<String>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+async fn put<K: CopyObject>(
+    client: &Client,
+    key: &CopyKey,
+    params: &PostParams,
+    body: Value,
+) -> kube::Result<String> {
     let object: K = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
     let api = Api::<K>::namespaced(client.clone(), &key.namespace);
     let replaced = api.replace(&key.name, params, &object).await?;
