@@ -12,7 +12,10 @@ use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, OnceLock};
 
-use k8s_openapi::api::{coordination, core, events, rbac};
+use k8s_openapi::api::{
+    admissionregistration, apps, autoscaling, batch, coordination, core, discovery, events, networking,
+    policy, rbac, scheduling, storage,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::schemars::JsonSchema;
@@ -141,6 +144,46 @@ fn builtin_schemas() -> &'static SchemaSet {
         add(rbac_group, "v1", "ClusterRole", closure::<rbac::v1::ClusterRole>());
         add(rbac_group, "v1", "ClusterRoleBinding", closure::<rbac::v1::ClusterRoleBinding>());
         add("coordination.k8s.io", "v1", "Lease", closure::<coordination::v1::Lease>());
+        add("", "v1", "Service", closure::<core::v1::Service>());
+        add("", "v1", "Endpoints", closure::<core::v1::Endpoints>());
+        add("", "v1", "PersistentVolumeClaim", closure::<core::v1::PersistentVolumeClaim>());
+        add("", "v1", "PersistentVolume", closure::<core::v1::PersistentVolume>());
+        add("", "v1", "ReplicationController", closure::<core::v1::ReplicationController>());
+        add("", "v1", "LimitRange", closure::<core::v1::LimitRange>());
+        add("", "v1", "ResourceQuota", closure::<core::v1::ResourceQuota>());
+        add("", "v1", "Node", closure::<core::v1::Node>());
+        add("apps", "v1", "Deployment", closure::<apps::v1::Deployment>());
+        add("apps", "v1", "StatefulSet", closure::<apps::v1::StatefulSet>());
+        add("apps", "v1", "DaemonSet", closure::<apps::v1::DaemonSet>());
+        add("apps", "v1", "ReplicaSet", closure::<apps::v1::ReplicaSet>());
+        add("apps", "v1", "ControllerRevision", closure::<apps::v1::ControllerRevision>());
+        add("batch", "v1", "Job", closure::<batch::v1::Job>());
+        add("batch", "v1", "CronJob", closure::<batch::v1::CronJob>());
+        add("policy", "v1", "PodDisruptionBudget", closure::<policy::v1::PodDisruptionBudget>());
+        add("networking.k8s.io", "v1", "NetworkPolicy", closure::<networking::v1::NetworkPolicy>());
+        add("networking.k8s.io", "v1", "Ingress", closure::<networking::v1::Ingress>());
+        add("networking.k8s.io", "v1", "IngressClass", closure::<networking::v1::IngressClass>());
+        add(
+            "autoscaling",
+            "v2",
+            "HorizontalPodAutoscaler",
+            closure::<autoscaling::v2::HorizontalPodAutoscaler>(),
+        );
+        add("scheduling.k8s.io", "v1", "PriorityClass", closure::<scheduling::v1::PriorityClass>());
+        add("storage.k8s.io", "v1", "StorageClass", closure::<storage::v1::StorageClass>());
+        add("discovery.k8s.io", "v1", "EndpointSlice", closure::<discovery::v1::EndpointSlice>());
+        add(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingWebhookConfiguration",
+            closure::<admissionregistration::v1::ValidatingWebhookConfiguration>(),
+        );
+        add(
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration",
+            closure::<admissionregistration::v1::MutatingWebhookConfiguration>(),
+        );
         add(
             "apiextensions.k8s.io",
             "v1",
@@ -524,6 +567,10 @@ mod tests {
 
     #[test]
     fn unknown_group_versions_have_no_document() {
-        assert!(document(&Registry::with_builtins(), &["apis", "apps", "v1"]).is_none());
+        assert!(document(&Registry::with_builtins(), &["apis", "example.com", "v1"]).is_none());
+        assert!(
+            document(&Registry::with_builtins(), &["apis", "apps", "v1"]).is_some(),
+            "built-in kinds are served"
+        );
     }
 }

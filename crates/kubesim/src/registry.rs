@@ -70,7 +70,8 @@ impl ResourceType {
 
     /// kube-apiserver bumps `metadata.generation` only for resources with a spec it tracks.
     pub fn tracks_generation(&self) -> bool {
-        self.is_custom() || matches!(self.resource.as_str(), "pods" | "customresourcedefinitions")
+        self.is_custom()
+            || (self.group != "events.k8s.io" && TRACKS_GENERATION.contains(&self.resource.as_str()))
     }
 
     /// Leases and events may be created by an update (PUT) of a missing name.
@@ -78,6 +79,40 @@ impl ResourceType {
         matches!(self.resource.as_str(), "leases" | "events")
     }
 }
+
+/// The resources kube-apiserver puts in the `all` category (`kubectl get all`).
+const IN_ALL_CATEGORY: &[&str] = &[
+    "pods",
+    "services",
+    "replicationcontrollers",
+    "deployments",
+    "statefulsets",
+    "daemonsets",
+    "replicasets",
+    "jobs",
+    "cronjobs",
+    "horizontalpodautoscalers",
+];
+
+/// Built-in resources whose `metadata.generation` kube-apiserver bumps on spec changes.
+const TRACKS_GENERATION: &[&str] = &[
+    "pods",
+    "customresourcedefinitions",
+    "deployments",
+    "statefulsets",
+    "daemonsets",
+    "replicasets",
+    "replicationcontrollers",
+    "jobs",
+    "cronjobs",
+    "poddisruptionbudgets",
+    "horizontalpodautoscalers",
+    "ingresses",
+    "networkpolicies",
+    "priorityclasses",
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+];
 
 struct Builtin {
     group: &'static str,
@@ -207,6 +242,231 @@ const BUILTINS: &[Builtin] = &[
         short_names: &["crd", "crds"],
         subresources: &["status"],
     },
+    Builtin {
+        group: "",
+        version: "v1",
+        resource: "services",
+        kind: "Service",
+        namespaced: true,
+        short_names: &["svc"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        resource: "endpoints",
+        kind: "Endpoints",
+        namespaced: true,
+        short_names: &["ep"],
+        subresources: &[],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        resource: "persistentvolumeclaims",
+        kind: "PersistentVolumeClaim",
+        namespaced: true,
+        short_names: &["pvc"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        resource: "persistentvolumes",
+        kind: "PersistentVolume",
+        namespaced: false,
+        short_names: &["pv"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        resource: "replicationcontrollers",
+        kind: "ReplicationController",
+        namespaced: true,
+        short_names: &["rc"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        resource: "limitranges",
+        kind: "LimitRange",
+        namespaced: true,
+        short_names: &["limits"],
+        subresources: &[],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        resource: "resourcequotas",
+        kind: "ResourceQuota",
+        namespaced: true,
+        short_names: &["quota"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        resource: "nodes",
+        kind: "Node",
+        namespaced: false,
+        short_names: &["no"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "apps",
+        version: "v1",
+        resource: "deployments",
+        kind: "Deployment",
+        namespaced: true,
+        short_names: &["deploy"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "apps",
+        version: "v1",
+        resource: "statefulsets",
+        kind: "StatefulSet",
+        namespaced: true,
+        short_names: &["sts"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "apps",
+        version: "v1",
+        resource: "daemonsets",
+        kind: "DaemonSet",
+        namespaced: true,
+        short_names: &["ds"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "apps",
+        version: "v1",
+        resource: "replicasets",
+        kind: "ReplicaSet",
+        namespaced: true,
+        short_names: &["rs"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "apps",
+        version: "v1",
+        resource: "controllerrevisions",
+        kind: "ControllerRevision",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+    },
+    Builtin {
+        group: "batch",
+        version: "v1",
+        resource: "jobs",
+        kind: "Job",
+        namespaced: true,
+        short_names: &[],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "batch",
+        version: "v1",
+        resource: "cronjobs",
+        kind: "CronJob",
+        namespaced: true,
+        short_names: &["cj"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "policy",
+        version: "v1",
+        resource: "poddisruptionbudgets",
+        kind: "PodDisruptionBudget",
+        namespaced: true,
+        short_names: &["pdb"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "networking.k8s.io",
+        version: "v1",
+        resource: "networkpolicies",
+        kind: "NetworkPolicy",
+        namespaced: true,
+        short_names: &["netpol"],
+        subresources: &[],
+    },
+    Builtin {
+        group: "networking.k8s.io",
+        version: "v1",
+        resource: "ingresses",
+        kind: "Ingress",
+        namespaced: true,
+        short_names: &["ing"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "networking.k8s.io",
+        version: "v1",
+        resource: "ingressclasses",
+        kind: "IngressClass",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+    },
+    Builtin {
+        group: "autoscaling",
+        version: "v2",
+        resource: "horizontalpodautoscalers",
+        kind: "HorizontalPodAutoscaler",
+        namespaced: true,
+        short_names: &["hpa"],
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "scheduling.k8s.io",
+        version: "v1",
+        resource: "priorityclasses",
+        kind: "PriorityClass",
+        namespaced: false,
+        short_names: &["pc"],
+        subresources: &[],
+    },
+    Builtin {
+        group: "storage.k8s.io",
+        version: "v1",
+        resource: "storageclasses",
+        kind: "StorageClass",
+        namespaced: false,
+        short_names: &["sc"],
+        subresources: &[],
+    },
+    Builtin {
+        group: "discovery.k8s.io",
+        version: "v1",
+        resource: "endpointslices",
+        kind: "EndpointSlice",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+    },
+    Builtin {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        resource: "validatingwebhookconfigurations",
+        kind: "ValidatingWebhookConfiguration",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+    },
+    Builtin {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        resource: "mutatingwebhookconfigurations",
+        kind: "MutatingWebhookConfiguration",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+    },
 ];
 
 /// Every served resource, keyed by (group, version, resource).
@@ -224,8 +484,8 @@ impl Registry {
             } else {
                 StorageKey { group: b.group.into(), resource: b.resource.into() }
             };
-            // Of the built-ins kubesim serves, only pods are in kube-apiserver's `all` category.
-            let categories = if b.resource == "pods" { vec!["all".to_owned()] } else { Vec::new() };
+            let categories =
+                if IN_ALL_CATEGORY.contains(&b.resource) { vec!["all".to_owned()] } else { Vec::new() };
             registry.insert(ResourceType {
                 group: b.group.into(),
                 version: b.version.into(),

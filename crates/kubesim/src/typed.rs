@@ -6,7 +6,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use k8s_openapi::api::{coordination, core, events, rbac};
+use k8s_openapi::api::{
+    admissionregistration, apps, autoscaling, batch, coordination, core, discovery, events, networking,
+    policy, rbac, scheduling, storage,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 fn round_trip<T: DeserializeOwned + Serialize>(kind: &str, object: Value) -> Result<Value, String> {
@@ -34,6 +37,37 @@ pub fn normalize(group: &str, kind: &str, object: Value) -> Result<Value, String
         ("coordination.k8s.io", "Lease") => round_trip::<coordination::v1::Lease>(kind, object),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             round_trip::<CustomResourceDefinition>(kind, object)
+        }
+        ("", "Service") => round_trip::<core::v1::Service>(kind, object),
+        ("", "Endpoints") => round_trip::<core::v1::Endpoints>(kind, object),
+        ("", "PersistentVolumeClaim") => round_trip::<core::v1::PersistentVolumeClaim>(kind, object),
+        ("", "PersistentVolume") => round_trip::<core::v1::PersistentVolume>(kind, object),
+        ("", "ReplicationController") => round_trip::<core::v1::ReplicationController>(kind, object),
+        ("", "LimitRange") => round_trip::<core::v1::LimitRange>(kind, object),
+        ("", "ResourceQuota") => round_trip::<core::v1::ResourceQuota>(kind, object),
+        ("", "Node") => round_trip::<core::v1::Node>(kind, object),
+        ("apps", "Deployment") => round_trip::<apps::v1::Deployment>(kind, object),
+        ("apps", "StatefulSet") => round_trip::<apps::v1::StatefulSet>(kind, object),
+        ("apps", "DaemonSet") => round_trip::<apps::v1::DaemonSet>(kind, object),
+        ("apps", "ReplicaSet") => round_trip::<apps::v1::ReplicaSet>(kind, object),
+        ("apps", "ControllerRevision") => round_trip::<apps::v1::ControllerRevision>(kind, object),
+        ("batch", "Job") => round_trip::<batch::v1::Job>(kind, object),
+        ("batch", "CronJob") => round_trip::<batch::v1::CronJob>(kind, object),
+        ("policy", "PodDisruptionBudget") => round_trip::<policy::v1::PodDisruptionBudget>(kind, object),
+        ("networking.k8s.io", "NetworkPolicy") => round_trip::<networking::v1::NetworkPolicy>(kind, object),
+        ("networking.k8s.io", "Ingress") => round_trip::<networking::v1::Ingress>(kind, object),
+        ("networking.k8s.io", "IngressClass") => round_trip::<networking::v1::IngressClass>(kind, object),
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            round_trip::<autoscaling::v2::HorizontalPodAutoscaler>(kind, object)
+        }
+        ("scheduling.k8s.io", "PriorityClass") => round_trip::<scheduling::v1::PriorityClass>(kind, object),
+        ("storage.k8s.io", "StorageClass") => round_trip::<storage::v1::StorageClass>(kind, object),
+        ("discovery.k8s.io", "EndpointSlice") => round_trip::<discovery::v1::EndpointSlice>(kind, object),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            round_trip::<admissionregistration::v1::ValidatingWebhookConfiguration>(kind, object)
+        }
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            round_trip::<admissionregistration::v1::MutatingWebhookConfiguration>(kind, object)
         }
         _ => Ok(object),
     }

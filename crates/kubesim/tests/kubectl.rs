@@ -432,3 +432,76 @@ async fn create_with_server_dry_run_prints_the_object_without_storing_it() {
     let stored = k.run(&["get", "cm", "draft"]).await;
     assert!(String::from_utf8_lossy(&stored.stderr).contains("NotFound"), "a dry run stored the object");
 }
+
+const DEPLOYMENT: &str = "
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        ports: [{containerPort: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 80}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: web
+  namespace: default
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels: {app: web}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_workload_kinds_are_served_to_kubectl() {
+    let Some(k) = Kubectl::start().await else { return };
+    let resources = k.ok(&["api-resources", "--no-headers"]).await;
+    for (name, group) in [
+        ("deployments", "apps/v1"),
+        ("poddisruptionbudgets", "policy/v1"),
+        ("services", "v1"),
+        ("cronjobs", "batch/v1"),
+        ("ingresses", "networking.k8s.io/v1"),
+    ] {
+        assert!(
+            resources.lines().any(|line| line.starts_with(name) && line.contains(group)),
+            "{name} missing:\n{resources}"
+        );
+    }
+    let applied = k.with_manifest("apply", DEPLOYMENT, &[]).await;
+    assert!(applied.contains("deployment.apps/web created"), "{applied}");
+    assert!(
+        applied.contains("service/web created") && applied.contains("poddisruptionbudget.policy/web created"),
+        "{applied}"
+    );
+    let all = k.ok(&["get", "all"]).await;
+    assert!(all.contains("deployment.apps/web"), "{all}");
+    assert!(all.contains("service/web"), "{all}");
+    assert_eq!(k.ok(&["get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"]).await, "2");
+    let changed = DEPLOYMENT.replace("replicas: 2", "replicas: 3");
+    assert!(k.with_manifest("apply", &changed, &[]).await.contains("deployment.apps/web configured"));
+    assert_eq!(k.ok(&["get", "deployment", "web", "-o", "jsonpath={.metadata.generation}"]).await, "2");
+    let wrong = DEPLOYMENT.replace("replicas: 2", "replicas: two");
+    let refused = k.piped(&["apply", "-f", "-"], &wrong).await;
+    assert!(!refused.status.success(), "a wrong field type is refused");
+}
