@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 
 # Prometheus and promtool, for the observability tests.
 ./scripts/setup-prometheus.sh
+# Helm's Go library (helm-sdkpy), for the chart tests.
+./scripts/setup-helm.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

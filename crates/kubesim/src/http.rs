@@ -372,13 +372,8 @@ fn write_options(req: &Request) -> WriteOptions {
 }
 
 fn delete_options(req: &Request) -> ApiResult<DeleteOptions> {
-    let body: Value = if req.body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&req.body).map_err(|e| {
-            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
-        })?
-    };
+    // client-go (Helm, kubectl) sends DeleteOptions as protobuf for built-in kinds.
+    let body: Value = if req.body.is_empty() { Value::Null } else { decode_body(req)? };
     let mut opts = DeleteOptions::from_body(&body);
     if let Some(policy) = req.param("propagationPolicy") {
         opts.propagation = DeleteOptions::from_body(&json!({"propagationPolicy": policy})).propagation;

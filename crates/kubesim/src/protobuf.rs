@@ -95,6 +95,8 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
+        // Sent with the group version of the object being deleted.
+        (_, "DeleteOptions") => DELETE_OPTIONS,
         _ => return None,
     };
     Some(schema)
@@ -298,6 +300,15 @@ const LABEL_SELECTOR: &[Field] = &[
         "matchExpressions",
         Message(&[one(1, "key", Str), one(2, "operator", Str), list(3, "values", Str)]),
     ),
+];
+
+/// `DeleteOptions` as client-go sends it with a DELETE.
+const DELETE_OPTIONS: &[Field] = &[
+    one(1, "gracePeriodSeconds", Int),
+    one(2, "preconditions", Message(&[one(1, "uid", Str), one(2, "resourceVersion", Str)])),
+    one(3, "orphanDependents", Bool),
+    one(4, "propagationPolicy", Str),
+    list(5, "dryRun", Str),
 ];
 
 /// RoleBinding and ClusterRoleBinding share one encoding.
@@ -574,6 +585,24 @@ mod tests {
 
     fn named(name: &str) -> Vec<u8> {
         delimited_field(1, &delimited_field(1, name.as_bytes()))
+    }
+
+    #[test]
+    fn delete_options_from_client_go_decode_with_preconditions_and_policy() {
+        let preconditions = [delimited_field(1, b"uid-1"), delimited_field(2, b"42")].concat();
+        let raw = [
+            varint_field(1, 0),
+            delimited_field(2, &preconditions),
+            delimited_field(4, b"Background"),
+            delimited_field(5, b"All"),
+        ]
+        .concat();
+        assert_eq!(
+            decode(&envelope("v1", "DeleteOptions", &raw)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "DeleteOptions",
+                   "preconditions": {"uid": "uid-1", "resourceVersion": "42"},
+                   "propagationPolicy": "Background", "dryRun": ["All"]})
+        );
     }
 
     #[test]
