@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-prometheus.sh
 # Helm's Go library (helm-sdkpy), for the chart tests.
 ./scripts/setup-helm.sh
+# moto (S3 and IAM on loopback), for the Bucket tests.
+./scripts/setup-moto.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

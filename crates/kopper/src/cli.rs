@@ -205,6 +205,83 @@ pub struct RunArgs {
     /// Field manager name for server-side apply.
     #[arg(long, env = "KOPPER_FIELD_MANAGER", default_value = "kopper")]
     pub field_manager: String,
+
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+/// Settings of the Bucket controller's S3 and IAM provider.
+#[derive(Clone, Debug, Args)]
+pub struct S3Args {
+    /// Names this cluster in derived bucket and user names and in tags, so that clusters
+    /// sharing an account never take each other's buckets: lowercase letters, digits and
+    /// hyphens, at most 20.
+    #[arg(long, env = "KOPPER_CLUSTER_ID", default_value = "kopper", value_parser = parse_cluster_id)]
+    pub cluster_id: String,
+
+    /// Region buckets are created in unless a Bucket names one. Setting it turns the S3
+    /// provider on; without it, Buckets report ProviderNotConfigured.
+    #[arg(long, env = "KOPPER_S3_REGION")]
+    pub s3_region: Option<String>,
+
+    /// S3 endpoint URL of an S3-compatible service (default: AWS). Also written into each
+    /// Bucket's Secret as AWS_ENDPOINT_URL and S3_ENDPOINT.
+    #[arg(long, env = "KOPPER_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+
+    /// IAM endpoint URL (default: AWS, or the S3 endpoint when one is set).
+    #[arg(long, env = "KOPPER_IAM_ENDPOINT")]
+    pub iam_endpoint: Option<String>,
+
+    /// Address buckets by path (`endpoint/bucket`) instead of by host name, as most
+    /// S3-compatible services need.
+    #[arg(long, env = "KOPPER_S3_FORCE_PATH_STYLE")]
+    pub s3_force_path_style: bool,
+
+    /// A Secret `namespace/name` holding kopper's own AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY (read at start-up). Default: the standard AWS chain
+    /// (environment, profile, web identity for IRSA, container or instance metadata).
+    #[arg(long, env = "KOPPER_S3_CREDENTIALS_SECRET", value_parser = parse_namespaced_name)]
+    pub s3_credentials_secret: Option<(String, String)>,
+}
+
+impl S3Args {
+    pub fn settings(&self) -> crate::controllers::bucket::BucketSettings {
+        let provider = self.s3_region.as_ref().map(|region| crate::controllers::bucket::aws::AwsSettings {
+            region: region.clone(),
+            endpoint: self.s3_endpoint.clone(),
+            iam_endpoint: self.iam_endpoint.clone(),
+            force_path_style: self.s3_force_path_style,
+            credentials: None,
+        });
+        crate::controllers::bucket::BucketSettings {
+            cluster_id: self.cluster_id.clone(),
+            provider,
+            credentials_secret: self.s3_credentials_secret.clone(),
+        }
+    }
+}
+
+fn parse_cluster_id(text: &str) -> Result<String, String> {
+    let valid = !text.is_empty()
+        && text.len() <= 20
+        && text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not a cluster id: use 1 to 20 lowercase letters, digits and inner hyphens"))
+    }
+}
+
+fn parse_namespaced_name(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((namespace.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("`{text}` is not `namespace/name`, e.g. `kopper-system/kopper-s3`")),
+    }
 }
 
 impl RunArgs {
@@ -231,6 +308,7 @@ impl RunArgs {
                 ),
                 allow_unconsented: self.allow_unconsented_destinations,
             },
+            buckets: self.s3.settings(),
         }
     }
 

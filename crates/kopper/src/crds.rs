@@ -7,13 +7,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 
 use kube::CustomResourceExt;
 
+use crate::controllers::bucket::types::Bucket;
 use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::namespace_access::NamespaceAccess;
 use crate::controllers::replication_rule::types::ReplicationRule;
 
 /// All kopper CRDs, in a stable order. Each controller adds its kinds here.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![NamespaceAccess::crd(), ConfigMapSync::crd(), ReplicationRule::crd()]
+    vec![NamespaceAccess::crd(), ConfigMapSync::crd(), ReplicationRule::crd(), Bucket::crd()]
 }
 
 /// The CRDs as one multi-document YAML stream.

@@ -157,6 +157,8 @@ async fn values_the_schema_refuses_are_named_with_the_fix() {
         (json!({"controllers": ["pod-labeler", "teleport"]}), "/controllers/1"),
         (json!({"leaderElection": {"leaseDuration": "fifteen"}}), "/leaderElection/leaseDuration"),
         (json!({"replicaCnt": 2}), "replicaCnt"),
+        (json!({"bucket": {"clusterId": "Prod!"}}), "/bucket/clusterId"),
+        (json!({"bucket": {"credentialsSecret": "no-namespace"}}), "/bucket/credentialsSecret"),
     ] {
         let error = helm.release("install", &cluster.kubeconfig, "refused", values.clone()).unwrap_err();
         assert!(error.contains("schema") && error.contains(field), "{values}: {error}");
@@ -238,6 +240,8 @@ async fn install_upgrade_and_uninstall_onto_kubesim_with_the_rbac_of_config_rbac
         "replicaCount": 3,
         "controllers": ["replication-rule", "config-map-sync"],
         "replication": {"protectedNamespaces": ["platform"]},
+        "bucket": {"clusterId": "prod", "region": "eu-west-1", "endpoint": "https://s3.example.com",
+                   "forcePathStyle": true, "credentialsSecret": "kopper-system/s3"},
         "metrics": {"serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true}, "dashboard": {"enabled": true}},
     });
     let upgraded = helm.release("upgrade", &cluster.kubeconfig, "kopper", values).unwrap();
@@ -248,6 +252,15 @@ async fn install_upgrade_and_uninstall_onto_kubesim_with_the_rbac_of_config_rbac
     let args = spec.template.spec.unwrap().containers[0].args.clone().unwrap();
     assert!(args.contains(&"--controllers=replication-rule,config-map-sync".to_owned()), "{args:?}");
     assert!(args.contains(&"--protected-namespaces=platform".to_owned()), "{args:?}");
+    for flag in [
+        "--cluster-id=prod",
+        "--s3-region=eu-west-1",
+        "--s3-endpoint=https://s3.example.com",
+        "--s3-force-path-style",
+        "--s3-credentials-secret=kopper-system/s3",
+    ] {
+        assert!(args.contains(&flag.to_owned()), "{flag} in {args:?}");
+    }
     let dashboard =
         Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE).get("kopper-dashboard").await.unwrap();
     assert_eq!(

@@ -6,14 +6,17 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::manifests::{create_document, kind_of, rbac_documents, yaml_documents};
+use common::moto::Moto;
 use common::{Operator, eventually, eventually_within, run_args};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding};
+use kopper::controllers::bucket::types::Bucket;
 use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::namespace_access::types::NamespaceAccess;
 use kopper::controllers::replication_rule::types::ReplicationRule;
@@ -79,7 +82,9 @@ struct Installation {
 }
 
 impl Installation {
-    async fn start(rbac: Vec<serde_json::Value>) -> Self {
+    /// kopper with `rbac`, its Bucket controller on `moto` under `cluster_id` (so that
+    /// installations sharing one moto never share a bucket or a user).
+    async fn start(rbac: Vec<serde_json::Value>, moto: &Moto, cluster_id: &str) -> Self {
         let config =
             kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() };
         let sim = kubesim::Server::start(config).await.unwrap();
@@ -91,28 +96,29 @@ impl Installation {
         for crd in kopper::crds::all() {
             crds.create(&PostParams::default(), &crd).await.unwrap();
         }
+        common::moto::create_credentials_secret(&admin).await;
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         let service_account = sim.kubeconfig_for_service_account(KOPPER_NAMESPACE, KOPPER_SERVICE_ACCOUNT);
         std::fs::write(&kubeconfig, serde_yaml::to_string(&service_account).unwrap()).unwrap();
-        let args = run_args(
-            &kubeconfig,
-            &[
-                "--leader-elect",
-                "true",
-                "--lease-namespace",
-                KOPPER_NAMESPACE,
-                // Renewed every second, so that renewing is part of every run.
-                "--lease-duration",
-                "3s",
-                "--renew-interval",
-                "1s",
-                // A controller whose watch is refused never syncs and only stops when the
-                // grace period ends: keep that short.
-                "--shutdown-grace-period",
-                "2s",
-            ],
-        );
+        let s3_flags = common::moto::flags(moto, cluster_id);
+        let mut flags: Vec<&str> = s3_flags.iter().map(String::as_str).collect();
+        flags.extend([
+            "--leader-elect",
+            "true",
+            "--lease-namespace",
+            KOPPER_NAMESPACE,
+            // Renewed every second, so that renewing is part of every run.
+            "--lease-duration",
+            "3s",
+            "--renew-interval",
+            "1s",
+            // A controller whose watch is refused never syncs and only stops when the
+            // grace period ends: keep that short.
+            "--shutdown-grace-period",
+            "2s",
+        ]);
+        let args = run_args(&kubeconfig, &flags);
         let operator = Some(Operator::start(args));
         Self { sim, admin, operator, _dir: dir }
     }
@@ -201,6 +207,21 @@ async fn create_inputs(admin: &Client) {
     Api::namespaced(admin.clone(), "default").create(&PostParams::default(), &secret).await.unwrap();
     let pod = common::pod("hello", &[("kopper.dev/add-pod-name-label", "true")], &[]);
     Api::<Pod>::namespaced(admin.clone(), "team-a").create(&PostParams::default(), &pod).await.unwrap();
+    let bucket: Bucket = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "Bucket",
+        "metadata": {"name": "store", "namespace": "team-a"},
+        "spec": {"deletionPolicy": "Delete"},
+    }))
+    .unwrap();
+    Api::<Bucket>::namespaced(admin.clone(), "team-a").create(&PostParams::default(), &bucket).await.unwrap();
+}
+
+/// The access key id in the Bucket store's Secret, once there is one.
+async fn bucket_key(admin: &Client) -> Option<String> {
+    let secret = Api::<Secret>::namespaced(admin.clone(), "team-a").get_opt("store-s3").await.unwrap()?;
+    let id = secret.data?.get("AWS_ACCESS_KEY_ID")?.0.clone();
+    String::from_utf8(id).ok()
 }
 
 async fn expect_outputs(admin: &Client) {
@@ -227,6 +248,8 @@ async fn expect_outputs(admin: &Client) {
         secrets.get_opt("shared-secret").await.unwrap()
     })
     .await;
+    eventually("Bucket store's credentials in Secret team-a/store-s3", || async { bucket_key(admin).await })
+        .await;
 }
 
 async fn config_map_exists(admin: &Client, namespace: &str, name: &str) -> bool {
@@ -261,6 +284,14 @@ async fn expect_hand_edits_undone(admin: &Client) {
     })
     .await;
 
+    let first_key = bucket_key(admin).await.unwrap();
+    let secrets = Api::<Secret>::namespaced(admin.clone(), "team-a");
+    secrets.delete("store-s3", &DeleteParams::default()).await.unwrap();
+    eventually("the Bucket's deleted Secret written again, with a new key", || async {
+        bucket_key(admin).await.filter(|key| *key != first_key).map(drop)
+    })
+    .await;
+
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
     let unlabel = json!({"metadata": {"labels": {POD_NAME_LABEL: null}}});
     pods.patch("hello", &PatchParams::default(), &Patch::Merge(&unlabel)).await.unwrap();
@@ -289,6 +320,13 @@ async fn expect_cleanups(admin: &Client) {
     })
     .await;
 
+    let buckets: Api<Bucket> = Api::namespaced(admin.clone(), "team-a");
+    buckets.delete("store", &DeleteParams::default()).await.unwrap();
+    eventually("Bucket store's user and bucket deleted and its finalizer released", || async {
+        buckets.get_opt("store").await.unwrap().is_none().then_some(())
+    })
+    .await;
+
     let rules: Api<ReplicationRule> = Api::all(admin.clone());
     rules.delete("main-rule", &DeleteParams::default()).await.unwrap();
     eventually("main-rule's copies removed and its finalizer released", || async {
@@ -313,6 +351,12 @@ async fn expect_statuses(admin: &Client) {
         sync.status.filter(|status| status.synced_count == 1)
     })
     .await;
+    let buckets: Api<Bucket> = Api::namespaced(admin.clone(), "team-a");
+    eventually("Bucket store's status", || async {
+        let bucket = buckets.get("store").await.unwrap();
+        bucket.status.filter(|status| status.access_key_id.is_some())
+    })
+    .await;
     let rules: Api<ReplicationRule> = Api::all(admin.clone());
     eventually("ReplicationRule main-rule's status", || async {
         let rule = rules.get("main-rule").await.unwrap();
@@ -323,7 +367,8 @@ async fn expect_statuses(admin: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kopper_does_every_controllers_job_as_its_service_account_and_is_never_refused() {
-    let mut installation = Installation::start(rbac_documents()).await;
+    let Some(moto) = Moto::start().await else { return };
+    let mut installation = Installation::start(rbac_documents(), &moto, "sufficient").await;
     use_every_controller(&installation.admin).await;
     assert_eq!(installation.forbidden(), 0, "kubesim answered 403 to kopper");
     assert_eq!(installation.sim.counters().status(401), 0, "kubesim answered 401 to kopper");
@@ -342,8 +387,8 @@ struct Case {
 /// Runs kopper with `rbac` until kubesim refuses it anything or it has done its whole job.
 /// Only kopper can be refused: the admin is a system:master, and with the full RBAC the same
 /// run sees no 403 at all.
-async fn run_without(permission: String, rbac: Vec<serde_json::Value>) -> Case {
-    let installation = Installation::start(rbac).await;
+async fn run_without(permission: String, rbac: Vec<serde_json::Value>, moto: Arc<Moto>, case: usize) -> Case {
+    let installation = Installation::start(rbac, &moto, &format!("case-{case}")).await;
     let refused = tokio::select! {
         () = installation.first_refusal() => true,
         () = use_every_controller(&installation.admin) => installation.forbidden() > 0,
@@ -354,13 +399,16 @@ async fn run_without(permission: String, rbac: Vec<serde_json::Value>) -> Case {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_any_one_verb_of_its_rules_kopper_is_refused() {
+    let Some(moto) = Moto::start().await else { return };
+    let moto = Arc::new(moto);
     let documents = rbac_documents();
     let mut cases = tokio::task::JoinSet::new();
     for kind in ["ClusterRole", "Role"] {
         for (index, rule) in rules_of(&documents, kind).iter().enumerate() {
             for verb in &rule.verbs {
                 let rbac = without_verb(&documents, kind, index, verb);
-                cases.spawn(run_without(describe(kind, rule, verb), rbac));
+                let case = cases.len();
+                cases.spawn(run_without(describe(kind, rule, verb), rbac, moto.clone(), case));
             }
         }
     }

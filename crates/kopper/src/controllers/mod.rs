@@ -1,5 +1,6 @@
 //! One module per controller, and the dispatch from `--controllers` names to them.
 
+pub mod bucket;
 pub mod config_map_sync;
 pub mod namespace_access;
 pub mod pod_labeler;
@@ -9,8 +10,6 @@ pub mod replication_rule;
 use std::future::Future;
 use std::sync::Arc;
 
-use tracing::warn;
-
 use crate::cli::ControllerName;
 use crate::runtime::Context;
 
@@ -19,8 +18,7 @@ use crate::runtime::Context;
 ///
 /// ConfigMapSync and ReplicationRule are the two front doors of one replication engine:
 /// either name runs the engine with both (see [`units`]). Each controller registers itself
-/// with [`Readiness`](crate::runtime::Readiness) under [`ControllerName::as_str`]; a name not
-/// built into this binary is marked ready at once so that it cannot hold `/readyz` down.
+/// with [`Readiness`](crate::runtime::Readiness) under [`ControllerName::as_str`].
 pub async fn run(
     name: ControllerName,
     ctx: Arc<Context>,
@@ -35,11 +33,7 @@ pub async fn run(
         ControllerName::ConfigMapSync | ControllerName::ReplicationRule => {
             replication::run(ctx, shutdown).await
         }
-        ControllerName::Bucket => {
-            warn!(controller = name.as_str(), "this controller is not part of this build yet; skipping it");
-            ctx.readiness.mark_synced(name.as_str());
-            Ok(())
-        }
+        ControllerName::Bucket => bucket::run(ctx, shutdown).await,
     }
 }
 

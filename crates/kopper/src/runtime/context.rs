@@ -36,6 +36,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Where tenants' resources may write: protected namespaces and destination consent.
     pub destinations: DestinationPolicy,
+    /// The Bucket controller's cluster id and S3 provider.
+    pub buckets: crate::controllers::bucket::BucketSettings,
 }
 
 impl Default for Settings {
@@ -47,6 +49,10 @@ impl Default for Settings {
             allow_cross_namespace_sources: false,
             concurrency: 4,
             destinations: DestinationPolicy::default(),
+            buckets: crate::controllers::bucket::BucketSettings {
+                cluster_id: "kopper".into(),
+                ..Default::default()
+            },
         }
     }
 }

@@ -92,6 +92,7 @@ impl Default for Metrics {
         registry.register_collector(Box::new(ProcessCollector));
         let kopper = registry.sub_registry_with_prefix("kopper");
         crate::controllers::replication::register_metrics(kopper);
+        crate::controllers::bucket::register_metrics(kopper);
         let build_info = Family::<BuildLabels, IntGauge>::default();
         build_info.get_or_create(&BuildLabels { version: VERSION.into(), commit: COMMIT.into() }).set(1);
         kopper.register(

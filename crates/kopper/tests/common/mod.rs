@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod manifests;
+pub mod moto;
 
 use std::collections::BTreeMap;
 use std::future::Future;

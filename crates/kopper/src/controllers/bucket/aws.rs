@@ -1,0 +1,594 @@
+//! [`Provider`] on the AWS SDK for Rust: S3 and IAM, or any S3-compatible service with the
+//! IAM API (an endpoint URL and path-style addressing make that work).
+//!
+//! The SDK retries throttling and 5xx answers itself (standard retry mode, with backoff);
+//! what still fails is classified into [`FailureKind`] for the controller's conditions.
+//! Every call is counted in `kopper_bucket_provider_calls_total` by service, operation and
+//! outcome.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::types::{
+    BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, Delete, ObjectIdentifier,
+    Tagging, VersioningConfiguration,
+};
+use aws_smithy_http_client::tls;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::metrics::count_provider_call;
+use super::provider::{BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult};
+
+/// Largest batch S3's DeleteObjects accepts.
+const DELETE_BATCH: i32 = 1000;
+
+/// Where and as whom kopper talks to S3 and IAM.
+#[derive(Clone, Debug, Default)]
+pub struct AwsSettings {
+    pub region: String,
+    /// A custom S3 endpoint (an S3-compatible service); `None` for AWS.
+    pub endpoint: Option<String>,
+    /// A custom IAM endpoint; by default the S3 endpoint when one is set.
+    pub iam_endpoint: Option<String>,
+    pub force_path_style: bool,
+    /// Static credentials (from `--s3-credentials-secret`); `None` for the standard AWS chain
+    /// (environment, profile, web identity for IRSA, container and instance metadata).
+    pub credentials: Option<StaticCredentials>,
+}
+
+#[derive(Clone)]
+pub struct StaticCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl fmt::Debug for StaticCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StaticCredentials")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+pub struct AwsProvider {
+    s3: aws_sdk_s3::Client,
+    iam: aws_sdk_iam::Client,
+    settings: AwsSettings,
+}
+
+impl fmt::Debug for AwsProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AwsProvider").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl AwsProvider {
+    /// Builds the clients: rustls with ring and the system's CA certificates, no default
+    /// features of the SDK beyond what is used.
+    pub async fn new(settings: AwsSettings) -> Self {
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+            .build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http)
+            .region(Region::new(settings.region.clone()));
+        if let Some(credentials) = &settings.credentials {
+            loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
+                credentials.access_key_id.clone(),
+                credentials.secret_access_key.clone(),
+                credentials.session_token.clone(),
+                None,
+                "kopper-credentials-secret",
+            ));
+        }
+        let shared = loader.load().await;
+        let mut s3 = aws_sdk_s3::config::Builder::from(&shared).force_path_style(settings.force_path_style);
+        if let Some(endpoint) = &settings.endpoint {
+            s3 = s3.endpoint_url(endpoint);
+        }
+        let mut iam = aws_sdk_iam::config::Builder::from(&shared);
+        if let Some(endpoint) = settings.iam_endpoint.as_ref().or(settings.endpoint.as_ref()) {
+            iam = iam.endpoint_url(endpoint);
+        }
+        Self {
+            s3: aws_sdk_s3::Client::from_conf(s3.build()),
+            iam: aws_sdk_iam::Client::from_conf(iam.build()),
+            settings,
+        }
+    }
+}
+
+/// Turns an SDK error into a [`ProviderError`] and counts the call.
+fn failed<E>(
+    service: &'static str,
+    operation: &'static str,
+    error: SdkError<E, HttpResponse>,
+) -> ProviderError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let status = error.raw_response().map(|response| response.status().as_u16());
+    let code = error.code().map(str::to_owned);
+    let kind = match (&error, status, code.as_deref()) {
+        (SdkError::DispatchFailure(_) | SdkError::TimeoutError(_), _, _) => FailureKind::Unavailable,
+        (_, _, Some("BucketAlreadyExists")) => FailureKind::BucketNameTaken,
+        (
+            _,
+            _,
+            Some("NoSuchBucket" | "NoSuchEntity" | "NoSuchKey" | "NoSuchTagSet" | "NoSuchTagSetError"),
+        ) => FailureKind::NotFound,
+        (_, Some(404), _) => FailureKind::NotFound,
+        (_, _, Some("SlowDown" | "Throttling" | "ThrottlingException" | "TooManyRequests"))
+        | (_, Some(429 | 503), _) => FailureKind::Throttled,
+        (
+            _,
+            _,
+            Some("AccessDenied" | "AccessDeniedException" | "InvalidAccessKeyId" | "SignatureDoesNotMatch"),
+        )
+        | (_, Some(401 | 403), _) => FailureKind::AccessDenied,
+        (_, Some(500..), _) => FailureKind::Unavailable,
+        _ => FailureKind::Other,
+    };
+    let message = match (code, error.message(), status) {
+        (Some(code), Some(message), _) => format!("{code}: {message}"),
+        (Some(code), None, _) => code,
+        (None, _, Some(status)) => format!("unexpected answer (HTTP {status})"),
+        (None, _, None) => brief(&aws_sdk_s3::error::DisplayErrorContext(&error).to_string()),
+    };
+    count_provider_call(service, operation, outcome(kind));
+    ProviderError { service, operation, kind, message }
+}
+
+/// Error chains of connection failures can be long; a condition message stays readable.
+fn brief(text: &str) -> String {
+    const MAX: usize = 300;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+fn succeeded<T>(service: &'static str, operation: &'static str, value: T) -> T {
+    count_provider_call(service, operation, "success");
+    value
+}
+
+fn outcome(kind: FailureKind) -> &'static str {
+    match kind {
+        FailureKind::NotFound => "not_found",
+        FailureKind::BucketNameTaken => "conflict",
+        FailureKind::AccessDenied => "access_denied",
+        FailureKind::Throttled => "throttled",
+        FailureKind::Unavailable => "unavailable",
+        FailureKind::Other => "error",
+    }
+}
+
+/// `Ok(None)` for NotFound, the value otherwise.
+fn found<T>(result: ProviderResult<T>) -> ProviderResult<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(error) if error.kind == FailureKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// `Ok(())` for NotFound: deleting what is gone succeeded.
+fn gone(result: ProviderResult<()>) -> ProviderResult<()> {
+    found(result).map(drop)
+}
+
+/// IAM returns policy documents URL-encoded (RFC 3986); some compatible services do not.
+fn parse_policy(document: &str) -> serde_json::Value {
+    serde_json::from_str(document)
+        .or_else(|_| serde_json::from_str(&percent_decode(document)))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn s3_tags(tags: &BTreeMap<String, String>) -> Vec<aws_sdk_s3::types::Tag> {
+    tags.iter()
+        .filter_map(|(key, value)| aws_sdk_s3::types::Tag::builder().key(key).value(value).build().ok())
+        .collect()
+}
+
+fn iam_tags(tags: &BTreeMap<String, String>) -> Vec<aws_sdk_iam::types::Tag> {
+    tags.iter()
+        .filter_map(|(key, value)| aws_sdk_iam::types::Tag::builder().key(key).value(value).build().ok())
+        .collect()
+}
+
+fn invalid_request(
+    service: &'static str,
+    operation: &'static str,
+    error: impl fmt::Display,
+) -> ProviderError {
+    count_provider_call(service, operation, "error");
+    ProviderError { service, operation, kind: FailureKind::Other, message: error.to_string() }
+}
+
+impl AwsProvider {
+    async fn bucket_tags(&self, bucket: &str) -> ProviderResult<BTreeMap<String, String>> {
+        let result = self.s3.get_bucket_tagging().bucket(bucket).send().await;
+        let tags = match result {
+            Ok(output) => succeeded("s3", "GetBucketTagging", output)
+                .tag_set()
+                .iter()
+                .map(|tag| (tag.key().to_owned(), tag.value().to_owned()))
+                .collect(),
+            Err(error) => {
+                let error = failed("s3", "GetBucketTagging", error);
+                if error.kind != FailureKind::NotFound {
+                    return Err(error);
+                }
+                BTreeMap::new()
+            }
+        };
+        Ok(tags)
+    }
+
+    async fn empty_batch(&self, bucket: &str) -> ProviderResult<u64> {
+        let listed = self
+            .s3
+            .list_object_versions()
+            .bucket(bucket)
+            .max_keys(DELETE_BATCH)
+            .send()
+            .await
+            .map_err(|e| failed("s3", "ListObjectVersions", e))?;
+        let listed = succeeded("s3", "ListObjectVersions", listed);
+        let versions = listed.versions().iter().map(|v| (v.key(), v.version_id()));
+        let markers = listed.delete_markers().iter().map(|m| (m.key(), m.version_id()));
+        let objects: Vec<ObjectIdentifier> = versions
+            .chain(markers)
+            .filter_map(|(key, version)| {
+                ObjectIdentifier::builder()
+                    .set_key(key.map(str::to_owned))
+                    .set_version_id(version.map(str::to_owned))
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if objects.is_empty() {
+            return Ok(0);
+        }
+        let count = objects.len() as u64;
+        let delete = Delete::builder()
+            .set_objects(Some(objects))
+            .quiet(true)
+            .build()
+            .map_err(|e| invalid_request("s3", "DeleteObjects", e))?;
+        let deleted = self.s3.delete_objects().bucket(bucket).delete(delete).send().await;
+        let deleted =
+            succeeded("s3", "DeleteObjects", deleted.map_err(|e| failed("s3", "DeleteObjects", e))?);
+        if let Some(error) = deleted.errors().first() {
+            return Err(ProviderError {
+                service: "s3",
+                operation: "DeleteObjects",
+                kind: FailureKind::Other,
+                message: format!(
+                    "{} objects could not be deleted, e.g. {:?}: {}",
+                    deleted.errors().len(),
+                    error.key().unwrap_or_default(),
+                    error.message().unwrap_or_default()
+                ),
+            });
+        }
+        Ok(count)
+    }
+}
+
+impl Provider for AwsProvider {
+    fn endpoint(&self) -> Option<&str> {
+        self.settings.endpoint.as_deref()
+    }
+
+    fn default_region(&self) -> &str {
+        &self.settings.region
+    }
+
+    fn lookup_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<BucketLookup>> {
+        async move {
+            match self.s3.head_bucket().bucket(bucket).send().await {
+                Ok(output) => drop(succeeded("s3", "HeadBucket", output)),
+                Err(error) => {
+                    let error = failed("s3", "HeadBucket", error);
+                    return match error.kind {
+                        FailureKind::NotFound => Ok(BucketLookup::Missing),
+                        // S3 answers 403 for a bucket of another account.
+                        FailureKind::AccessDenied => Ok(BucketLookup::OtherAccount),
+                        _ => Err(error),
+                    };
+                }
+            }
+            Ok(BucketLookup::Ours { tags: self.bucket_tags(bucket).await? })
+        }
+        .boxed()
+    }
+
+    fn create_bucket<'a>(&'a self, bucket: &'a str, region: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let mut request = self.s3.create_bucket().bucket(bucket);
+            // us-east-1 is the one region S3 refuses to be named as a location constraint.
+            if region != "us-east-1" {
+                let configuration = CreateBucketConfiguration::builder()
+                    .location_constraint(BucketLocationConstraint::from(region))
+                    .build();
+                request = request.create_bucket_configuration(configuration);
+            }
+            match request.send().await {
+                Ok(output) => {
+                    succeeded("s3", "CreateBucket", output);
+                    Ok(())
+                }
+                Err(error) if error.code() == Some("BucketAlreadyOwnedByYou") => {
+                    count_provider_call("s3", "CreateBucket", "success");
+                    Ok(())
+                }
+                Err(error) => Err(failed("s3", "CreateBucket", error)),
+            }
+        }
+        .boxed()
+    }
+
+    fn tag_bucket<'a>(
+        &'a self,
+        bucket: &'a str,
+        tags: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let tagging = Tagging::builder()
+                .set_tag_set(Some(s3_tags(tags)))
+                .build()
+                .map_err(|e| invalid_request("s3", "PutBucketTagging", e))?;
+            let result = self.s3.put_bucket_tagging().bucket(bucket).tagging(tagging).send().await;
+            result
+                .map(|o| drop(succeeded("s3", "PutBucketTagging", o)))
+                .map_err(|e| failed("s3", "PutBucketTagging", e))
+        }
+        .boxed()
+    }
+
+    fn versioning<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>> {
+        async move {
+            let output = self.s3.get_bucket_versioning().bucket(bucket).send().await;
+            let output = output.map_err(|e| failed("s3", "GetBucketVersioning", e))?;
+            let output = succeeded("s3", "GetBucketVersioning", output);
+            Ok(output.status() == Some(&BucketVersioningStatus::Enabled))
+        }
+        .boxed()
+    }
+
+    fn set_versioning<'a>(&'a self, bucket: &'a str, enabled: bool) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let status =
+                if enabled { BucketVersioningStatus::Enabled } else { BucketVersioningStatus::Suspended };
+            let configuration = VersioningConfiguration::builder().status(status).build();
+            let result = self
+                .s3
+                .put_bucket_versioning()
+                .bucket(bucket)
+                .versioning_configuration(configuration)
+                .send()
+                .await;
+            result
+                .map(|o| drop(succeeded("s3", "PutBucketVersioning", o)))
+                .map_err(|e| failed("s3", "PutBucketVersioning", e))
+        }
+        .boxed()
+    }
+
+    fn bucket_is_empty<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>> {
+        async move {
+            let listed = self.s3.list_object_versions().bucket(bucket).max_keys(1).send().await;
+            let listed = listed.map_err(|e| failed("s3", "ListObjectVersions", e))?;
+            let listed = succeeded("s3", "ListObjectVersions", listed);
+            Ok(listed.versions().is_empty() && listed.delete_markers().is_empty())
+        }
+        .boxed()
+    }
+
+    fn empty_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>> {
+        async move {
+            let mut total = 0;
+            loop {
+                let deleted = self.empty_batch(bucket).await?;
+                if deleted == 0 {
+                    return Ok(total);
+                }
+                total += deleted;
+            }
+        }
+        .boxed()
+    }
+
+    fn delete_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let result = self.s3.delete_bucket().bucket(bucket).send().await;
+            gone(
+                result
+                    .map(|o| drop(succeeded("s3", "DeleteBucket", o)))
+                    .map_err(|e| failed("s3", "DeleteBucket", e)),
+            )
+        }
+        .boxed()
+    }
+
+    fn user_tags<'a>(
+        &'a self,
+        user: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<BTreeMap<String, String>>>> {
+        async move {
+            let result = self.iam.list_user_tags().user_name(user).send().await;
+            let result = result.map_err(|e| failed("iam", "ListUserTags", e)).map(|output| {
+                succeeded("iam", "ListUserTags", output)
+                    .tags()
+                    .iter()
+                    .map(|tag| (tag.key().to_owned(), tag.value().to_owned()))
+                    .collect()
+            });
+            found(result)
+        }
+        .boxed()
+    }
+
+    fn create_user<'a>(
+        &'a self,
+        user: &'a str,
+        tags: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let result = self.iam.create_user().user_name(user).set_tags(Some(iam_tags(tags))).send().await;
+            result
+                .map(|o| drop(succeeded("iam", "CreateUser", o)))
+                .map_err(|e| failed("iam", "CreateUser", e))
+        }
+        .boxed()
+    }
+
+    fn delete_user<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let result = self.iam.delete_user().user_name(user).send().await;
+            gone(
+                result
+                    .map(|o| drop(succeeded("iam", "DeleteUser", o)))
+                    .map_err(|e| failed("iam", "DeleteUser", e)),
+            )
+        }
+        .boxed()
+    }
+
+    fn user_policy<'a>(
+        &'a self,
+        user: &'a str,
+        policy: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<serde_json::Value>>> {
+        async move {
+            let result = self.iam.get_user_policy().user_name(user).policy_name(policy).send().await;
+            let result = result
+                .map_err(|e| failed("iam", "GetUserPolicy", e))
+                .map(|output| parse_policy(succeeded("iam", "GetUserPolicy", output).policy_document()));
+            found(result)
+        }
+        .boxed()
+    }
+
+    fn put_user_policy<'a>(
+        &'a self,
+        user: &'a str,
+        policy: &'a str,
+        document: &'a serde_json::Value,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let request = self
+                .iam
+                .put_user_policy()
+                .user_name(user)
+                .policy_name(policy)
+                .policy_document(document.to_string());
+            let result = request.send().await;
+            result
+                .map(|o| drop(succeeded("iam", "PutUserPolicy", o)))
+                .map_err(|e| failed("iam", "PutUserPolicy", e))
+        }
+        .boxed()
+    }
+
+    fn delete_user_policy<'a>(&'a self, user: &'a str, policy: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let result = self.iam.delete_user_policy().user_name(user).policy_name(policy).send().await;
+            gone(
+                result
+                    .map(|o| drop(succeeded("iam", "DeleteUserPolicy", o)))
+                    .map_err(|e| failed("iam", "DeleteUserPolicy", e)),
+            )
+        }
+        .boxed()
+    }
+
+    fn access_keys<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+        async move {
+            let result = self.iam.list_access_keys().user_name(user).send().await;
+            let output =
+                succeeded("iam", "ListAccessKeys", result.map_err(|e| failed("iam", "ListAccessKeys", e))?);
+            Ok(output
+                .access_key_metadata()
+                .iter()
+                .filter_map(|key| key.access_key_id().map(str::to_owned))
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn create_access_key<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<NewAccessKey>> {
+        async move {
+            let result = self.iam.create_access_key().user_name(user).send().await;
+            let output =
+                succeeded("iam", "CreateAccessKey", result.map_err(|e| failed("iam", "CreateAccessKey", e))?);
+            let key = output.access_key().ok_or_else(|| ProviderError {
+                service: "iam",
+                operation: "CreateAccessKey",
+                kind: FailureKind::Other,
+                message: "the answer held no access key".into(),
+            })?;
+            Ok(NewAccessKey {
+                id: key.access_key_id().to_owned(),
+                secret: key.secret_access_key().to_owned(),
+            })
+        }
+        .boxed()
+    }
+
+    fn delete_access_key<'a>(&'a self, user: &'a str, key_id: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let result = self.iam.delete_access_key().user_name(user).access_key_id(key_id).send().await;
+            gone(
+                result
+                    .map(|o| drop(succeeded("iam", "DeleteAccessKey", o)))
+                    .map_err(|e| failed("iam", "DeleteAccessKey", e)),
+            )
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_are_read_whether_or_not_they_are_url_encoded() {
+        let policy = serde_json::json!({"Version": "2012-10-17", "Statement": []});
+        assert_eq!(parse_policy(&policy.to_string()), policy);
+        let encoded = "%7B%22Version%22%3A%222012-10-17%22%2C%22Statement%22%3A%5B%5D%7D";
+        assert_eq!(parse_policy(encoded), policy);
+    }
+}

@@ -1,0 +1,590 @@
+//! Bucket (seed 004): an S3 bucket, an IAM user with an inline policy for exactly that
+//! bucket, one access key, and a Secret with the credentials, owned by the Bucket.
+//!
+//! Crash safety comes from deciding everything from what exists, each pass:
+//! - the bucket and the user carry the Bucket's tags (cluster id and uid); what carries them
+//!   is adopted, anything else under the same name is someone else's and never touched;
+//! - the user is created with its tags in one call; the bucket cannot be, so kopper records
+//!   in status that it is about to create it, and an untagged bucket it finds afterwards under
+//!   that name is its own, left by a crash between CreateBucket and PutBucketTagging;
+//! - the Secret is the record of which access key is live: a listed key the Secret does not
+//!   hold is deleted, so a crash between CreateAccessKey and writing the Secret leaves no
+//!   second key ([`provider::plan_keys`]).
+//!
+//! The finalizer [`FINALIZER`] holds a Bucket until its IAM user, policy and keys are gone
+//! and, with `deletionPolicy: Delete`, its bucket; the Secret goes with the Bucket through its
+//! owner reference.
+
+pub mod aws;
+pub mod metrics;
+pub mod names;
+pub mod provider;
+pub mod secret;
+pub mod types;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{self, Event as FinalizerEvent};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+pub use metrics::register_metrics;
+use names::Owner;
+use provider::{BucketLookup, FailureKind, Provider, ProviderError};
+use types::{Bucket, BucketStatus, DeletionPolicy};
+
+use crate::runtime::{Context, ErrorCategory, run_controller};
+
+/// Name in metrics, logs, `/readyz` and `--controllers`.
+pub const NAME: &str = "bucket";
+/// Held on every Bucket until what it owns outside the cluster is cleaned up.
+pub const FINALIZER: &str = "kopper.dev/bucket-cleanup";
+/// Set to a new value to rotate the access key.
+pub const ROTATE_ANNOTATION: &str = "kopper.dev/rotate-credentials";
+/// How often a Ready Bucket is checked again, so that drift (a key deleted by hand, a policy
+/// edited) is repaired without an event to trigger it.
+const RESYNC: Duration = Duration::from_secs(30 * 60);
+const READY: &str = "Ready";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Something the user or a cluster admin must change; reported in status.
+    #[error("{message}")]
+    Blocked { reason: &'static str, message: String },
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
+}
+
+impl ErrorCategory for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Provider(error) => match error.kind {
+                FailureKind::AccessDenied => "access_denied",
+                FailureKind::Throttled => "throttled",
+                FailureKind::Unavailable => "provider_unavailable",
+                _ => "provider",
+            },
+            Error::Kube { .. } => "kube_api",
+            Error::Blocked { .. } => "blocked",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
+                    error.category()
+                }
+                _ => "kube_api",
+            },
+        }
+    }
+
+    fn is_permanent(&self) -> bool {
+        match self {
+            Error::Provider(error) => error.kind == FailureKind::AccessDenied,
+            Error::Blocked { .. } => true,
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
+                    error.is_permanent()
+                }
+                _ => false,
+            },
+            Error::Kube { .. } => false,
+        }
+    }
+}
+
+impl Error {
+    fn kube(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Kube { what, source }
+    }
+
+    fn blocked(reason: &'static str, message: impl Into<String>) -> Error {
+        Error::Blocked { reason, message: message.into() }
+    }
+
+    /// The Ready condition's reason and message for this error.
+    fn reason(&self) -> (&'static str, String) {
+        match self {
+            Error::Provider(error) => {
+                let reason = match error.kind {
+                    FailureKind::AccessDenied => "AccessDenied",
+                    FailureKind::Throttled | FailureKind::Unavailable => "ProviderUnavailable",
+                    FailureKind::BucketNameTaken => "BucketNameTaken",
+                    _ => "ProviderError",
+                };
+                (reason, error.to_string())
+            }
+            Error::Blocked { reason, message } => (reason, message.clone()),
+            Error::Kube { .. } => ("KubernetesError", self.to_string()),
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
+                    error.reason()
+                }
+                _ => ("KubernetesError", self.to_string()),
+            },
+        }
+    }
+}
+
+/// Settings of the Bucket controller, from `kopper run` flags.
+#[derive(Clone, Debug, Default)]
+pub struct BucketSettings {
+    /// Names this cluster in derived names and tags, so that clusters sharing an account
+    /// never take each other's buckets.
+    pub cluster_id: String,
+    /// S3 and IAM; `None` when kopper runs without a provider (`--s3-region` not set).
+    pub provider: Option<aws::AwsSettings>,
+    /// A Secret (`namespace/name`) holding kopper's own credentials for the provider.
+    pub credentials_secret: Option<(String, String)>,
+}
+
+/// Runs the Bucket controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let provider: Option<Arc<dyn Provider>> = match &ctx.settings.buckets.provider {
+        None => None,
+        Some(settings) => {
+            let mut settings = settings.clone();
+            if let Some((namespace, name)) = &ctx.settings.buckets.credentials_secret {
+                settings.credentials = Some(secret::read_credentials(&ctx.client, namespace, name).await?);
+            }
+            Some(Arc::new(aws::AwsProvider::new(settings).await))
+        }
+    };
+    if provider.is_none() {
+        warn!("no S3 provider configured (--s3-region); Buckets will report ProviderNotConfigured");
+    }
+    let buckets = Api::<Bucket>::all(ctx.client.clone());
+    // Status writes change neither of these, so they do not wake the controller again.
+    let changes = |bucket: &Bucket| {
+        let rotate = bucket.annotations().get(ROTATE_ANNOTATION).cloned();
+        let deleting = bucket.meta().deletion_timestamp.is_some();
+        Some(digest_of(&(bucket.meta().generation, rotate, deleting, bucket.finalizers().to_vec())))
+    };
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = watcher(buckets, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(changes, Default::default());
+    let secrets = Api::<Secret>::all(ctx.client.clone());
+    let controller = Controller::for_stream(stream, reader)
+        .owns(secrets, watcher::Config::default().labels(secret::BUCKET_LABEL))
+        .with_config(crate::runtime::controller::config(&ctx))
+        .graceful_shutdown_on(shutdown);
+    run_controller(NAME, controller, ctx, move |bucket, ctx| reconcile(bucket, ctx, provider.clone())).await;
+    Ok(())
+}
+
+fn digest_of(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::{DefaultHasher, Hasher};
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+async fn reconcile(
+    bucket: Arc<Bucket>,
+    ctx: Arc<Context>,
+    provider: Option<Arc<dyn Provider>>,
+) -> Result<Action, Error> {
+    let Some(provider) = provider else {
+        let message = "kopper runs without an S3 provider: a cluster admin must set --s3-region \
+                       (KOPPER_S3_REGION) and, for an S3-compatible service, --s3-endpoint";
+        write_status(&ctx, &bucket, |status| {
+            set_ready(status, &bucket, "False", "ProviderNotConfigured", message)
+        })
+        .await?;
+        return Ok(Action::await_change());
+    };
+    let namespace = bucket.namespace().unwrap_or_default();
+    let api = Api::<Bucket>::namespaced(ctx.client.clone(), &namespace);
+    let pass = Pass { ctx: &ctx, provider: provider.as_ref(), owner: owner_of(&ctx, &bucket) };
+    let result = finalizer::finalizer(&api, FINALIZER, bucket.clone(), |event| async {
+        match event {
+            FinalizerEvent::Apply(bucket) => pass.apply(&bucket).await,
+            FinalizerEvent::Cleanup(bucket) => pass.cleanup(&bucket).await,
+        }
+    })
+    .await
+    .map_err(|error| Error::Finalizer(Box::new(error)));
+    if let Err(error) = &result {
+        report(&ctx, &bucket, error).await;
+    }
+    result
+}
+
+fn owner_of(ctx: &Context, bucket: &Bucket) -> Owner {
+    Owner {
+        cluster: ctx.settings.buckets.cluster_id.clone(),
+        namespace: bucket.namespace().unwrap_or_default(),
+        name: bucket.name_any(),
+        uid: bucket.uid().unwrap_or_default(),
+    }
+}
+
+/// Puts a failed pass into the Ready condition and, when the reason is new, a Warning Event.
+async fn report(ctx: &Context, bucket: &Bucket, error: &Error) {
+    let (reason, message) = error.reason();
+    let previous = ready_reason(bucket);
+    let written =
+        write_status(ctx, bucket, |status| set_ready(status, bucket, "False", reason, &message)).await;
+    if let Err(write_error) = written {
+        warn!("could not write the Bucket's status: {write_error}");
+    }
+    if previous.as_deref() != Some(reason) {
+        publish(ctx, bucket, EventType::Warning, reason, message).await;
+    }
+}
+
+fn ready_reason(bucket: &Bucket) -> Option<String> {
+    let conditions = &bucket.status.as_ref()?.conditions;
+    conditions.iter().find(|c| c.type_ == READY).map(|c| c.reason.clone())
+}
+
+/// One reconcile's view: the provider and who owns what it makes.
+struct Pass<'a> {
+    ctx: &'a Context,
+    provider: &'a dyn Provider,
+    owner: Owner,
+}
+
+impl Pass<'_> {
+    async fn apply(&self, bucket: &Bucket) -> Result<Action, Error> {
+        let status = bucket.status.clone().unwrap_or_default();
+        let name = self.bucket_name(bucket, &status)?;
+        let region = self.region(bucket, &status)?;
+        self.ensure_bucket(bucket, &status, &name, &region).await?;
+        let user = self.ensure_user(&name).await?;
+        let key_id = self.ensure_credentials(bucket, &name, &region, &user).await?;
+
+        let became_ready = ready_reason(bucket).is_none_or(|reason| reason != "Ready");
+        let rotated_for = bucket.annotations().get(ROTATE_ANNOTATION).cloned();
+        write_status(self.ctx, bucket, |status| {
+            status.bucket_name = Some(name.clone());
+            status.bucket_arn = Some(names::bucket_arn(&name));
+            status.region = Some(region.clone());
+            status.user_name = Some(user.clone());
+            status.access_key_id = Some(key_id.clone());
+            status.rotated_for = rotated_for.clone();
+            let message =
+                format!("bucket {name}, user {user} and Secret {} are in place", bucket.secret_name());
+            set_ready(status, bucket, "True", "Ready", &message);
+        })
+        .await?;
+        if became_ready {
+            self.record_ready(bucket);
+            let note = format!("bucket {name} is ready; credentials are in Secret {}", bucket.secret_name());
+            publish(self.ctx, bucket, EventType::Normal, "Ready", note).await;
+        }
+        Ok(Action::requeue(RESYNC))
+    }
+
+    fn record_ready(&self, bucket: &Bucket) {
+        if let Some(created) = &bucket.meta().creation_timestamp {
+            let elapsed = jiff_seconds_since(created);
+            metrics::READY_SECONDS.observe(elapsed);
+        }
+    }
+
+    /// The bucket's name: the spec's or the derived one, unchanged once a bucket exists.
+    fn bucket_name(&self, bucket: &Bucket, status: &BucketStatus) -> Result<String, Error> {
+        let wanted = bucket.spec.bucket_name.clone().unwrap_or_else(|| self.owner.default_bucket_name());
+        if let Some(problem) = names::bucket_name_problem(&wanted) {
+            return Err(Error::blocked("InvalidBucketName", format!("spec.bucketName {wanted:?} {problem}")));
+        }
+        match &status.bucket_name {
+            Some(existing) if *existing != wanted => Err(Error::blocked(
+                "BucketNameImmutable",
+                format!(
+                    "spec.bucketName changed from {existing:?} to {wanted:?}, but a bucket cannot be renamed: \
+                     set it back, or create a new Bucket for the new name (nothing was deleted)"
+                ),
+            )),
+            _ => Ok(wanted),
+        }
+    }
+
+    fn region(&self, bucket: &Bucket, status: &BucketStatus) -> Result<String, Error> {
+        let wanted = bucket.spec.region.clone().unwrap_or_else(|| self.provider.default_region().to_owned());
+        match &status.region {
+            Some(existing) if status.bucket_name.is_some() && *existing != wanted => Err(Error::blocked(
+                "BucketNameImmutable",
+                format!(
+                    "spec.region changed from {existing:?} to {wanted:?}, but a bucket cannot move: set it \
+                     back, or create a new Bucket in the new region (nothing was deleted)"
+                ),
+            )),
+            _ => Ok(wanted),
+        }
+    }
+
+    async fn ensure_bucket(
+        &self,
+        bucket: &Bucket,
+        status: &BucketStatus,
+        name: &str,
+        region: &str,
+    ) -> Result<(), Error> {
+        let mut tags = bucket.spec.tags.clone();
+        tags.extend(self.owner.tags());
+        match self.provider.lookup_bucket(name).await? {
+            BucketLookup::Missing => {
+                // Recorded first: after a crash between CreateBucket and PutBucketTagging,
+                // the untagged bucket found under this name is known to be ours.
+                write_status(self.ctx, bucket, |status| {
+                    status.bucket_name = Some(name.to_owned());
+                    status.region = Some(region.to_owned());
+                    set_ready(status, bucket, "False", "Provisioning", &format!("creating bucket {name}"));
+                })
+                .await?;
+                match self.provider.create_bucket(name, region).await {
+                    Err(error) if error.kind == FailureKind::BucketNameTaken => return Err(taken(name)),
+                    other => other?,
+                }
+                self.provider.tag_bucket(name, &tags).await?;
+                info!(bucket = name, "created bucket");
+            }
+            BucketLookup::Ours { tags: found } if self.owner.owns(&found) => {
+                if found != tags {
+                    self.provider.tag_bucket(name, &tags).await?;
+                }
+            }
+            BucketLookup::Ours { tags: found }
+                if found.is_empty() && status.bucket_name.as_deref() == Some(name) =>
+            {
+                // Ours, cut off by a crash before it was tagged (see the module docs).
+                self.provider.tag_bucket(name, &tags).await?;
+                info!(bucket = name, "adopted the bucket created before a restart");
+            }
+            BucketLookup::Ours { .. } | BucketLookup::OtherAccount => return Err(taken(name)),
+        }
+        if let Some(enabled) = bucket.spec.versioning {
+            // A state that cannot be read (some S3-compatible services answer a bucket that
+            // never had versioning with a document the SDK cannot parse) is simply written.
+            let current = match self.provider.versioning(name).await {
+                Ok(current) => Some(current),
+                Err(error) if error.kind == FailureKind::Other => None,
+                Err(error) => return Err(error.into()),
+            };
+            if current != Some(enabled) {
+                self.provider.set_versioning(name, enabled).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The IAM user and its policy; the user's name.
+    async fn ensure_user(&self, bucket_name: &str) -> Result<String, Error> {
+        let user = self.owner.user_name();
+        match self.provider.user_tags(&user).await? {
+            None => self.provider.create_user(&user, &self.owner.tags()).await?,
+            Some(tags) if self.owner.owns(&tags) => {}
+            Some(_) => {
+                return Err(Error::blocked(
+                    "UserNameTaken",
+                    format!("the IAM user {user} exists and is not this Bucket's; kopper leaves it alone"),
+                ));
+            }
+        }
+        let policy = names::policy_document(bucket_name);
+        if self.provider.user_policy(&user, names::POLICY_NAME).await?.as_ref() != Some(&policy) {
+            self.provider.put_user_policy(&user, names::POLICY_NAME, &policy).await?;
+        }
+        Ok(user)
+    }
+
+    /// Exactly one live access key, held by the Secret; its id.
+    async fn ensure_credentials(
+        &self,
+        bucket: &Bucket,
+        bucket_name: &str,
+        region: &str,
+        user: &str,
+    ) -> Result<String, Error> {
+        let secrets =
+            Api::<Secret>::namespaced(self.ctx.client.clone(), &bucket.namespace().unwrap_or_default());
+        let secret_name = bucket.secret_name();
+        let current = secrets
+            .get_opt(&secret_name)
+            .await
+            .map_err(Error::kube(format!("reading Secret {secret_name}")))?;
+        if let Some(current) = &current
+            && !secret::is_controlled_by(current, bucket)
+        {
+            return Err(Error::blocked(
+                "SecretNameTaken",
+                format!(
+                    "a Secret named {secret_name} exists and is not this Bucket's; kopper never overwrites \
+                     it: delete it, or set spec.secretName to another name"
+                ),
+            ));
+        }
+        let held = current.as_ref().and_then(secret::held_key_id);
+        let wanted_rotation = bucket.annotations().get(ROTATE_ANNOTATION);
+        let status = bucket.status.clone().unwrap_or_default();
+        let rotate = wanted_rotation.is_some() && wanted_rotation != status.rotated_for.as_ref();
+        let listed = self.provider.access_keys(user).await?;
+        let plan = provider::plan_keys(&listed, held.as_deref(), rotate);
+        for key in &plan.delete_first {
+            self.provider.delete_access_key(user, key).await?;
+            info!(user, key, "deleted an access key no Secret holds");
+        }
+        let settings = secret::Contents { bucket: bucket_name, region, endpoint: self.provider.endpoint() };
+        let key_id = if plan.create {
+            let key = self.provider.create_access_key(user).await?;
+            let desired = secret::desired(bucket, &settings, &key.id, &key.secret);
+            secret::write(&secrets, current.as_ref(), desired, &self.ctx.settings.field_manager).await?;
+            info!(user, key = %key.id, "wrote a new access key into the Secret");
+            key.id
+        } else {
+            let held = held.unwrap_or_default();
+            if let Some(current) = &current
+                && let Some(desired) = secret::refreshed(bucket, current, &settings)
+            {
+                secret::write(&secrets, Some(current), desired, &self.ctx.settings.field_manager).await?;
+            }
+            held
+        };
+        if let Some(old) = &plan.delete_after {
+            self.provider.delete_access_key(user, old).await?;
+            publish(
+                self.ctx,
+                bucket,
+                EventType::Normal,
+                "CredentialsRotated",
+                format!("access key {old} replaced by {key_id}"),
+            )
+            .await;
+        }
+        Ok(key_id)
+    }
+
+    async fn cleanup(&self, bucket: &Bucket) -> Result<Action, Error> {
+        let status = bucket.status.clone().unwrap_or_default();
+        let user = status.user_name.clone().unwrap_or_else(|| self.owner.user_name());
+        if let Some(tags) = self.provider.user_tags(&user).await?
+            && self.owner.owns(&tags)
+        {
+            for key in self.provider.access_keys(&user).await? {
+                self.provider.delete_access_key(&user, &key).await?;
+            }
+            self.provider.delete_user_policy(&user, names::POLICY_NAME).await?;
+            self.provider.delete_user(&user).await?;
+            info!(user, "deleted the IAM user, its policy and keys");
+        }
+        if bucket.spec.deletion_policy == DeletionPolicy::Delete
+            && let Some(name) = &status.bucket_name
+        {
+            self.delete_bucket(bucket, name).await?;
+        }
+        Ok(Action::await_change())
+    }
+
+    async fn delete_bucket(&self, bucket: &Bucket, name: &str) -> Result<(), Error> {
+        match self.provider.lookup_bucket(name).await? {
+            BucketLookup::Ours { tags } if self.owner.owns(&tags) => {}
+            // Gone already, or never ours (then it is not kopper's to delete).
+            _ => return Ok(()),
+        }
+        if !self.provider.bucket_is_empty(name).await? {
+            if !bucket.spec.empty_on_delete {
+                return Err(Error::blocked(
+                    "BucketNotEmpty",
+                    format!(
+                        "bucket {name} still holds objects, so it was not deleted: empty it, set \
+                         spec.emptyOnDelete to true to have kopper delete every object, or set \
+                         spec.deletionPolicy to Retain to keep it"
+                    ),
+                ));
+            }
+            let deleted = self.provider.empty_bucket(name).await?;
+            info!(bucket = name, deleted, "emptied the bucket");
+        }
+        self.provider.delete_bucket(name).await?;
+        info!(bucket = name, "deleted the bucket");
+        Ok(())
+    }
+}
+
+fn taken(name: &str) -> Error {
+    Error::blocked(
+        "BucketNameTaken",
+        format!(
+            "the bucket name {name} is taken by a bucket that is not this Bucket's (another account, \
+             another Bucket, or a bucket kopper did not create): choose another spec.bucketName"
+        ),
+    )
+}
+
+fn jiff_seconds_since(time: &Time) -> f64 {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    now.duration_since(time.0).as_secs_f64().max(0.0)
+}
+
+/// Sets the Ready condition, keeping its transition time while its status stays the same.
+fn set_ready(status: &mut BucketStatus, bucket: &Bucket, value: &str, reason: &str, message: &str) {
+    let generation = bucket.meta().generation;
+    let previous = status.conditions.iter().find(|c| c.type_ == READY);
+    let last_transition_time = previous
+        .filter(|c| c.status == value)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
+    let condition = Condition {
+        type_: READY.to_owned(),
+        status: value.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time,
+    };
+    status.conditions.retain(|c| c.type_ != READY);
+    status.conditions.push(condition);
+    status.observed_generation = generation;
+}
+
+/// Writes the status `change` makes, only if it changes anything.
+async fn write_status(
+    ctx: &Context,
+    bucket: &Bucket,
+    change: impl FnOnce(&mut BucketStatus),
+) -> Result<(), Error> {
+    let old = bucket.status.clone().unwrap_or_default();
+    let mut new = old.clone();
+    change(&mut new);
+    if new == old {
+        return Ok(());
+    }
+    let api = Api::<Bucket>::namespaced(ctx.client.clone(), &bucket.namespace().unwrap_or_default());
+    let params =
+        PatchParams { field_manager: Some(ctx.settings.field_manager.clone()), ..Default::default() };
+    api.patch_status(&bucket.name_any(), &params, &Patch::Merge(json!({ "status": new })))
+        .await
+        .map_err(Error::kube("writing the Bucket's status"))?;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, bucket: &Bucket, type_: EventType, reason: &str, note: String) {
+    let event =
+        Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+    if let Err(error) = ctx.recorder.publish(&event, &bucket.object_ref(&())).await {
+        warn!("could not record an Event: {error}");
+    }
+}

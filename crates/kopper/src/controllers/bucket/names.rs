@@ -1,0 +1,184 @@
+//! Names, tags and the policy of what a Bucket owns: pure functions of the Bucket and the
+//! cluster id, so every reconcile (and every replica) derives the same ones.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+/// Tag keys kopper puts on the bucket and the IAM user to recognise them as a Bucket's.
+pub const TAG_CLUSTER: &str = "kopper.dev/cluster";
+pub const TAG_NAMESPACE: &str = "kopper.dev/namespace";
+pub const TAG_NAME: &str = "kopper.dev/name";
+pub const TAG_UID: &str = "kopper.dev/uid";
+
+/// Longest S3 bucket name; IAM user names may have 64 characters.
+const BUCKET_NAME_MAX: usize = 63;
+const USER_NAME_MAX: usize = 64;
+/// Hex digits of the digest that keep derived names unique when the readable part is cut.
+const DIGEST_CHARS: usize = 8;
+
+/// Which Bucket object a provider resource belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub cluster: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Owner {
+    /// The tags that mark a bucket or user as this Bucket's.
+    pub fn tags(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (TAG_CLUSTER.to_owned(), self.cluster.clone()),
+            (TAG_NAMESPACE.to_owned(), self.namespace.clone()),
+            (TAG_NAME.to_owned(), self.name.clone()),
+            (TAG_UID.to_owned(), self.uid.clone()),
+        ])
+    }
+
+    /// Whether `tags` (of a bucket or user) say it belongs to this Bucket. The uid decides:
+    /// a Bucket deleted and recreated under the same name does not inherit the old one's
+    /// resources by accident of naming.
+    pub fn owns(&self, tags: &BTreeMap<String, String>) -> bool {
+        tags.get(TAG_CLUSTER) == Some(&self.cluster) && tags.get(TAG_UID) == Some(&self.uid)
+    }
+
+    /// The bucket name kopper derives when `spec.bucketName` is not set:
+    /// `<cluster>-<namespace>-<name>` made valid for S3, cut to fit, and ended by a digest of
+    /// the three so that different Buckets never derive the same name.
+    pub fn default_bucket_name(&self) -> String {
+        derived_name(&[&self.cluster, &self.namespace, &self.name], BUCKET_NAME_MAX)
+    }
+
+    /// The IAM user for this Bucket's credentials, derived like the default bucket name.
+    pub fn user_name(&self) -> String {
+        derived_name(&["kopper", &self.cluster, &self.namespace, &self.name], USER_NAME_MAX)
+    }
+}
+
+fn derived_name(parts: &[&str], max: usize) -> String {
+    let digest = short_digest(&parts.join("/"));
+    let readable: String = parts
+        .join("-")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    let room = max - DIGEST_CHARS - 1;
+    let readable = readable.get(..room).unwrap_or(&readable).trim_matches('-');
+    format!("{readable}-{digest}")
+}
+
+fn short_digest(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref().iter().take(DIGEST_CHARS / 2).map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// ARN of an S3 bucket (the partition of every commercial region).
+pub fn bucket_arn(bucket: &str) -> String {
+    format!("arn:aws:s3:::{bucket}")
+}
+
+/// Name of the inline policy kopper puts on the user.
+pub const POLICY_NAME: &str = "kopper-bucket-access";
+
+/// The inline user policy: the bucket itself (list, location, multipart uploads) and its
+/// objects (read, write, delete, all versions), and nothing else.
+pub fn policy_document(bucket: &str) -> serde_json::Value {
+    let arn = bucket_arn(bucket);
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "Bucket",
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket", "s3:ListBucketVersions", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+                "Resource": [arn],
+            },
+            {
+                "Sid": "Objects",
+                "Effect": "Allow",
+                "Action": [
+                    "s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject",
+                    "s3:DeleteObjectVersion", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts",
+                ],
+                "Resource": [format!("{arn}/*")],
+            },
+        ],
+    })
+}
+
+/// Why an explicit bucket name cannot be used, beyond what the CRD schema checks.
+pub fn bucket_name_problem(name: &str) -> Option<&'static str> {
+    if name.contains("..") {
+        return Some("must not contain two dots in a row");
+    }
+    if name.split('.').count() == 4 && name.split('.').all(|part| part.parse::<u8>().is_ok()) {
+        return Some("must not look like an IP address");
+    }
+    if name.starts_with("xn--") || name.ends_with("-s3alias") || name.ends_with("--ol-s3") {
+        return Some("must not use a prefix or suffix S3 reserves (xn--, -s3alias, --ol-s3)");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(namespace: &str, name: &str) -> Owner {
+        Owner { cluster: "prod".into(), namespace: namespace.into(), name: name.into(), uid: "u-1".into() }
+    }
+
+    fn valid_bucket_name(name: &str) -> bool {
+        (3..=63).contains(&name.len())
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && bucket_name_problem(name).is_none()
+    }
+
+    #[test]
+    fn default_names_are_readable_valid_and_distinct_where_dashes_would_collide() {
+        let a = owner("a-b", "c").default_bucket_name();
+        let b = owner("a", "b-c").default_bucket_name();
+        assert!(a.starts_with("prod-a-b-c-"), "{a}");
+        assert_ne!(a, b);
+        assert!(valid_bucket_name(&a) && valid_bucket_name(&b));
+    }
+
+    #[test]
+    fn long_names_are_cut_to_fit_and_stay_valid() {
+        let long = owner(&"n".repeat(63), &format!("{}.x", "m".repeat(250)));
+        let bucket = long.default_bucket_name();
+        assert_eq!(bucket.len(), 63);
+        assert!(valid_bucket_name(&bucket), "{bucket}");
+        let user = long.user_name();
+        assert!(user.len() <= 64 && user.starts_with("kopper-prod-"), "{user}");
+        assert_ne!(bucket, owner(&"n".repeat(63), &format!("{}.y", "m".repeat(250))).default_bucket_name());
+    }
+
+    #[test]
+    fn ownership_is_by_cluster_and_uid_not_by_name() {
+        let mine = owner("team", "data");
+        assert!(mine.owns(&mine.tags()));
+        let recreated = Owner { uid: "u-2".into(), ..mine.clone() };
+        assert!(!recreated.owns(&mine.tags()));
+        assert!(!mine.owns(&BTreeMap::new()));
+    }
+
+    #[test]
+    fn the_policy_allows_this_bucket_and_its_objects_only() {
+        let policy = policy_document("data").to_string();
+        assert!(policy.contains("\"arn:aws:s3:::data\"") && policy.contains("\"arn:aws:s3:::data/*\""));
+        assert!(!policy.contains("\"*\"") && !policy.contains("s3:*"));
+    }
+
+    #[test]
+    fn bucket_names_s3_refuses_are_explained() {
+        assert!(bucket_name_problem("a..b").is_some());
+        assert!(bucket_name_problem("192.168.1.1").is_some());
+        assert!(bucket_name_problem("xn--abc").is_some());
+        assert!(bucket_name_problem("my.bucket-1").is_none());
+    }
+}

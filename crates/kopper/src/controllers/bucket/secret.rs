@@ -1,0 +1,216 @@
+//! The Secret a Bucket's application reads its credentials from: what it should hold (pure)
+//! and how it is written (create with POST, replace with a resourceVersion precondition, so
+//! a Secret someone else wrote in between is never overwritten).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Resource, ResourceExt};
+
+use super::Error;
+use super::aws::StaticCredentials;
+use super::types::Bucket;
+
+/// Label on every Secret a Bucket owns, holding the Bucket's name; kopper watches only
+/// Secrets that carry it.
+pub const BUCKET_LABEL: &str = "kopper.dev/bucket";
+
+pub const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+pub const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+
+/// What the Secret says besides the key pair.
+pub struct Contents<'a> {
+    pub bucket: &'a str,
+    pub region: &'a str,
+    pub endpoint: Option<&'a str>,
+}
+
+impl Contents<'_> {
+    fn entries(&self) -> BTreeMap<String, String> {
+        let mut entries = BTreeMap::from([
+            ("AWS_REGION".to_owned(), self.region.to_owned()),
+            ("BUCKET_NAME".to_owned(), self.bucket.to_owned()),
+        ]);
+        if let Some(endpoint) = self.endpoint {
+            entries.insert("AWS_ENDPOINT_URL".to_owned(), endpoint.to_owned());
+            entries.insert("S3_ENDPOINT".to_owned(), endpoint.to_owned());
+        }
+        entries
+    }
+}
+
+/// Whether this Bucket controls the Secret (by uid, not by name).
+pub fn is_controlled_by(secret: &Secret, bucket: &Bucket) -> bool {
+    let uid = bucket.uid();
+    secret
+        .owner_references()
+        .iter()
+        .any(|owner| owner.controller == Some(true) && Some(&owner.uid) == uid.as_ref())
+}
+
+/// The access key id the Secret holds, if it holds a complete key pair.
+pub fn held_key_id(secret: &Secret) -> Option<String> {
+    let data = secret.data.as_ref()?;
+    let id = data.get(ACCESS_KEY_ID)?;
+    let secret_key = data.get(SECRET_ACCESS_KEY)?;
+    if secret_key.0.is_empty() {
+        return None;
+    }
+    String::from_utf8(id.0.clone()).ok().filter(|id| !id.is_empty())
+}
+
+/// The Bucket as the Secret's controller, so Kubernetes deletes the Secret with it. Without
+/// `blockOwnerDeletion`: setting it needs `update` on `buckets/finalizers` where the
+/// OwnerReferencesPermissionEnforcement admission plugin runs, and nothing here needs the
+/// Bucket's deletion to wait for the Secret's.
+fn owner_reference(
+    bucket: &Bucket,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    let mut owner = bucket.controller_owner_ref(&())?;
+    owner.block_owner_deletion = None;
+    Some(owner)
+}
+
+/// The Secret with a new key pair.
+pub fn desired(bucket: &Bucket, contents: &Contents, key_id: &str, secret_key: &str) -> Secret {
+    let mut data: BTreeMap<String, ByteString> =
+        contents.entries().into_iter().map(|(k, v)| (k, ByteString(v.into_bytes()))).collect();
+    data.insert(ACCESS_KEY_ID.to_owned(), ByteString(key_id.as_bytes().to_vec()));
+    data.insert(SECRET_ACCESS_KEY.to_owned(), ByteString(secret_key.as_bytes().to_vec()));
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(bucket.secret_name()),
+            namespace: bucket.namespace(),
+            labels: Some(BTreeMap::from([
+                (BUCKET_LABEL.to_owned(), bucket.name_any()),
+                ("app.kubernetes.io/managed-by".to_owned(), "kopper".to_owned()),
+            ])),
+            owner_references: owner_reference(bucket).map(|owner| vec![owner]),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".to_owned()),
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
+/// The Secret with its key pair kept and everything else as it should be, or `None` when
+/// nothing differs.
+pub fn refreshed(bucket: &Bucket, current: &Secret, contents: &Contents) -> Option<Secret> {
+    let data = current.data.clone().unwrap_or_default();
+    let key_id = String::from_utf8_lossy(&data.get(ACCESS_KEY_ID)?.0).into_owned();
+    let secret_key = String::from_utf8_lossy(&data.get(SECRET_ACCESS_KEY)?.0).into_owned();
+    let desired = desired(bucket, contents, &key_id, &secret_key);
+    let same = desired.data == current.data
+        && desired.metadata.labels.iter().flatten().all(|(k, v)| current.labels().get(k) == Some(v));
+    (!same).then_some(desired)
+}
+
+/// Creates the Secret, or replaces `current` conditioned on its resourceVersion; keeps the
+/// labels, annotations and finalizers others put on it.
+pub async fn write(
+    api: &Api<Secret>,
+    current: Option<&Secret>,
+    mut desired: Secret,
+    field_manager: &str,
+) -> Result<(), Error> {
+    let name = desired.name_any();
+    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
+    let result = match current {
+        None => api.create(&params, &desired).await,
+        Some(current) => {
+            let mut labels = current.labels().clone();
+            labels.extend(desired.metadata.labels.take().unwrap_or_default());
+            desired.metadata.labels = Some(labels);
+            desired.metadata.annotations = current.metadata.annotations.clone();
+            desired.metadata.finalizers = current.metadata.finalizers.clone();
+            desired.metadata.resource_version = current.resource_version();
+            api.replace(&name, &params, &desired).await
+        }
+    };
+    result.map(drop).map_err(Error::kube(format!("writing Secret {name}")))
+}
+
+/// Reads kopper's own provider credentials from `namespace/name` (keys `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, optional `AWS_SESSION_TOKEN`). The error names the Secret and
+/// the missing key, never a value.
+pub async fn read_credentials(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<StaticCredentials> {
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace).get(name).await.map_err(|error| {
+        anyhow::anyhow!("--s3-credentials-secret {namespace}/{name} cannot be read: {error}")
+    })?;
+    let data = secret.data.unwrap_or_default();
+    let value = |key: &str| data.get(key).map(|value| String::from_utf8_lossy(&value.0).trim().to_owned());
+    let required = |key: &str| {
+        value(key).filter(|v| !v.is_empty()).ok_or_else(|| {
+            anyhow::anyhow!("--s3-credentials-secret {namespace}/{name} has no {key}: add it to the Secret")
+        })
+    };
+    Ok(StaticCredentials {
+        access_key_id: required(ACCESS_KEY_ID)?,
+        secret_access_key: required(SECRET_ACCESS_KEY)?,
+        session_token: value("AWS_SESSION_TOKEN").filter(|v| !v.is_empty()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::bucket::types::BucketSpec;
+
+    fn bucket() -> Bucket {
+        let mut bucket =
+            Bucket::new("data", serde_json::from_value::<BucketSpec>(serde_json::json!({})).unwrap());
+        bucket.metadata.namespace = Some("team".into());
+        bucket.metadata.uid = Some("uid-1".into());
+        bucket
+    }
+
+    fn contents() -> Contents<'static> {
+        Contents { bucket: "b", region: "eu-west-1", endpoint: Some("http://s3.local") }
+    }
+
+    #[test]
+    fn the_secret_holds_the_credentials_and_is_owned_by_its_bucket() {
+        let secret = desired(&bucket(), &contents(), "AKIA1", "s3cr3t");
+        assert_eq!(secret.metadata.name.as_deref(), Some("data-s3"));
+        let data = secret.data.as_ref().unwrap();
+        for key in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_REGION",
+            "BUCKET_NAME",
+            "AWS_ENDPOINT_URL",
+            "S3_ENDPOINT",
+        ] {
+            assert!(data.contains_key(key), "{key}");
+        }
+        assert!(is_controlled_by(&secret, &bucket()));
+        assert_eq!(held_key_id(&secret).as_deref(), Some("AKIA1"));
+        let mut other = bucket();
+        other.metadata.uid = Some("uid-2".into());
+        assert!(!is_controlled_by(&secret, &other), "a recreated Bucket of the same name does not own it");
+    }
+
+    #[test]
+    fn a_refresh_keeps_the_key_pair_and_writes_only_when_something_differs() {
+        let secret = desired(&bucket(), &contents(), "AKIA1", "s3cr3t");
+        assert!(refreshed(&bucket(), &secret, &contents()).is_none());
+        let moved = Contents { region: "eu-north-1", ..contents() };
+        let refreshed = refreshed(&bucket(), &secret, &moved).unwrap();
+        assert_eq!(held_key_id(&refreshed).as_deref(), Some("AKIA1"));
+        assert_eq!(refreshed.data.unwrap()["AWS_REGION"].0, b"eu-north-1");
+    }
+
+    #[test]
+    fn a_secret_without_its_secret_key_holds_no_usable_key() {
+        let mut secret = desired(&bucket(), &contents(), "AKIA1", "s3cr3t");
+        secret.data.as_mut().unwrap().remove(SECRET_ACCESS_KEY);
+        assert_eq!(held_key_id(&secret), None);
+    }
+}

@@ -1,0 +1,150 @@
+//! The Bucket custom resource (seed 004). Doc comments here are user documentation: they
+//! become the CRD's descriptions and what `kubectl explain bucket` prints.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An S3 bucket for an application, with credentials for exactly that bucket: kopper creates
+/// (or adopts, after a crash) the bucket, an IAM user, an inline policy allowing this bucket
+/// and its objects, and one access key, and writes the credentials into a Secret in this
+/// namespace owned by this object. Deleting this object removes the IAM user, its policy and
+/// keys; the bucket and its data are kept unless `deletionPolicy` is `Delete`. Set the
+/// annotation `kopper.dev/rotate-credentials` to a new value to rotate the access key.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "kopper.dev",
+    version = "v1alpha1",
+    kind = "Bucket",
+    plural = "buckets",
+    namespaced,
+    status = "BucketStatus",
+    printcolumn = r#"{"name":"Bucket","type":"string","jsonPath":".status.bucketName"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketSpec {
+    /// Name of the S3 bucket: 3 to 63 lowercase letters, digits, dots and hyphens, starting
+    /// and ending with a letter or digit. By default kopper derives a name unique in the
+    /// cluster from the cluster id, this object's namespace and name. It cannot be changed
+    /// once the bucket exists: create a new Bucket instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 63), pattern(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"))]
+    pub bucket_name: Option<String>,
+
+    /// Region of the bucket; by default the region kopper is configured with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32), pattern(r"^[a-z0-9-]+$"))]
+    pub region: Option<String>,
+
+    /// What happens to the bucket when this object is deleted: `Retain` (the default) keeps
+    /// the bucket and its data and removes only the credentials; `Delete` deletes the bucket.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+
+    /// With `deletionPolicy: Delete`, delete every object (all versions) before the bucket.
+    /// Without it, a bucket that still holds objects is not deleted: the Bucket reports
+    /// `BucketNotEmpty` and waits.
+    #[serde(default)]
+    pub empty_on_delete: bool,
+
+    /// Name of the Secret that receives the credentials (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `BUCKET_NAME` and, with a custom endpoint,
+    /// `AWS_ENDPOINT_URL` and `S3_ENDPOINT`). Default: `<name>-s3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    pub secret_name: Option<String>,
+
+    /// Turn on object versioning for the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<bool>,
+
+    /// Tags for the bucket, besides the `kopper.dev/*` tags kopper sets to recognise it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 40))]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// What happens to the bucket when its Bucket is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Keep the bucket and its data; remove only the IAM user, policy and keys.
+    #[default]
+    Retain,
+    /// Delete the bucket too (emptied first when `emptyOnDelete` is set).
+    Delete,
+}
+
+/// What kopper last observed for this object. Never holds the secret access key.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The bucket this object owns. Recorded before the bucket is created, so that a crash
+    /// right after creating it cannot lose it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_name: Option<String>,
+
+    /// ARN of the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_arn: Option<String>,
+
+    /// Region of the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+
+    /// Name of the IAM user whose access key is in the Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_name: Option<String>,
+
+    /// Id of the access key in the Secret (never the secret key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+
+    /// The value of `kopper.dev/rotate-credentials` the current key was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_for: Option<String>,
+
+    /// `Ready` is True when the bucket, user, policy, one access key and the Secret are in
+    /// place. Reasons when it is not: `Provisioning`, `ProviderNotConfigured`,
+    /// `BucketNameTaken`, `UserNameTaken`, `SecretNameTaken`, `BucketNameImmutable`,
+    /// `AccessDenied`, `ProviderUnavailable`, `BucketNotEmpty`, `Deleting`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl Bucket {
+    /// The Secret that receives the credentials.
+    pub fn secret_name(&self) -> String {
+        match &self.spec.secret_name {
+            Some(name) => name.clone(),
+            None => format!("{}-s3", kube::ResourceExt::name_any(self)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+
+    use super::*;
+
+    #[test]
+    fn crd_is_namespaced_with_status_and_retains_by_default() {
+        let crd = Bucket::crd();
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert!(crd.spec.versions[0].subresources.as_ref().unwrap().status.is_some());
+        let spec: BucketSpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(spec.deletion_policy, DeletionPolicy::Retain);
+        assert!(!spec.empty_on_delete);
+    }
+}
