@@ -376,6 +376,13 @@ pub struct DemoArgs {
 
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
+
+    /// An S3 and IAM endpoint for the Bucket sample, e.g. moto: `pip install 'moto[server]'`,
+    /// `moto_server -p 5000`, then `kopper demo --s3-region us-east-1 --s3-endpoint
+    /// http://127.0.0.1:5000 --s3-force-path-style` with AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY set (moto takes any).
+    #[command(flatten)]
+    pub s3: S3Args,
 }
 
 /// Parses `500ms`, `15s`, `2m`, `1h`, or a bare number of seconds.

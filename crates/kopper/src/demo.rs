@@ -15,6 +15,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, DemoArgs, RunArgs};
+use crate::controllers::bucket::types::Bucket;
 use crate::controllers::replication::desired::{
     MANAGED_BY_LABEL, REPLICATED_BY_LABEL, SOURCE_NAME_ANNOTATION, SOURCE_NAMESPACE_ANNOTATION,
 };
@@ -87,7 +88,10 @@ fn run_args(args: &DemoArgs, kubeconfig: &Path) -> anyhow::Result<RunArgs> {
         args.admin_addr.to_string(),
     ];
     match <Cli as clap::Parser>::try_parse_from(argv)?.into_command() {
-        Command::Run(run) => Ok(run),
+        Command::Run(mut run) => {
+            run.s3 = args.s3.clone();
+            Ok(run)
+        }
         _ => anyhow::bail!("internal error: demo flags did not parse as `kopper run`"),
     }
 }
@@ -207,6 +211,7 @@ async fn create_demo_workload(client: &kube::Client, args: &RunArgs) -> anyhow::
 /// RoleBinding. The summary then shows results rather than a race.
 async fn wait_until_settled(client: &kube::Client, applied: &[String]) {
     let expect_bindings = applied.iter().any(|label| label.starts_with("NamespaceAccess "));
+    let expect_buckets = applied.iter().any(|label| label.starts_with("Bucket "));
     let expect_copies = applied
         .iter()
         .any(|label| label.starts_with("ReplicationRule ") || label.starts_with("ConfigMapSync "));
@@ -215,6 +220,7 @@ async fn wait_until_settled(client: &kube::Client, applied: &[String]) {
         if demo_pod_labelled(client).await
             && (!expect_bindings || demo_namespaces_bound(client).await)
             && (!expect_copies || demo_copies_made(client).await)
+            && (!expect_buckets || buckets_settled(client).await)
         {
             return;
         }
@@ -223,6 +229,17 @@ async fn wait_until_settled(client: &kube::Client, applied: &[String]) {
     println!(
         "(kopper has not finished within {SETTLE_DEADLINE:?}; the summary shows what it has done so far)"
     );
+}
+
+/// Every Bucket has a Ready condition (True, or False with the reason it waits on).
+async fn buckets_settled(client: &kube::Client) -> bool {
+    let buckets: Api<Bucket> = Api::all(client.clone());
+    let Ok(list) = buckets.list(&ListParams::default()).await else { return false };
+    list.items.iter().all(|bucket| {
+        let conditions =
+            bucket.status.as_ref().map(|status| status.conditions.as_slice()).unwrap_or_default();
+        conditions.iter().any(|c| c.type_ == "Ready" && (c.status == "True" || c.reason != "Provisioning"))
+    })
 }
 
 async fn demo_pod_labelled(client: &kube::Client) -> bool {
@@ -300,11 +317,44 @@ async fn print_summary(client: &kube::Client, applied: &[String]) -> anyhow::Res
             copy.labels().get(REPLICATED_BY_LABEL).cloned().unwrap_or_default()
         );
     }
+    print_buckets(client).await?;
     let pods: Api<Pod> = Api::all(client.clone());
     println!("\npods and their labels:");
     for pod in pods.list(&ListParams::default()).await? {
         let labels: Vec<String> = pod.labels().iter().map(|(key, value)| format!("{key}={value}")).collect();
         println!("  {}/{}  {}", pod.namespace().unwrap_or_default(), pod.name_any(), labels.join(","));
+    }
+    Ok(())
+}
+
+/// Each Bucket with its bucket and Secret, or why it is not Ready; how to get an S3 endpoint
+/// when the demo runs without one.
+async fn print_buckets(client: &kube::Client) -> anyhow::Result<()> {
+    let buckets: Api<Bucket> = Api::all(client.clone());
+    let list = buckets.list(&ListParams::default()).await?;
+    if list.items.is_empty() {
+        return Ok(());
+    }
+    println!("\nBuckets:");
+    let mut unconfigured = false;
+    for bucket in &list.items {
+        let status = bucket.status.clone().unwrap_or_default();
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+        let (state, reason) =
+            ready.map(|c| (c.status.as_str(), c.reason.as_str())).unwrap_or(("Unknown", ""));
+        unconfigured |= reason == "ProviderNotConfigured";
+        let target = match (&status.bucket_name, state) {
+            (Some(name), "True") => format!("bucket {name}, credentials in Secret {}", bucket.secret_name()),
+            _ => format!("not ready: {reason}"),
+        };
+        println!("  {}/{}  {target}", bucket.namespace().unwrap_or_default(), bucket.name_any());
+    }
+    if unconfigured {
+        println!(
+            "  (no S3 endpoint given: start one, e.g. `pip install 'moto[server]' && moto_server -p 5000`, \
+             and run `AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x kopper demo --s3-region us-east-1 \
+             --s3-endpoint http://127.0.0.1:5000 --s3-force-path-style`)"
+        );
     }
     Ok(())
 }

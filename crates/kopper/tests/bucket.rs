@@ -7,8 +7,9 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
+use std::time::Duration;
 
-use common::moto::{Moto, REGION};
+use common::moto::{FaultProxy, Moto, REGION};
 use common::{Cluster, Operator, eventually};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -40,15 +41,21 @@ async fn cluster() -> Cluster {
     cluster
 }
 
-fn operator_flags(moto: &Moto) -> Vec<String> {
+fn operator_flags(endpoint: &str) -> Vec<String> {
     let mut flags = vec!["--controllers".to_owned(), "bucket".to_owned()];
-    flags.extend(common::moto::flags(moto, "test"));
+    flags.extend(common::moto::flags(endpoint, "test"));
     flags
 }
 
 fn start_operator(cluster: &Cluster, moto: &Moto) -> Operator {
-    let flags = operator_flags(moto);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    start_operator_at(cluster, &moto.endpoint, &[])
+}
+
+/// kopper with its S3 and IAM endpoint at `endpoint` (moto or a fault proxy) and `extra` flags.
+fn start_operator_at(cluster: &Cluster, endpoint: &str, extra: &[&str]) -> Operator {
+    let flags = operator_flags(endpoint);
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.extend(extra);
     Operator::start(cluster.run_args(&flags))
 }
 
@@ -57,14 +64,18 @@ fn buckets(cluster: &Cluster) -> Api<Bucket> {
 }
 
 async fn create_bucket(cluster: &Cluster, name: &str, spec: serde_json::Value) -> Bucket {
+    create_bucket_in(cluster, NAMESPACE, name, spec).await
+}
+
+async fn create_bucket_in(cluster: &Cluster, namespace: &str, name: &str, spec: serde_json::Value) -> Bucket {
     let bucket: Bucket = serde_json::from_value(json!({
         "apiVersion": "kopper.dev/v1alpha1",
         "kind": "Bucket",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }))
     .unwrap();
-    buckets(cluster).create(&PostParams::default(), &bucket).await.unwrap()
+    Api::namespaced(cluster.client.clone(), namespace).create(&PostParams::default(), &bucket).await.unwrap()
 }
 
 fn ready_reason(bucket: &Bucket) -> Option<(String, String)> {
@@ -76,8 +87,13 @@ fn ready_reason(bucket: &Bucket) -> Option<(String, String)> {
 /// Waits for the Bucket's Ready condition to have `reason`; the Bucket then. On timeout the
 /// failure shows the last status seen.
 async fn wait_for_reason(cluster: &Cluster, name: &str, reason: &str) -> Bucket {
+    wait_for_reason_within(cluster, name, reason, common::DEADLINE).await
+}
+
+/// [`wait_for_reason`] with a longer deadline, for Buckets that go through backoff first.
+async fn wait_for_reason_within(cluster: &Cluster, name: &str, reason: &str, deadline: Duration) -> Bucket {
     let api = buckets(cluster);
-    let give_up = tokio::time::Instant::now() + common::DEADLINE;
+    let give_up = tokio::time::Instant::now() + deadline;
     loop {
         let bucket = api.get(name).await.unwrap();
         if ready_reason(&bucket).map(|(_, r)| r).as_deref() == Some(reason) {
@@ -397,7 +413,7 @@ async fn no_secret_key_reaches_the_logs_at_debug_level() {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
         .args(["run", "--kubeconfig", cluster.kubeconfig.to_str().unwrap(), "--admin-addr", "127.0.0.1:0"])
         .args(["--leader-elect", "false", "--log-level", "debug"])
-        .args(operator_flags(&moto))
+        .args(operator_flags(&moto.endpoint))
         .stdout(Stdio::from(log.reopen().unwrap()))
         .stderr(Stdio::from(log.reopen().unwrap()))
         .kill_on_drop(true)
@@ -418,4 +434,251 @@ async fn no_secret_key_reaches_the_logs_at_debug_level() {
     let logs = std::fs::read_to_string(log.path()).unwrap();
     assert!(logs.contains("wrote a new access key"), "debug logs were captured");
     assert!(!logs.contains(&secret_key), "a secret key appeared in the logs");
+}
+
+/// How long a Bucket may take to become Ready through injected failures: each failed
+/// reconcile waits out the SDK's retries (three attempts, jittered backoff up to seconds) and
+/// then kopper's per-object backoff (0.5 s, doubling).
+const THROUGH_FAULTS: Duration = Duration::from_secs(90);
+
+/// Every rule the proxy was given has been used up: the failures really happened.
+async fn assert_faults_used(proxy: &FaultProxy) {
+    let faults = proxy.faults().await;
+    for rule in faults.as_array().unwrap() {
+        assert_eq!(rule["times"], 0, "an injected failure was never hit: {rule}");
+    }
+}
+
+/// The IAM users and S3 buckets in the account, as an admin would list them.
+async fn account_contents(endpoint: &str) -> (Vec<String>, Vec<String>) {
+    let credentials = aws_sdk_s3::config::Credentials::new("testing", "testing", None, None, "test");
+    let http = || {
+        aws_smithy_http_client::Builder::new()
+            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https()
+    };
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::new()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new(REGION))
+            .endpoint_url(endpoint)
+            .credentials_provider(credentials.clone())
+            .force_path_style(true)
+            .http_client(http())
+            .build(),
+    );
+    let iam = aws_sdk_iam::Client::from_conf(
+        aws_sdk_iam::config::Builder::new()
+            .behavior_version(aws_sdk_iam::config::BehaviorVersion::latest())
+            .region(aws_sdk_iam::config::Region::new(REGION))
+            .endpoint_url(endpoint)
+            .credentials_provider(credentials)
+            .http_client(http())
+            .build(),
+    );
+    let users = iam.list_users().send().await.unwrap();
+    let users = users.users().iter().map(|user| user.user_name().to_owned()).collect();
+    let listed = s3.list_buckets().send().await.unwrap();
+    let buckets = listed.buckets().iter().filter_map(|bucket| bucket.name().map(str::to_owned)).collect();
+    (users, buckets)
+}
+
+/// Exactly one key lives for the Bucket's user, and it is the one its Secret holds.
+async fn wait_for_one_key(cluster: &Cluster, s3: &impl Provider, name: &str) {
+    let bucket = buckets(cluster).get(name).await.unwrap();
+    let user = status(&bucket).user_name.unwrap();
+    let held = value(&secret(cluster, &format!("{name}-s3")).await.unwrap(), "AWS_ACCESS_KEY_ID");
+    eventually(&format!("{name}: one key, the one in its Secret"), || async {
+        (s3.access_keys(&user).await.unwrap() == vec![held.clone()]).then_some(())
+    })
+    .await;
+}
+
+/// Throttling (S3 503 SlowDown, IAM Throttling, 429) and 500s on the calls that create a
+/// Bucket are retried with backoff, shown as ProviderUnavailable meanwhile, and converge.
+#[tokio::test]
+async fn throttling_and_server_errors_are_retried_with_backoff_until_ready() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    proxy
+        .set_faults(json!([
+            {"operation": "HeadBucket", "times": 2, "status": 503},
+            {"operation": "CreateBucket", "times": 6, "status": 503, "code": "SlowDown"},
+            {"operation": "CreateUser", "times": 4, "status": 400, "code": "Throttling"},
+            {"operation": "PutUserPolicy", "times": 4, "status": 500, "code": "InternalError"},
+            {"operation": "CreateAccessKey", "times": 2, "status": 429, "code": "TooManyRequests"},
+        ]))
+        .await;
+
+    create_bucket(&cluster, "slow", json!({})).await;
+    let throttled = wait_for_reason(&cluster, "slow", "ProviderUnavailable").await;
+    let conditions = status(&throttled).conditions;
+    let message = &conditions.iter().find(|c| c.type_ == "Ready").unwrap().message;
+    assert!(message.contains("CreateBucket") && message.contains("SlowDown"), "{message}");
+
+    wait_for_reason_within(&cluster, "slow", "Ready", THROUGH_FAULTS).await;
+    assert_faults_used(&proxy).await;
+    let s3 = moto.client().await;
+    wait_for_one_key(&cluster, &s3, "slow").await;
+    let (users, buckets) = account_contents(&moto.endpoint).await;
+    assert_eq!((users.len(), buckets.len()), (1, 1), "users {users:?}, buckets {buckets:?}");
+    operator.stop().await.unwrap();
+}
+
+/// The writes that create a Bucket, in kopper's order.
+const CREATE_WRITES: [&str; 6] = [
+    "CreateBucket",
+    "PutBucketTagging",
+    "PutBucketVersioning",
+    "CreateUser",
+    "PutUserPolicy",
+    "CreateAccessKey",
+];
+
+/// A crash right after each provider call: the call takes effect but kopper never sees its
+/// answer (the proxy forwards it, then answers 500 to it and to the SDK's retries). Each
+/// Bucket still ends with exactly one bucket, one user and one key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_answer_is_lost_after_it_took_effect_leaves_no_duplicates() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let s3 = moto.client().await;
+    for (index, operation) in CREATE_WRITES.iter().enumerate() {
+        let rule = json!({"operation": operation, "times": 3, "status": 500, "forward": true});
+        proxy.set_faults(json!([rule])).await;
+        let name = format!("lost-{index}");
+        create_bucket(&cluster, &name, json!({"versioning": true})).await;
+        wait_for_reason_within(&cluster, &name, "Ready", THROUGH_FAULTS).await;
+        assert_faults_used(&proxy).await;
+        wait_for_one_key(&cluster, &s3, &name).await;
+    }
+    let (users, buckets) = account_contents(&moto.endpoint).await;
+    assert_eq!(users.len(), CREATE_WRITES.len(), "one user per Bucket: {users:?}");
+    assert_eq!(buckets.len(), CREATE_WRITES.len(), "one bucket per Bucket: {buckets:?}");
+    operator.stop().await.unwrap();
+}
+
+/// An endpoint nobody listens on is ProviderUnavailable, not a crash or a silent hang.
+#[tokio::test]
+async fn an_unreachable_endpoint_is_reported_as_provider_unavailable() {
+    let cluster = cluster().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let operator = start_operator_at(&cluster, &format!("http://{closed}"), &[]);
+    create_bucket(&cluster, "nowhere", json!({})).await;
+    let bucket = wait_for_reason(&cluster, "nowhere", "ProviderUnavailable").await;
+    let ready = status(&bucket).conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+    operator.stop().await.unwrap();
+}
+
+/// The Ready reason of a Bucket in any namespace, once it has one.
+async fn reason_in(cluster: &Cluster, namespace: &str, name: &str) -> Option<String> {
+    let bucket = Api::<Bucket>::namespaced(cluster.client.clone(), namespace).get(name).await.unwrap();
+    ready_reason(&bucket).map(|(_, reason)| reason).filter(|reason| reason != "Provisioning")
+}
+
+/// Hostile tenants: two name the same bucket at once, and one gets it while the other keeps no
+/// credentials; an explicit name may not take the prefix derived names start with (else a
+/// tenant could squat another's derived name); tags kopper owns cannot be supplied.
+#[tokio::test]
+async fn a_bucket_name_goes_to_one_bucket_and_derived_names_and_owner_tags_cannot_be_claimed() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-b"}})).unwrap();
+    Api::<Namespace>::all(cluster.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    let operator = start_operator(&cluster, &moto);
+    let s3 = moto.client().await;
+
+    let contested = json!({"bucketName": "contested-bucket"});
+    let (mine, theirs) = tokio::join!(
+        create_bucket_in(&cluster, NAMESPACE, "mine", contested.clone()),
+        create_bucket_in(&cluster, "team-b", "theirs", contested),
+    );
+    let reasons = eventually("both Buckets to settle", || async {
+        let mine = reason_in(&cluster, NAMESPACE, "mine").await?;
+        let theirs = reason_in(&cluster, "team-b", "theirs").await?;
+        Some([mine, theirs])
+    })
+    .await;
+    let mut sorted = reasons.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["BucketNameTaken", "Ready"], "exactly one gets the bucket");
+    let loser = if reasons[0] == "Ready" { &theirs } else { &mine };
+    let loser = Owner {
+        cluster: "test".into(),
+        namespace: loser.namespace().unwrap(),
+        name: loser.name_any(),
+        uid: loser.uid().unwrap(),
+    };
+    eventually("the refused Bucket to hold no IAM user", || async {
+        s3.user_tags(&loser.user_name()).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let (users, buckets_in_account) = account_contents(&moto.endpoint).await;
+    assert_eq!((users.len(), buckets_in_account), (1, vec!["contested-bucket".to_owned()]));
+
+    // team-a tries to take the name team-b's Bucket "data" will derive.
+    let victim =
+        Owner { cluster: "test".into(), namespace: "team-b".into(), name: "data".into(), uid: "-".into() };
+    let squat = json!({"bucketName": victim.default_bucket_name()});
+    create_bucket(&cluster, "squat", squat).await;
+    let refused = status(&wait_for_reason(&cluster, "squat", "InvalidBucketName").await);
+    let message = &refused.conditions[0].message;
+    assert!(message.contains("reserved") && message.contains("spec.bucketName"), "{message}");
+
+    create_bucket(&cluster, "forged", json!({"tags": {"kopper.dev/uid": theirs.uid().unwrap()}})).await;
+    let refused = status(&wait_for_reason(&cluster, "forged", "InvalidTags").await);
+    assert!(refused.conditions[0].message.contains("spec.tags"), "{:?}", refused.conditions);
+    let (_, after) = account_contents(&moto.endpoint).await;
+    assert_eq!(after, vec!["contested-bucket".to_owned()], "nothing was created for refused Buckets");
+    operator.stop().await.unwrap();
+}
+
+/// A CreateBucket refused for good (a bad region, say) does not leave the name recorded, so
+/// spec.bucketName can be corrected and no later bucket of that name is adopted; an
+/// AccessDenied is reported without the provider's message, which names kopper's principal.
+#[tokio::test]
+async fn a_refused_create_forgets_the_name_and_denials_do_not_reveal_kopper_s_principal() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let refuse = json!([{"operation": "CreateBucket", "times": 1000, "status": 400, "code": "InvalidLocationConstraint"}]);
+    proxy.set_faults(refuse).await;
+    create_bucket(&cluster, "moved", json!({"bucketName": "first-choice"})).await;
+    let failed = wait_for_reason(&cluster, "moved", "ProviderError").await;
+    assert!(status(&failed).conditions[0].message.contains("InvalidLocationConstraint"));
+    let api = buckets(&cluster);
+    eventually("the failed name to be forgotten", || async {
+        api.get("moved").await.unwrap().status?.bucket_name.is_none().then_some(())
+    })
+    .await;
+    proxy.set_faults(json!([])).await;
+    let fix = Patch::Merge(json!({"spec": {"bucketName": "second-choice"}}));
+    api.patch("moved", &PatchParams::default(), &fix).await.unwrap();
+    let ready = wait_for_reason_within(&cluster, "moved", "Ready", THROUGH_FAULTS).await;
+    assert_eq!(status(&ready).bucket_name.as_deref(), Some("second-choice"));
+
+    let principal = "arn:aws:sts::123456789012:assumed-role/kopper/session";
+    let message = format!("User: {principal} is not authorized to perform: iam:CreateUser");
+    let deny = json!([{"operation": "CreateUser", "times": 1000, "status": 403, "code": "AccessDenied", "message": message}]);
+    proxy.set_faults(deny).await;
+    create_bucket(&cluster, "denied", json!({})).await;
+    let denied = status(&wait_for_reason(&cluster, "denied", "AccessDenied").await);
+    let shown = serde_json::to_string(&denied).unwrap();
+    assert!(shown.contains("CreateUser") && !shown.contains("123456789012"), "{shown}");
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let warning = eventually("a Warning Event for the denial", || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("AccessDenied"))
+    })
+    .await;
+    assert!(!warning.note.unwrap_or_default().contains("123456789012"));
+    operator.stop().await.unwrap();
 }

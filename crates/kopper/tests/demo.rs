@@ -13,8 +13,16 @@ use tokio::process::Child;
 /// Starts `kopper demo` on `samples` and returns the running child and everything it
 /// printed up to its "Ctrl-C" line.
 async fn demo_summary(samples: &Path, kubeconfig: &Path) -> (Child, String) {
+    demo_summary_with(samples, kubeconfig, &[]).await
+}
+
+/// [`demo_summary`] with more `kopper demo` flags.
+async fn demo_summary_with(samples: &Path, kubeconfig: &Path, flags: &[String]) -> (Child, String) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
         .args(["demo", "--log-level", "error", "--admin-addr", &free_admin_addr()])
+        .args(flags)
+        .env("AWS_ACCESS_KEY_ID", "demo")
+        .env("AWS_SECRET_ACCESS_KEY", "demo")
         .arg("--samples")
         .arg(samples)
         .arg("--kubeconfig-out")
@@ -85,5 +93,26 @@ async fn demo_with_the_committed_samples_shows_every_seed_at_work() {
         "seed 002: {output}"
     );
     assert!(output.contains("team-b/shared-settings <- default/shared-settings"), "seed 003: {output}");
+    assert!(output.contains("default/s3-sample  not ready: ProviderNotConfigured"), "seed 004: {output}");
+    assert!(output.contains("moto_server -p 5000"), "says how to get an S3 endpoint: {output}");
+    interrupt(child).await;
+}
+
+/// Given an S3 endpoint, the demo shows seed 004's Bucket end to end.
+#[tokio::test]
+async fn demo_with_an_s3_endpoint_shows_the_bucket_sample_ready() {
+    let Some(moto) = common::moto::Moto::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/samples");
+    let flags: Vec<String> =
+        ["--s3-region", "us-east-1", "--s3-endpoint", &moto.endpoint, "--s3-force-path-style"]
+            .map(str::to_owned)
+            .to_vec();
+    let (child, output) = demo_summary_with(&samples, &dir.path().join("kubeconfig"), &flags).await;
+    assert!(
+        output
+            .contains("default/s3-sample  bucket seed-004-sample-bucket, credentials in Secret s3-sample-s3"),
+        "seed 004: {output}"
+    );
     interrupt(child).await;
 }

@@ -101,7 +101,7 @@ impl Installation {
         let kubeconfig = dir.path().join("kubeconfig");
         let service_account = sim.kubeconfig_for_service_account(KOPPER_NAMESPACE, KOPPER_SERVICE_ACCOUNT);
         std::fs::write(&kubeconfig, serde_yaml::to_string(&service_account).unwrap()).unwrap();
-        let s3_flags = common::moto::flags(moto, cluster_id);
+        let s3_flags = common::moto::flags(&moto.endpoint, cluster_id);
         let mut flags: Vec<&str> = s3_flags.iter().map(String::as_str).collect();
         flags.extend([
             "--leader-elect",

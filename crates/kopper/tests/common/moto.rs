@@ -48,19 +48,25 @@ impl Moto {
 
     /// A provider as the test's own S3 and IAM client (moto accepts any credentials).
     pub async fn client(&self) -> AwsProvider {
-        AwsProvider::new(AwsSettings {
-            region: REGION.into(),
-            endpoint: Some(self.endpoint.clone()),
-            iam_endpoint: None,
-            force_path_style: true,
-            credentials: Some(StaticCredentials {
-                access_key_id: "testing".into(),
-                secret_access_key: "testing".into(),
-                session_token: None,
-            }),
-        })
-        .await
+        client_of(&self.endpoint).await
     }
+}
+
+/// A provider as the test's own S3 and IAM client of `endpoint` (moto accepts any
+/// credentials).
+pub async fn client_of(endpoint: &str) -> AwsProvider {
+    AwsProvider::new(AwsSettings {
+        region: REGION.into(),
+        endpoint: Some(endpoint.to_owned()),
+        iam_endpoint: None,
+        force_path_style: true,
+        credentials: Some(StaticCredentials {
+            access_key_id: "testing".into(),
+            secret_access_key: "testing".into(),
+            session_token: None,
+        }),
+    })
+    .await
 }
 
 impl Drop for Moto {
@@ -70,16 +76,17 @@ impl Drop for Moto {
     }
 }
 
-/// The `kopper run` flags that point the Bucket controller at `moto`, with kopper's own
-/// credentials in the Secret kopper-system/s3-admin (see [`create_credentials_secret`]).
-pub fn flags(moto: &Moto, cluster_id: &str) -> Vec<String> {
+/// The `kopper run` flags that point the Bucket controller at `endpoint` (moto, or a
+/// [`FaultProxy`] in front of it), with kopper's own credentials in the Secret
+/// kopper-system/s3-admin (see [`create_credentials_secret`]).
+pub fn flags(endpoint: &str, cluster_id: &str) -> Vec<String> {
     [
         "--cluster-id",
         cluster_id,
         "--s3-region",
         REGION,
         "--s3-endpoint",
-        &moto.endpoint,
+        endpoint,
         "--s3-force-path-style",
         "--s3-credentials-secret",
         "kopper-system/s3-admin",
@@ -99,4 +106,92 @@ pub async fn create_credentials_secret(client: &kube::Client) {
         .create(&PostParams::default(), &credentials)
         .await
         .unwrap();
+}
+
+/// scripts/fault_proxy.py in front of a server: names the S3 or IAM operation of every call,
+/// logs it, and fails the calls a test asks it to fail. Killed on drop.
+pub struct FaultProxy {
+    child: std::process::Child,
+    address: String,
+    pub endpoint: String,
+}
+
+/// One call the proxy saw.
+#[derive(Clone, Debug, serde::Deserialize, PartialEq, Eq)]
+pub struct Call {
+    pub service: String,
+    pub operation: String,
+    pub status: u16,
+}
+
+impl Call {
+    /// Whether the call changes something (every S3 and IAM operation that does not read).
+    pub fn is_write(&self) -> bool {
+        !["Get", "List", "Head"].iter().any(|read| self.operation.starts_with(read))
+    }
+}
+
+impl FaultProxy {
+    pub async fn start(upstream: &str) -> Self {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let python = root.join("target/tools/moto/bin/python");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new(python)
+            .arg(root.join("scripts/fault_proxy.py"))
+            .args(["--upstream", upstream, "--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start scripts/fault_proxy.py with the moto virtual environment's python");
+        let address = format!("127.0.0.1:{port}");
+        eventually("the fault proxy to listen", || async {
+            tokio::net::TcpStream::connect(&address).await.ok().map(drop)
+        })
+        .await;
+        Self { child, endpoint: format!("http://{address}"), address }
+    }
+
+    /// Replaces the proxy's rules; see scripts/fault_proxy.py for their fields.
+    pub async fn set_faults(&self, rules: serde_json::Value) {
+        let (status, _) = self.request("PUT", "/__proxy/faults", &rules.to_string()).await;
+        assert_eq!(status, 204, "the fault proxy refused the rules");
+    }
+
+    /// The rules with the times each has left.
+    pub async fn faults(&self) -> serde_json::Value {
+        let (_, body) = self.request("GET", "/__proxy/faults", "").await;
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// Every call since the last [`FaultProxy::reset_calls`], in order.
+    pub async fn calls(&self) -> Vec<Call> {
+        let (_, body) = self.request("GET", "/__proxy/calls", "").await;
+        serde_json::from_str(&body).unwrap()
+    }
+
+    pub async fn reset_calls(&self) {
+        self.request("DELETE", "/__proxy/calls", "").await;
+    }
+
+    async fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&self.address).await.unwrap();
+        let request = format!(
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nContent-Length: {}\r\n\r\n{body}",
+            self.address,
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+        (status, body)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -6,7 +6,7 @@
 //!   is adopted, anything else under the same name is someone else's and never touched;
 //! - the user is created with its tags in one call; the bucket cannot be, so kopper records
 //!   in status that it is about to create it, and an untagged bucket it finds afterwards under
-//!   that name is its own, left by a crash between CreateBucket and PutBucketTagging;
+//!   that name is its own (if empty), left by a crash between CreateBucket and PutBucketTagging;
 //! - the Secret is the record of which access key is live: a listed key the Secret does not
 //!   hold is deleted, so a crash between CreateAccessKey and writing the Secret leaves no
 //!   second key ([`provider::plan_keys`]).
@@ -16,6 +16,7 @@
 //! owner reference.
 
 pub mod aws;
+pub mod decide;
 pub mod metrics;
 pub mod names;
 pub mod provider;
@@ -37,6 +38,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
+use decide::{BucketStep, UserStep};
 pub use metrics::register_metrics;
 use names::Owner;
 use provider::{BucketLookup, FailureKind, Provider, ProviderError};
@@ -120,9 +122,18 @@ impl Error {
     /// The Ready condition's reason and message for this error.
     fn reason(&self) -> (&'static str, String) {
         match self {
+            // The provider's message for a denial names kopper's own principal (account id,
+            // role, session): it goes to kopper's log, never to a tenant's status or Events.
+            Error::Provider(error) if error.kind == FailureKind::AccessDenied => (
+                "AccessDenied",
+                format!(
+                    "{} {} was denied to kopper's credentials: a cluster admin must grant it (kopper's \
+                     log has the provider's message)",
+                    error.service, error.operation
+                ),
+            ),
             Error::Provider(error) => {
                 let reason = match error.kind {
-                    FailureKind::AccessDenied => "AccessDenied",
                     FailureKind::Throttled | FailureKind::Unavailable => "ProviderUnavailable",
                     FailureKind::BucketNameTaken => "BucketNameTaken",
                     _ => "ProviderError",
@@ -189,7 +200,12 @@ pub async fn run(
         .owns(secrets, watcher::Config::default().labels(secret::BUCKET_LABEL))
         .with_config(crate::runtime::controller::config(&ctx))
         .graceful_shutdown_on(shutdown);
-    run_controller(NAME, controller, ctx, move |bucket, ctx| reconcile(bucket, ctx, provider.clone())).await;
+    // One lock for creating or adopting a bucket, across every Bucket this replica reconciles.
+    let creating = Arc::new(tokio::sync::Mutex::new(()));
+    run_controller(NAME, controller, ctx, move |bucket, ctx| {
+        reconcile(bucket, ctx, provider.clone(), creating.clone())
+    })
+    .await;
     Ok(())
 }
 
@@ -204,6 +220,7 @@ async fn reconcile(
     bucket: Arc<Bucket>,
     ctx: Arc<Context>,
     provider: Option<Arc<dyn Provider>>,
+    creating: Arc<tokio::sync::Mutex<()>>,
 ) -> Result<Action, Error> {
     let Some(provider) = provider else {
         let message = "kopper runs without an S3 provider: a cluster admin must set --s3-region \
@@ -216,7 +233,8 @@ async fn reconcile(
     };
     let namespace = bucket.namespace().unwrap_or_default();
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &namespace);
-    let pass = Pass { ctx: &ctx, provider: provider.as_ref(), owner: owner_of(&ctx, &bucket) };
+    let pass =
+        Pass { ctx: &ctx, provider: provider.as_ref(), owner: owner_of(&ctx, &bucket), creating: &creating };
     let result = finalizer::finalizer(&api, FINALIZER, bucket.clone(), |event| async {
         match event {
             FinalizerEvent::Apply(bucket) => pass.apply(&bucket).await,
@@ -264,11 +282,16 @@ struct Pass<'a> {
     ctx: &'a Context,
     provider: &'a dyn Provider,
     owner: Owner,
+    /// Held from looking at a bucket name to tagging the bucket, when creating or adopting.
+    creating: &'a tokio::sync::Mutex<()>,
 }
 
 impl Pass<'_> {
     async fn apply(&self, bucket: &Bucket) -> Result<Action, Error> {
         let status = bucket.status.clone().unwrap_or_default();
+        if let Some(problem) = names::tags_problem(&bucket.spec.tags) {
+            return Err(Error::blocked("InvalidTags", format!("spec.tags: {problem}")));
+        }
         let name = self.bucket_name(bucket, &status)?;
         let region = self.region(bucket, &status)?;
         self.ensure_bucket(bucket, &status, &name, &region).await?;
@@ -310,6 +333,17 @@ impl Pass<'_> {
         if let Some(problem) = names::bucket_name_problem(&wanted) {
             return Err(Error::blocked("InvalidBucketName", format!("spec.bucketName {wanted:?} {problem}")));
         }
+        if bucket.spec.bucket_name.is_some() && wanted.starts_with(&self.owner.reserved_prefix()) {
+            // Derived names start with it; an explicit one could squat another Bucket's.
+            return Err(Error::blocked(
+                "InvalidBucketName",
+                format!(
+                    "spec.bucketName {wanted:?} starts with {:?}, which is reserved for the names kopper \
+                     derives: choose another name, or leave spec.bucketName out",
+                    self.owner.reserved_prefix()
+                ),
+            ));
+        }
         match &status.bucket_name {
             Some(existing) if *existing != wanted => Err(Error::blocked(
                 "BucketNameImmutable",
@@ -345,8 +379,21 @@ impl Pass<'_> {
     ) -> Result<(), Error> {
         let mut tags = bucket.spec.tags.clone();
         tags.extend(self.owner.tags());
-        match self.provider.lookup_bucket(name).await? {
-            BucketLookup::Missing => {
+        let found = self.provider.lookup_bucket(name).await?;
+        let mut step = decide::bucket_step(&found, &self.owner, &tags, status.bucket_name.as_deref(), name);
+        // Creating and adopting look again under one lock, so that two Buckets naming the same
+        // bucket cannot both find it missing (or untagged) and both take it.
+        let _creating = match step {
+            BucketStep::Create | BucketStep::AdoptIfEmpty => {
+                let guard = self.creating.lock().await;
+                let found = self.provider.lookup_bucket(name).await?;
+                step = decide::bucket_step(&found, &self.owner, &tags, status.bucket_name.as_deref(), name);
+                Some(guard)
+            }
+            _ => None,
+        };
+        match step {
+            BucketStep::Create => {
                 // Recorded first: after a crash between CreateBucket and PutBucketTagging,
                 // the untagged bucket found under this name is known to be ours.
                 write_status(self.ctx, bucket, |status| {
@@ -355,26 +402,26 @@ impl Pass<'_> {
                     set_ready(status, bucket, "False", "Provisioning", &format!("creating bucket {name}"));
                 })
                 .await?;
-                match self.provider.create_bucket(name, region).await {
-                    Err(error) if error.kind == FailureKind::BucketNameTaken => return Err(taken(name)),
-                    other => other?,
+                if let Err(error) = self.provider.create_bucket(name, region).await {
+                    self.forget_intent_unless_created(bucket, name).await?;
+                    return Err(match error.kind {
+                        FailureKind::BucketNameTaken => taken(name),
+                        _ => error.into(),
+                    });
                 }
                 self.provider.tag_bucket(name, &tags).await?;
                 info!(bucket = name, "created bucket");
             }
-            BucketLookup::Ours { tags: found } if self.owner.owns(&found) => {
-                if found != tags {
-                    self.provider.tag_bucket(name, &tags).await?;
+            BucketStep::Keep => {}
+            BucketStep::Retag => self.provider.tag_bucket(name, &tags).await?,
+            BucketStep::AdoptIfEmpty => {
+                if !self.provider.bucket_is_empty(name).await? {
+                    return Err(self.refuse_taken(name).await?);
                 }
-            }
-            BucketLookup::Ours { tags: found }
-                if found.is_empty() && status.bucket_name.as_deref() == Some(name) =>
-            {
-                // Ours, cut off by a crash before it was tagged (see the module docs).
                 self.provider.tag_bucket(name, &tags).await?;
                 info!(bucket = name, "adopted the bucket created before a restart");
             }
-            BucketLookup::Ours { .. } | BucketLookup::OtherAccount => return Err(taken(name)),
+            BucketStep::Taken => return Err(self.refuse_taken(name).await?),
         }
         if let Some(enabled) = bucket.spec.versioning {
             // A state that cannot be read (some S3-compatible services answer a bucket that
@@ -391,13 +438,61 @@ impl Pass<'_> {
         Ok(())
     }
 
+    /// After a failed CreateBucket: unless the bucket exists untagged (the call took effect
+    /// and only its answer was lost), the recorded name is not this Bucket's, so it is
+    /// forgotten. Otherwise a later bucket of that name, made by anyone, would be adopted,
+    /// and spec.bucketName could never be corrected.
+    async fn forget_intent_unless_created(&self, bucket: &Bucket, name: &str) -> Result<(), Error> {
+        match self.provider.lookup_bucket(name).await {
+            Ok(BucketLookup::Ours { tags }) if tags.is_empty() => return Ok(()),
+            // Unknown: keep the record; the next pass decides with what it finds.
+            Err(_) => return Ok(()),
+            Ok(_) => {}
+        }
+        let api = Api::<Bucket>::namespaced(self.ctx.client.clone(), &bucket.namespace().unwrap_or_default());
+        let params = PatchParams {
+            field_manager: Some(self.ctx.settings.field_manager.clone()),
+            ..Default::default()
+        };
+        let forget = json!({"status": {"bucketName": null, "region": null}});
+        api.patch_status(&bucket.name_any(), &params, &Patch::Merge(forget))
+            .await
+            .map_err(Error::kube("writing the Bucket's status"))?;
+        Ok(())
+    }
+
+    /// The bucket under this name is not this Bucket's: whatever credentials this Bucket
+    /// still has are revoked (its IAM user, policy and keys), so that no Bucket keeps access
+    /// to a bucket that turned out to be someone else's; then the refusal to report.
+    async fn refuse_taken(&self, name: &str) -> Result<Error, Error> {
+        self.delete_user().await?;
+        Ok(taken(name))
+    }
+
+    /// Deletes this Bucket's IAM user with its keys and policy, if it has one.
+    async fn delete_user(&self) -> Result<(), Error> {
+        // The derived name, never status: status is not proof of anything.
+        let user = self.owner.user_name();
+        if let Some(tags) = self.provider.user_tags(&user).await?
+            && self.owner.owns(&tags)
+        {
+            for key in self.provider.access_keys(&user).await? {
+                self.provider.delete_access_key(&user, &key).await?;
+            }
+            self.provider.delete_user_policy(&user, names::POLICY_NAME).await?;
+            self.provider.delete_user(&user).await?;
+            info!(user, "deleted the IAM user, its policy and keys");
+        }
+        Ok(())
+    }
+
     /// The IAM user and its policy; the user's name.
     async fn ensure_user(&self, bucket_name: &str) -> Result<String, Error> {
         let user = self.owner.user_name();
-        match self.provider.user_tags(&user).await? {
-            None => self.provider.create_user(&user, &self.owner.tags()).await?,
-            Some(tags) if self.owner.owns(&tags) => {}
-            Some(_) => {
+        match decide::user_step(self.provider.user_tags(&user).await?.as_ref(), &self.owner) {
+            UserStep::Create => self.provider.create_user(&user, &self.owner.tags()).await?,
+            UserStep::Keep => {}
+            UserStep::Taken => {
                 return Err(Error::blocked(
                     "UserNameTaken",
                     format!("the IAM user {user} exists and is not this Bucket's; kopper leaves it alone"),
@@ -479,17 +574,7 @@ impl Pass<'_> {
 
     async fn cleanup(&self, bucket: &Bucket) -> Result<Action, Error> {
         let status = bucket.status.clone().unwrap_or_default();
-        let user = status.user_name.clone().unwrap_or_else(|| self.owner.user_name());
-        if let Some(tags) = self.provider.user_tags(&user).await?
-            && self.owner.owns(&tags)
-        {
-            for key in self.provider.access_keys(&user).await? {
-                self.provider.delete_access_key(&user, &key).await?;
-            }
-            self.provider.delete_user_policy(&user, names::POLICY_NAME).await?;
-            self.provider.delete_user(&user).await?;
-            info!(user, "deleted the IAM user, its policy and keys");
-        }
+        self.delete_user().await?;
         if bucket.spec.deletion_policy == DeletionPolicy::Delete
             && let Some(name) = &status.bucket_name
         {
@@ -499,10 +584,14 @@ impl Pass<'_> {
     }
 
     async fn delete_bucket(&self, bucket: &Bucket, name: &str) -> Result<(), Error> {
-        match self.provider.lookup_bucket(name).await? {
-            BucketLookup::Ours { tags } if self.owner.owns(&tags) => {}
+        let found = self.provider.lookup_bucket(name).await?;
+        let recorded = Some(name);
+        match decide::bucket_step(&found, &self.owner, &bucket.spec.tags, recorded, name) {
+            BucketStep::Keep | BucketStep::Retag => {}
+            // Created and never tagged (a crash): deleted only while it is empty.
+            BucketStep::AdoptIfEmpty if self.provider.bucket_is_empty(name).await? => {}
             // Gone already, or never ours (then it is not kopper's to delete).
-            _ => return Ok(()),
+            BucketStep::AdoptIfEmpty | BucketStep::Create | BucketStep::Taken => return Ok(()),
         }
         if !self.provider.bucket_is_empty(name).await? {
             if !bucket.spec.empty_on_delete {

@@ -51,6 +51,12 @@ impl Owner {
         derived_name(&[&self.cluster, &self.namespace, &self.name], BUCKET_NAME_MAX)
     }
 
+    /// What every derived bucket name starts with, and so no explicit one may: otherwise a
+    /// tenant could take the name another Bucket derives (its inputs are no secret).
+    pub fn reserved_prefix(&self) -> String {
+        format!("{}-", self.cluster)
+    }
+
     /// The IAM user for this Bucket's credentials, derived like the default bucket name.
     pub fn user_name(&self) -> String {
         derived_name(&["kopper", &self.cluster, &self.namespace, &self.name], USER_NAME_MAX)
@@ -108,6 +114,37 @@ pub fn policy_document(bucket: &str) -> serde_json::Value {
     })
 }
 
+/// A label value naming a Kubernetes object: its name when that fits in a label (63
+/// characters), otherwise the name cut and ended by a digest.
+pub fn label_value(name: &str) -> String {
+    if name.len() <= 63 { name.to_owned() } else { derived_name(&[name], 63) }
+}
+
+/// Why `spec.tags` cannot be put on a bucket, in S3's rules for tags, plus the `kopper.dev/`
+/// keys kopper owns (a tenant must not be able to claim another Bucket's bucket by them).
+pub fn tags_problem(tags: &BTreeMap<String, String>) -> Option<String> {
+    let allowed = |c: char| c.is_alphanumeric() || " _.:/=+-@".contains(c);
+    for (key, value) in tags {
+        if key.is_empty() || key.chars().count() > 128 {
+            return Some(format!("key {key:?} must have 1 to 128 characters"));
+        }
+        if value.chars().count() > 256 {
+            return Some(format!("the value of {key:?} must have at most 256 characters"));
+        }
+        if key.starts_with("aws:") || key.starts_with("kopper.dev/") {
+            return Some(format!(
+                "key {key:?} uses a prefix reserved for AWS (aws:) or kopper (kopper.dev/)"
+            ));
+        }
+        if !key.chars().all(allowed) || !value.chars().all(allowed) {
+            return Some(format!(
+                "{key:?}: keys and values may hold only letters, digits, spaces and _ . : / = + - @"
+            ));
+        }
+    }
+    None
+}
+
 /// Why an explicit bucket name cannot be used, beyond what the CRD schema checks.
 pub fn bucket_name_problem(name: &str) -> Option<&'static str> {
     if name.contains("..") {
@@ -125,6 +162,40 @@ pub fn bucket_name_problem(name: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tags_follow_s3_rules_and_leave_kopper_and_aws_keys_alone() {
+        let tags = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert_eq!(tags_problem(&tags(&[("team", "a"), ("cost-center", "42/b")])), None);
+        for bad in [
+            tags(&[("kopper.dev/uid", "someone-elses")]),
+            tags(&[("aws:cloudformation:stack-name", "x")]),
+            tags(&[(&"k".repeat(129), "x")]),
+            tags(&[("team", &"v".repeat(257))]),
+            tags(&[("team", "a;b")]),
+        ] {
+            let problem = tags_problem(&bad).expect("refused");
+            assert!(!problem.is_empty());
+        }
+    }
+
+    #[test]
+    fn label_values_fit_in_a_label() {
+        assert_eq!(label_value("logs"), "logs");
+        let long = "a".repeat(200);
+        let value = label_value(&long);
+        assert!(value.len() <= 63 && value.ends_with(|c: char| c.is_ascii_alphanumeric()), "{value}");
+        assert_ne!(label_value(&long), label_value(&"a".repeat(201)));
+    }
+
+    #[test]
+    fn derived_names_start_with_the_reserved_prefix() {
+        let owner =
+            Owner { cluster: "prod".into(), namespace: "b".into(), name: "data".into(), uid: "u".into() };
+        assert!(owner.default_bucket_name().starts_with(&owner.reserved_prefix()));
+    }
 
     fn owner(namespace: &str, name: &str) -> Owner {
         Owner { cluster: "prod".into(), namespace: namespace.into(), name: name.into(), uid: "u-1".into() }

@@ -84,7 +84,7 @@ pub fn desired(bucket: &Bucket, contents: &Contents, key_id: &str, secret_key: &
             name: Some(bucket.secret_name()),
             namespace: bucket.namespace(),
             labels: Some(BTreeMap::from([
-                (BUCKET_LABEL.to_owned(), bucket.name_any()),
+                (BUCKET_LABEL.to_owned(), super::names::label_value(&bucket.name_any())),
                 ("app.kubernetes.io/managed-by".to_owned(), "kopper".to_owned()),
             ])),
             owner_references: owner_reference(bucket).map(|owner| vec![owner]),
