@@ -40,7 +40,13 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
 
 /// `kopper plan`: the replication engine's decision against the live cluster, printed.
 async fn plan(args: cli::PlanArgs) -> anyhow::Result<()> {
-    let client = runtime::client::connect(args.kubeconfig.as_deref(), args.context.as_deref(), None).await?;
+    let client = runtime::client::connect(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+        None,
+        runtime::fence::WriteFence::open(),
+    )
+    .await?;
     let settings = runtime::Settings {
         allow_cross_namespace_sources: args.allow_cross_namespace_sources,
         field_manager: args.field_manager,

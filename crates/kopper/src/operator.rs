@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use crate::cli::{LeaderElect, RunArgs};
 use crate::controllers;
+use crate::runtime::fence::WriteFence;
 use crate::runtime::leader::{self, LeaderError, Leadership, LeaseConfig};
 use crate::runtime::{Context, Metrics, Shutdown, admin, client};
 
@@ -25,8 +26,14 @@ const ADMIN_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1
 pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let lease = lease_config(&args)?;
     let metrics = Arc::new(Metrics::default());
-    let client =
-        client::connect(args.kubeconfig.as_deref(), args.context.as_deref(), Some(metrics.clone())).await?;
+    let fence = if lease.is_some() { WriteFence::closed() } else { WriteFence::open() };
+    let client = client::connect(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+        Some(metrics.clone()),
+        fence.clone(),
+    )
+    .await?;
     let listener = TcpListener::bind(args.admin_addr).await.with_context(|| {
         format!("cannot listen on --admin-addr {} (is the port in use?)", args.admin_addr)
     })?;
@@ -47,7 +54,7 @@ pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'sta
         trigger.trigger();
     });
 
-    let result = run_controllers(&ctx, &args, &enabled, lease, &stop).await;
+    let result = run_controllers(&ctx, &args, &enabled, lease.map(|config| (config, fence)), &stop).await;
     forward_shutdown.abort();
     stop_admin(admin, &admin_stop).await;
     result
@@ -68,14 +75,14 @@ async fn run_controllers(
     ctx: &Arc<Context>,
     args: &RunArgs,
     enabled: &[crate::cli::ControllerName],
-    lease: Option<LeaseConfig>,
+    lease: Option<(LeaseConfig, Arc<WriteFence>)>,
     stop: &Shutdown,
 ) -> anyhow::Result<()> {
     let leadership = match lease {
         None => None,
-        Some(config) => {
+        Some((config, fence)) => {
             ctx.readiness.set_standby(true);
-            let Some(leadership) = leader::acquire(ctx.client.clone(), config, stop).await else {
+            let Some(leadership) = leader::acquire(ctx.client.clone(), config, fence, stop).await else {
                 return Ok(());
             };
             ctx.readiness.set_standby(false);

@@ -266,3 +266,65 @@ fn bad_flag_is_a_one_line_error_and_a_failing_exit() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.lines().next().unwrap_or_default().contains("--lease-duration"), "{stderr}");
 }
+
+/// One of two replicas as a process of its own, so that it can be paused.
+fn replica_process(cluster: &Cluster, label: &str, admin: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .arg("run")
+        .args(replica_flags(label, admin))
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+async fn signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().unwrap().to_string();
+    let sent = tokio::process::Command::new("kill").args([signal, &pid]).status().await.unwrap();
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
+/// A leader paused past its lease (SIGSTOP: a stalled node, a frozen VM) wakes up with watch
+/// events queued and reconciles due; it must write nothing once the standby has taken over,
+/// and stop. Its writes are fenced by the deadline its last renewal earned.
+#[tokio::test]
+async fn a_leader_paused_past_its_lease_writes_nothing_after_the_standby_took_over() {
+    let cluster = Cluster::start().await;
+    let (admin_a, admin_b) = (free_admin_addr(), free_admin_addr());
+    let mut leader = replica_process(&cluster, "a.test/pod-name", &admin_a);
+    let pods = cluster.pods("default");
+    create_pod(&pods, &pod("before", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "before", "a.test/pod-name", Some("before")).await;
+    let mut standby = replica_process(&cluster, "b.test/pod-name", &admin_b);
+    eventually("the standby to serve /readyz", || async {
+        http_get(&admin_b, "/readyz").await.filter(|(status, _)| *status == 200)
+    })
+    .await;
+    let holder = lease_holder(&cluster, "kopper-test").await;
+
+    signal(&leader, "-STOP").await;
+    let during: Vec<String> = (0..5).map(|n| format!("during-{n}")).collect();
+    for name in &during {
+        create_pod(&pods, &pod(name, &[(ANNOTATION, "true")], &[])).await;
+    }
+    for name in &during {
+        wait_for_label(&cluster, name, "b.test/pod-name", Some(name)).await;
+    }
+    assert_ne!(lease_holder(&cluster, "kopper-test").await, holder, "the standby took the lease");
+
+    signal(&leader, "-CONT").await;
+    let exit = tokio::time::timeout(DEADLINE, leader.wait()).await.expect("the old leader stops").unwrap();
+    assert!(!exit.success(), "losing the lease is an error exit");
+    for name in &during {
+        assert_eq!(
+            label_of(&pods, name, "a.test/pod-name").await,
+            None,
+            "the old leader wrote to {name} after losing its lease"
+        );
+    }
+    standby.start_kill().unwrap();
+    standby.wait().await.unwrap();
+}

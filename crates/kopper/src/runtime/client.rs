@@ -7,6 +7,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use tracing::Instrument as _;
 
 use super::api_requests::ApiRequestsLayer;
+use super::fence::{FenceLayer, WriteFence};
 use super::metrics::Metrics;
 
 /// Name of the span the start-up check of the API server runs in. Telemetry drops kube's own
@@ -37,15 +38,18 @@ pub enum ConnectError {
 /// Builds a client from, in order: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config`, the pod's
 /// service account; then checks that the API server answers, so a wrong address fails at
 /// start-up rather than as a stream of watch errors. With `metrics`, every request is
-/// counted in `kopper_api_requests_total`.
+/// counted in `kopper_api_requests_total`; every write passes `fence` (see
+/// [`super::fence`]).
 pub async fn connect(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
     metrics: Option<Arc<Metrics>>,
+    fence: Arc<WriteFence>,
 ) -> Result<kube::Client, ConnectError> {
     let config = load_config(kubeconfig, context).await?;
     let url = config.cluster_url.to_string();
     let builder = kube::client::ClientBuilder::try_from(config).map_err(ConnectError::Client)?;
+    let builder = builder.with_layer(&FenceLayer::new(fence));
     let client = match metrics {
         Some(metrics) => builder.with_layer(&ApiRequestsLayer::new(metrics)).build(),
         None => builder.build(),

@@ -8,6 +8,7 @@
 //! resourceVersion, so a 409 means another replica won, and a leader that cannot renew before
 //! its lease would expire gives up leadership.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -17,6 +18,7 @@ use kube::Api;
 use kube::api::PostParams;
 use tracing::{debug, info, warn};
 
+use super::fence::WriteFence;
 use super::shutdown::Shutdown;
 
 /// Share of the lease duration after the last renewal at which the leader gives up.
@@ -128,17 +130,28 @@ fn claimed_spec(previous: Option<&LeaseSpec>, config: &LeaseConfig, now: Timesta
 pub struct Leadership {
     api: Api<Lease>,
     config: LeaseConfig,
+    /// Opened by each successful claim or renewal until its renew deadline; closed when
+    /// leadership ends.
+    fence: Arc<WriteFence>,
 }
 
-/// Waits until this replica holds the lease. Returns `None` if `shutdown` fires first.
-pub async fn acquire(client: kube::Client, config: LeaseConfig, shutdown: &Shutdown) -> Option<Leadership> {
+/// Waits until this replica holds the lease, then opens `fence` for writes. Returns `None` if
+/// `shutdown` fires first.
+pub async fn acquire(
+    client: kube::Client,
+    config: LeaseConfig,
+    fence: Arc<WriteFence>,
+    shutdown: &Shutdown,
+) -> Option<Leadership> {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "waiting for the leader lease");
     loop {
+        let sent = tokio::time::Instant::now();
         let wait = match try_claim(&api, &config).await {
             Ok(None) => {
                 info!(lease = %config.name, identity = %config.identity, "became the leader");
-                return Some(Leadership { api, config });
+                fence.open_until(sent + config.renew_deadline());
+                return Some(Leadership { api, config, fence });
             }
             Ok(Some(remaining)) => remaining.min(config.renew_interval),
             Err(error) => {
@@ -200,13 +213,22 @@ impl Leadership {
     /// another replica holds the lease, or renewals kept failing for most of the lease
     /// duration. Failed renewals are retried at a shorter interval.
     pub async fn keep(&self) -> LeaderError {
+        let error = self.renew_until_lost().await;
+        self.fence.close();
+        error
+    }
+
+    async fn renew_until_lost(&self) -> LeaderError {
         let mut last_renewed = tokio::time::Instant::now();
         let mut wait = self.config.renew_interval;
         loop {
             tokio::time::sleep(wait).await;
+            // The lease is valid from when the renewal was sent, not from when it returned.
+            let sent = tokio::time::Instant::now();
             let outcome = self.renew().await;
             if let Ok(Renewal::Renewed) = outcome {
-                last_renewed = tokio::time::Instant::now();
+                last_renewed = sent;
+                self.fence.open_until(sent + self.config.renew_deadline());
                 wait = self.config.renew_interval;
                 continue;
             }
@@ -242,6 +264,7 @@ impl Leadership {
     /// Clears the holder so that a standby takes over at its next poll instead of waiting for
     /// the lease to expire. Best effort: on failure the lease simply expires.
     pub async fn release(self) {
+        self.fence.close();
         let result = async {
             let mut lease = self.api.get(&self.config.name).await?;
             let Some(spec) = lease.spec.as_mut() else { return Ok(()) };

@@ -5,6 +5,7 @@ pub mod api_requests;
 pub mod client;
 pub mod context;
 pub mod controller;
+pub mod fence;
 pub mod leader;
 pub mod metrics;
 pub mod process;
