@@ -503,7 +503,8 @@ async fn throttling_and_server_errors_are_retried_with_backoff_until_ready() {
     let Some(moto) = Moto::start().await else { return };
     let proxy = FaultProxy::start(&moto.endpoint).await;
     let cluster = cluster().await;
-    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let admin = common::free_admin_addr();
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &["--admin-addr", &admin]);
     proxy
         .set_faults(json!([
             {"operation": "HeadBucket", "times": 2, "status": 503},
@@ -520,7 +521,13 @@ async fn throttling_and_server_errors_are_retried_with_backoff_until_ready() {
     let message = &conditions.iter().find(|c| c.type_ == "Ready").unwrap().message;
     assert!(message.contains("CreateBucket") && message.contains("SlowDown"), "{message}");
 
+    let not_ready = "kopper_rules_not_ready{controller=\"bucket\"}";
+    assert_eq!(common::metric(&admin, not_ready).await, Some(1.0), "counted while not Ready");
     wait_for_reason_within(&cluster, "slow", "Ready", THROUGH_FAULTS).await;
+    eventually("the Bucket to count as Ready", || async {
+        (common::metric(&admin, not_ready).await == Some(0.0)).then_some(())
+    })
+    .await;
     assert_faults_used(&proxy).await;
     let s3 = moto.client().await;
     wait_for_one_key(&cluster, &s3, "slow").await;

@@ -175,7 +175,7 @@ impl Metrics {
         );
         kopper.register(
             "rules_not_ready",
-            "Rules whose Ready condition is not True, per controller",
+            "Rules or Buckets whose Ready condition is not True, per controller",
             self.rules_not_ready.clone(),
         );
         kopper.register(

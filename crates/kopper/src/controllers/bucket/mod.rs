@@ -44,6 +44,7 @@ use names::Owner;
 use provider::{BucketLookup, FailureKind, Provider, ProviderError};
 use types::{Bucket, BucketStatus, DeletionPolicy};
 
+use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory, run_controller};
 
 /// Name in metrics, logs, `/readyz` and `--controllers`.
@@ -225,6 +226,7 @@ async fn reconcile(
     let Some(provider) = provider else {
         let message = "kopper runs without an S3 provider: a cluster admin must set --s3-region \
                        (KOPPER_S3_REGION) and, for an S3-compatible service, --s3-endpoint";
+        count_not_ready(&ctx, &bucket, Some(true));
         write_status(&ctx, &bucket, |status| {
             set_ready(status, &bucket, "False", "ProviderNotConfigured", message)
         })
@@ -246,7 +248,17 @@ async fn reconcile(
     if let Err(error) = &result {
         report(&ctx, &bucket, error).await;
     }
+    let cleaned_up = bucket.meta().deletion_timestamp.is_some() && result.is_ok();
+    count_not_ready(&ctx, &bucket, (!cleaned_up).then_some(result.is_err()));
     result
+}
+
+/// Counts the Bucket in `kopper_rules_not_ready{controller="bucket"}` while it is not Ready;
+/// `None` forgets it (it is gone).
+fn count_not_ready(ctx: &Context, bucket: &Bucket, not_ready: Option<bool>) {
+    let key = format!("{}/{}", bucket.namespace().unwrap_or_default(), bucket.name_any());
+    let gauges = not_ready.map(|not_ready| RuleGauges { not_ready, ..RuleGauges::default() });
+    ctx.metrics.set_rule_gauges(NAME, &key, gauges);
 }
 
 fn owner_of(ctx: &Context, bucket: &Bucket) -> Owner {
