@@ -15,7 +15,7 @@ use serde_json::json;
 use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::replication;
 use kopper::controllers::replication_rule::types::ReplicationRule;
-use kopper::runtime::metrics::ControllerLabels;
+use kopper::runtime::metrics::{ControllerLabels, ScopedWatchLabels};
 use kopper::runtime::{Context, Metrics, Settings};
 
 use common::{InProcess, eventually};
@@ -784,4 +784,35 @@ async fn stopping_while_a_cache_cannot_list_ends_promptly() {
     })
     .await;
     cluster.stop_operator().await;
+}
+
+/// Copies blocked under more names than name watches may be open cost one cluster-wide
+/// watch, not a connection per name (tenants choose how many names they block), and every
+/// one still follows when its blocker goes.
+#[tokio::test]
+async fn copies_blocked_under_many_names_share_one_watch_and_follow_when_freed() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    let names = replication::scoped::MAX_NAME_WATCHES + 3;
+    for n in 0..names {
+        cluster.config_map("team-a", &format!("app-{n}"), json!({}), json!({"mine": "yes"})).await;
+        cluster.config_map("default", &format!("app-{n}"), copyrator(), json!({"level": "info"})).await;
+    }
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.rule_status("main-rule", |s| s["conflictCount"] == names).await;
+
+    let watches = |scope: &str| {
+        let labels = ScopedWatchLabels { kind: "ConfigMap".into(), scope: scope.into() };
+        cluster.metrics.scoped_watches.get_or_create(&labels).get()
+    };
+    eventually("the name watches to give way to one cluster-wide watch", || async {
+        (watches("cluster") == 1 && watches("name") == 0).then_some(())
+    })
+    .await;
+    for n in [0, names - 1] {
+        cluster.config_maps("team-a").delete(&format!("app-{n}"), &DeleteParams::default()).await.unwrap();
+        cluster.copy_has("team-a", &format!("app-{n}"), "level", "info").await;
+    }
+    cluster.rule_status("main-rule", |s| s["conflictCount"] == names - 2).await;
+    assert!(watches("name") as usize <= replication::scoped::MAX_NAME_WATCHES);
 }

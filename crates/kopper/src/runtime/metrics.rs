@@ -37,6 +37,13 @@ pub struct CacheLabels {
     pub kind: String,
 }
 
+/// A scoped watch's kind and what it covers (`namespace`, `name` or `cluster`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopedWatchLabels {
+    pub kind: String,
+    pub scope: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
@@ -64,6 +71,7 @@ pub struct Metrics {
     /// Unix time of each controller's last reconcile that succeeded.
     pub last_success: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
     pub cached_objects: Family<CacheLabels, IntGauge>,
+    pub scoped_watches: Family<ScopedWatchLabels, IntGauge>,
     pub leader: IntGauge,
     pub leader_transitions: Counter,
     pub objects_written: Family<ControllerLabels, Counter<u64, AtomicU64>>,
@@ -109,6 +117,7 @@ impl Default for Metrics {
             }),
             last_success: Family::default(),
             cached_objects: Family::default(),
+            scoped_watches: Family::default(),
             leader: Gauge::default(),
             leader_transitions: Counter::default(),
             objects_written: Family::default(),
@@ -147,6 +156,11 @@ impl Metrics {
             "cached_objects",
             "Objects held in each controller's cache",
             self.cached_objects.clone(),
+        );
+        kopper.register(
+            "scoped_watches",
+            "Watches open on what rules need, by kind and scope (namespace, name, cluster); each is a connection",
+            self.scoped_watches.clone(),
         );
         kopper.register(
             "leader",

@@ -23,7 +23,7 @@ use super::desired::{
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
-use super::scoped::{Scope, ScopeNotReady};
+use super::scoped::{MAX_NAME_WATCHES, Scope, ScopeNotReady};
 use super::{RULE_CONTROLLER, controller_of};
 use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory};
@@ -268,7 +268,7 @@ impl Engine {
         let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &plan.changes).await;
         for key in &applied.unmanaged {
             // Watch that name, so kopper sees the object that holds the place go.
-            self.caches.scoped.ensure(kind, Scope::Name(key.name.clone()));
+            self.caches.scoped.watch_name(kind, &key.name);
         }
         let controller = controller_of(rule.id.kind);
         applied.written.iter().chain(&applied.removed).for_each(|_| ctx.metrics.wrote(controller));
@@ -297,8 +297,12 @@ impl Engine {
                 source_names.extend(matched.map(|object| (kind, object.name)));
             }
         }
+        // A cluster-wide watch that stands in for name watches stays while there are more
+        // source names than name watches may be open (see `Scoped::watch_name`).
+        let many_names = |kind| source_names.iter().filter(|(of, _)| *of == kind).count() > MAX_NAME_WATCHES;
         self.caches.scoped.retain(|kind, scope| match scope {
-            Scope::Namespace(_) | Scope::Cluster => needed.contains(&(kind, scope.clone())),
+            Scope::Namespace(_) => needed.contains(&(kind, scope.clone())),
+            Scope::Cluster => needed.contains(&(kind, scope.clone())) || many_names(kind),
             Scope::Name(name) => source_names.contains(&(kind, name.clone())),
         });
     }

@@ -14,7 +14,8 @@
 //! - everything else only where a rule needs it ([`scoped`]), metadata only: the rules'
 //!   source namespaces (one cluster-wide watch instead past
 //!   [`scoped::MAX_NAMESPACE_WATCHES`] of them), and the names of sources whose copy an
-//!   object kopper did not make blocks (to see it go). Elsewhere, before creating a copy kopper looks whether an
+//!   object kopper did not make blocks (to see it go; one cluster-wide watch instead past
+//!   [`scoped::MAX_NAME_WATCHES`] names). Elsewhere, before creating a copy kopper looks whether an
 //!   object is already there, and reports it as a conflict instead of touching it;
 //! - namespaces, metadata only ([`index`]).
 //!

@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::desired::{Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind};
 use super::index::{Router, Synced};
+use crate::runtime::metrics::ScopedWatchLabels;
 
 /// How long a pass waits for a new scoped watch's first list before it fails and is retried.
 const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,6 +31,12 @@ const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// every tenant's namespace must not mean a watch per tenant; past this many, holding the
 /// metadata of every object of the kind costs less than the connections.
 pub const MAX_NAMESPACE_WATCHES: usize = 32;
+
+/// Names of one kind watched one by one to see an object that blocks a copy go; beyond
+/// this, one cluster-wide watch replaces them. Tenants choose how many names are blocked
+/// (a ConfigMapSync per name squatted somewhere), so the connections they cost are capped
+/// here, not by them.
+pub const MAX_NAME_WATCHES: usize = 32;
 
 /// What one scoped watch covers.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -188,7 +195,50 @@ impl Scoped {
         };
         tracing::debug!(%kind, ?scope, "started a scoped watch");
         watches.insert((kind, scope), Running { store: store.clone(), task });
+        self.count_watches(&watches);
         store
+    }
+
+    /// Sets `kopper_scoped_watches` from the watches running.
+    fn count_watches(&self, watches: &HashMap<(ObjectKind, Scope), Running>) {
+        for kind in ObjectKind::ALL {
+            for (label, is) in [
+                ("namespace", (|s: &Scope| matches!(s, Scope::Namespace(_))) as fn(&Scope) -> bool),
+                ("name", |s: &Scope| matches!(s, Scope::Name(_))),
+                ("cluster", |s: &Scope| matches!(s, Scope::Cluster)),
+            ] {
+                let count = watches.keys().filter(|(of, scope)| *of == kind && is(scope)).count();
+                let labels = ScopedWatchLabels { kind: kind.to_string(), scope: label.to_owned() };
+                self.metrics
+                    .scoped_watches
+                    .get_or_create(&labels)
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
+        }
+    }
+
+    /// Watches objects named `name` in every namespace, so that kopper sees an object that
+    /// blocks a copy go. Past [`MAX_NAME_WATCHES`] names of a kind, one cluster-wide watch
+    /// covers them all and the name watches stop.
+    pub fn watch_name(&self, kind: ObjectKind, name: &str) {
+        let (names, covered) = {
+            let watches = self.lock();
+            let names =
+                watches.keys().filter(|(of, scope)| *of == kind && matches!(scope, Scope::Name(_))).count();
+            let covered = watches.contains_key(&(kind, Scope::Cluster))
+                || watches.contains_key(&(kind, Scope::Name(name.to_owned())));
+            (names, covered)
+        };
+        if covered {
+            return;
+        }
+        if names < MAX_NAME_WATCHES {
+            self.ensure(kind, Scope::Name(name.to_owned()));
+            return;
+        }
+        tracing::info!(%kind, names, "more blocked names than name watches may be open; one cluster-wide watch covers them");
+        self.ensure(kind, Scope::Cluster);
+        self.retain(|of, scope| !(of == kind && matches!(scope, Scope::Name(_))));
     }
 
     /// Starts the watches of `scopes` and waits for their first lists.
@@ -205,7 +255,8 @@ impl Scoped {
 
     /// Stops the watches `keep` rejects.
     pub fn retain(&self, keep: impl Fn(ObjectKind, &Scope) -> bool) {
-        self.lock().retain(|(kind, scope), running| {
+        let mut watches = self.lock();
+        watches.retain(|(kind, scope), running| {
             let kept = keep(*kind, scope);
             if !kept {
                 tracing::debug!(%kind, ?scope, "stopped a scoped watch");
@@ -213,6 +264,7 @@ impl Scoped {
             }
             kept
         });
+        self.count_watches(&watches);
     }
 
     pub fn view(&self, kind: ObjectKind) -> ScopedView {
