@@ -15,7 +15,7 @@ use serde_json::json;
 use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::replication;
 use kopper::controllers::replication_rule::types::ReplicationRule;
-use kopper::runtime::metrics::{ControllerLabels, ScopedWatchLabels};
+use kopper::runtime::metrics::{ControllerLabels, KindLabels, ScopedWatchLabels};
 use kopper::runtime::{Context, Metrics, Settings};
 
 use common::{InProcess, eventually};
@@ -815,4 +815,33 @@ async fn copies_blocked_under_many_names_share_one_watch_and_follow_when_freed()
     }
     cluster.rule_status("main-rule", |s| s["conflictCount"] == names - 2).await;
     assert!(watches("name") as usize <= replication::scoped::MAX_NAME_WATCHES);
+}
+
+/// Memory follows what is replicated now, not what was: a source's content is dropped once
+/// no rule copies it, so creating and deleting rules and large sources in a loop (what a
+/// tenant can do) leaves nothing behind.
+#[tokio::test]
+async fn source_content_is_forgotten_once_no_rule_copies_it() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    let held = || {
+        let labels = KindLabels { kind: "ConfigMap".into() };
+        cluster.metrics.cached_source_contents.get_or_create(&labels).get()
+    };
+    let large = "x".repeat(200 * 1024);
+    for round in 0..3 {
+        let name = format!("big-{round}");
+        cluster.config_map("default", &name, copyrator(), json!({"blob": large})).await;
+        cluster.apply_rule(RULE_SAMPLE).await;
+        cluster.copy_data_when("team-a", &name, |data| data.is_some()).await;
+        assert!(held() >= 1, "the source's content is held while it is copied");
+        cluster.rules().delete("main-rule", &DeleteParams::default()).await.unwrap();
+        cluster.copy_absent("team-a", &name).await;
+        eventually("the rule to be gone", || async {
+            cluster.rules().get_opt("main-rule").await.unwrap().is_none().then_some(())
+        })
+        .await;
+        cluster.config_maps("default").delete(&name, &DeleteParams::default()).await.unwrap();
+        eventually("the source's content to be forgotten", || async { (held() == 0).then_some(()) }).await;
+    }
 }

@@ -72,6 +72,7 @@ pub struct Metrics {
     pub last_success: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
     pub cached_objects: Family<CacheLabels, IntGauge>,
     pub scoped_watches: Family<ScopedWatchLabels, IntGauge>,
+    pub cached_source_contents: Family<KindLabels, IntGauge>,
     pub leader: IntGauge,
     pub leader_transitions: Counter,
     pub objects_written: Family<ControllerLabels, Counter<u64, AtomicU64>>,
@@ -118,6 +119,7 @@ impl Default for Metrics {
             last_success: Family::default(),
             cached_objects: Family::default(),
             scoped_watches: Family::default(),
+            cached_source_contents: Family::default(),
             leader: Gauge::default(),
             leader_transitions: Counter::default(),
             objects_written: Family::default(),
@@ -156,6 +158,11 @@ impl Metrics {
             "cached_objects",
             "Objects held in each controller's cache",
             self.cached_objects.clone(),
+        );
+        kopper.register(
+            "cached_source_contents",
+            "Sources whose content the replication engine holds, by kind; only sources some rule copies",
+            self.cached_source_contents.clone(),
         );
         kopper.register(
             "scoped_watches",

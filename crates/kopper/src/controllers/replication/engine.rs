@@ -108,6 +108,24 @@ impl Memo {
         lock(&self.changed).insert(source.uid.clone(), (source.resource_version.clone(), Instant::now()));
     }
 
+    /// Drops the content of every source no rule copies any more (its rule or the source
+    /// went, or the source stopped matching), so that memory follows what is replicated now,
+    /// not what was once; sets `kopper_cached_source_contents`.
+    fn keep_sources(&self, metrics: &crate::runtime::Metrics, copied: &HashSet<(ObjectKind, String)>) {
+        let mut sources = lock(&self.sources);
+        sources.retain(|(kind, uid), _| copied.contains(&(*kind, uid.clone())));
+        let uids: HashSet<&String> = copied.iter().map(|(_, uid)| uid).collect();
+        lock(&self.changed).retain(|uid, _| uids.contains(uid));
+        for kind in ObjectKind::ALL {
+            let held = sources.keys().filter(|(of, _)| *of == kind).count();
+            let labels = crate::runtime::metrics::KindLabels { kind: kind.to_string() };
+            metrics
+                .cached_source_contents
+                .get_or_create(&labels)
+                .set(i64::try_from(held).unwrap_or(i64::MAX));
+        }
+    }
+
     fn cached_source(&self, kind: ObjectKind, info: &ObjectInfo) -> Option<Source> {
         let sources = lock(&self.sources);
         let cached = sources.get(&(kind, info.uid.clone()))?;
@@ -281,20 +299,23 @@ impl Engine {
         tally.failed.extend(applied.failed);
     }
 
-    /// Stops the scoped watches no rule needs any more: source namespaces no rule reads
-    /// from, and names no rule copies.
+    /// Stops the scoped watches no rule needs any more (source namespaces no rule reads
+    /// from, and names no rule copies), and forgets the content of sources no rule copies.
     fn retire_scoped_watches(&self, ctx: &Context) {
         let rules = self.router.rules.in_force(&ctx.settings);
         let mut needed: HashSet<(ObjectKind, Scope)> = HashSet::new();
         let mut source_names: HashSet<(ObjectKind, String)> = HashSet::new();
+        let mut source_uids: HashSet<(ObjectKind, String)> = HashSet::new();
         for kind in ObjectKind::ALL {
             let scopes = Scope::for_sources(source_namespaces(&rules, kind).into_iter());
             needed.extend(scopes.into_iter().map(|scope| (kind, scope)));
             let view = self.caches.scoped.view(kind);
             for rule in rules.iter().filter(|rule| rule.kind == kind) {
                 let objects = view.objects_in(rule.sources.namespaces.iter().map(String::as_str));
-                let matched = objects.into_iter().filter(|object| rule.sources.matches(object));
-                source_names.extend(matched.map(|object| (kind, object.name)));
+                for object in objects.into_iter().filter(|object| rule.sources.matches(object)) {
+                    source_uids.insert((kind, object.uid));
+                    source_names.insert((kind, object.name));
+                }
             }
         }
         // A cluster-wide watch that stands in for name watches stays while there are more
@@ -305,6 +326,7 @@ impl Engine {
             Scope::Cluster => needed.contains(&(kind, scope.clone())) || many_names(kind),
             Scope::Name(name) => source_names.contains(&(kind, name.clone())),
         });
+        self.router.memo.keep_sources(&ctx.metrics, &source_uids);
     }
 
     fn namespaces(&self) -> BTreeMap<String, NamespaceInfo> {
