@@ -135,7 +135,8 @@ pub struct RunArgs {
     pub controllers: Vec<ControllerName>,
 
     /// Reconciles each controller runs at once.
-    #[arg(long, env = "KOPPER_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, env = "KOPPER_CONCURRENCY", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
     /// Take a coordination.k8s.io Lease so that only one replica reconciles.
@@ -143,12 +144,12 @@ pub struct RunArgs {
     pub leader_elect: LeaderElect,
 
     /// Name of the leader-election Lease.
-    #[arg(long, env = "KOPPER_LEASE_NAME", default_value = "kopper-leader")]
+    #[arg(long, env = "KOPPER_LEASE_NAME", default_value = "kopper-leader", value_parser = parse_object_name)]
     pub lease_name: String,
 
     /// Namespace of the leader-election Lease (default: the pod's own namespace in a cluster,
     /// `default` outside one).
-    #[arg(long, env = "KOPPER_LEASE_NAMESPACE")]
+    #[arg(long, env = "KOPPER_LEASE_NAMESPACE", value_parser = parse_namespace)]
     pub lease_namespace: Option<String>,
 
     /// How long a lease stays valid without renewal; a standby replica takes over within this
@@ -173,11 +174,12 @@ pub struct RunArgs {
     pub telemetry: TelemetryArgs,
 
     /// Annotation that asks the pod labeler to label a pod with its name (value "true").
-    #[arg(long, env = "KOPPER_POD_LABEL_ANNOTATION", default_value = "kopper.dev/add-pod-name-label")]
+    #[arg(long, env = "KOPPER_POD_LABEL_ANNOTATION", default_value = "kopper.dev/add-pod-name-label",
+          value_parser = parse_label_key)]
     pub pod_label_annotation: String,
 
     /// Label the pod labeler sets to the pod's name.
-    #[arg(long, env = "KOPPER_POD_NAME_LABEL", default_value = "kopper.dev/pod-name")]
+    #[arg(long, env = "KOPPER_POD_NAME_LABEL", default_value = "kopper.dev/pod-name", value_parser = parse_label_key)]
     pub pod_name_label: String,
 
     /// Let a ConfigMapSync read from a namespace other than its own. Only for clusters where
@@ -275,6 +277,69 @@ fn parse_cluster_id(text: &str) -> Result<String, String> {
     }
 }
 
+/// The levels tracing knows, for `--log-level`.
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// A level, or directives `target=level` (a bare word that is no level, like `verbose`, would
+/// silently mean "everything from a module named verbose").
+fn parse_log_filter(text: &str) -> Result<String, String> {
+    let problem = text.split(',').map(str::trim).find(|directive| match directive.split_once('=') {
+        None => !LOG_LEVELS.contains(&directive.to_ascii_lowercase().as_str()),
+        Some((target, level)) => {
+            target.is_empty() || !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str())
+        }
+    });
+    match problem {
+        None if tracing_subscriber::EnvFilter::try_new(text).is_ok() => Ok(text.to_owned()),
+        _ => Err(format!(
+            "`{text}` is not a log filter: use a level ({}) or directives like `kopper=debug,kube=info`",
+            LOG_LEVELS.join(", ")
+        )),
+    }
+}
+
+/// A label or annotation key: an optional DNS-subdomain prefix and `/`, then a name of at
+/// most 63 letters, digits, `-`, `_` and `.`, alphanumeric at both ends.
+fn parse_label_key(text: &str) -> Result<String, String> {
+    let (prefix, name) = text.rsplit_once('/').map_or((None, text), |(prefix, name)| (Some(prefix), name));
+    let prefix_ok = prefix.is_none_or(|prefix| parse_object_name(prefix).is_ok());
+    let name_ok =
+        !name.is_empty() && crate::controllers::namespace_access::names::check_label_value(name).is_ok();
+    if prefix_ok && name_ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "`{text}` is not a label key: use `name` or `prefix/name`, the name at most 63 letters, digits, \
+             '-', '_' and '.', the prefix a DNS subdomain (e.g. `example.com/pod-name`)"
+        ))
+    }
+}
+
+/// An object name (a DNS subdomain): at most 253 lowercase letters, digits, `-` and `.`,
+/// alphanumeric at both ends.
+fn parse_object_name(text: &str) -> Result<String, String> {
+    let valid = !text.is_empty()
+        && text.len() <= 253
+        && text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not a Kubernetes name: use lowercase letters, digits, '-' and '.'"))
+    }
+}
+
+/// A namespace name (a DNS label): at most 63 lowercase letters, digits and inner `-`.
+fn parse_namespace(text: &str) -> Result<String, String> {
+    let valid = text.len() <= 63 && !text.contains('.') && parse_object_name(text).is_ok();
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not a namespace name: use at most 63 lowercase letters, digits and '-'"))
+    }
+}
+
 fn parse_namespaced_name(text: &str) -> Result<(String, String), String> {
     match text.split_once('/') {
         Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
@@ -328,7 +393,7 @@ pub struct TelemetryArgs {
     pub log_format: LogFormat,
 
     /// Log filter: a level (`info`, `debug`) or per-module directives (`kopper=debug,kube=info`).
-    #[arg(long, env = "KOPPER_LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "KOPPER_LOG_LEVEL", default_value = "info", value_parser = parse_log_filter)]
     pub log_level: String,
 }
 
@@ -409,6 +474,35 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Command, clap::Error> {
         Cli::try_parse_from(std::iter::once("kopper").chain(args.iter().copied())).map(Cli::into_command)
+    }
+
+    #[test]
+    fn flags_a_running_kopper_would_trip_on_are_refused_at_start_naming_the_flag() {
+        for (flag, value) in [
+            ("--log-level", "verbose"),
+            ("--log-level", "kopper=loud"),
+            ("--concurrency", "0"),
+            ("--lease-name", ""),
+            ("--lease-namespace", "Not_A_Namespace"),
+            ("--pod-name-label", "has space"),
+            ("--pod-name-label", "example.com/"),
+            ("--pod-label-annotation", "-leading"),
+        ] {
+            let argument = format!("{flag}={value}");
+            let error =
+                parse(&["run", &argument]).err().unwrap_or_else(|| panic!("{flag} {value:?} accepted"));
+            let message = error.to_string();
+            assert!(message.contains(flag), "{flag} {value:?}: {message}");
+        }
+        for (flag, value) in [
+            ("--log-level", "debug"),
+            ("--log-level", "kopper=debug,kube=info"),
+            ("--pod-name-label", "example.com/pod-name"),
+            ("--pod-name-label", "pod_name"),
+            ("--lease-namespace", "kopper-system"),
+        ] {
+            assert!(parse(&["run", flag, value]).is_ok(), "{flag} {value:?} refused");
+        }
     }
 
     #[test]

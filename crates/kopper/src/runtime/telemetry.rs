@@ -29,7 +29,10 @@ pub fn init(args: &TelemetryArgs) -> Result<(), TelemetryError> {
         .map_err(|cause| TelemetryError { level: args.log_level.clone(), cause })?;
     // stderr, so that output meant for people or pipes (`kopper crds`, the demo's summary)
     // stays clean on stdout.
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colours_wanted());
     let _already_installed = match args.log_format {
         LogFormat::Text => builder.finish().with(without_probe_failure_log()).try_init(),
         LogFormat::Json => builder
@@ -41,6 +44,13 @@ pub fn init(args: &TelemetryArgs) -> Result<(), TelemetryError> {
             .try_init(),
     };
     Ok(())
+}
+
+/// Colours only for a person at a terminal: never into a pipe or file (where escape codes are
+/// noise), and never when `NO_COLOR` is set (<https://no-color.org>).
+fn colours_wanted() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }
 
 /// Drops kube's ERROR log of a failed request while kopper checks the API server at start-up.
