@@ -14,7 +14,53 @@ use crate::controllers::replication_rule::types::ReplicationRule;
 
 /// All kopper CRDs, in a stable order. Each controller adds its kinds here.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![NamespaceAccess::crd(), ConfigMapSync::crd(), ReplicationRule::crd(), Bucket::crd()]
+    let crds = [NamespaceAccess::crd(), ConfigMapSync::crd(), ReplicationRule::crd(), Bucket::crd()];
+    crds.into_iter().map(with_strict_selectors).collect()
+}
+
+/// Label keys as Kubernetes accepts them: an optional DNS-subdomain prefix and `/`, then a
+/// name of at most 63 letters, digits, `-`, `_` and `.`, alphanumeric at both ends.
+pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// Label values: empty, or at most 63 letters, digits, `-`, `_` and `.`, alphanumeric at both ends.
+pub const LABEL_VALUE_PATTERN: &str = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
+
+/// k8s-openapi's LabelSelector schema accepts any string as an operator, key or value, so a
+/// wrong selector would be stored and fail only when kopper reads it. Every selector in
+/// kopper's CRDs gets the rules kube-apiserver applies to label selectors: operators from
+/// the four that exist, label keys and values of the right shape; `kubectl apply` then
+/// refuses a wrong one and names the field.
+fn with_strict_selectors(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.take()) else {
+            continue;
+        };
+        let mut value = serde_json::to_value(schema).expect("a schema is JSON");
+        tighten_selectors(&mut value);
+        let schema = serde_json::from_value(value).expect("a tightened schema is still a schema");
+        version.schema.as_mut().expect("checked above").open_api_v3_schema = Some(schema);
+    }
+    crd
+}
+
+fn tighten_selectors(node: &mut serde_json::Value) {
+    let serde_json::Value::Object(object) = node else { return };
+    if let Some(properties) = object.get_mut("properties").and_then(serde_json::Value::as_object_mut)
+        && properties.contains_key("matchExpressions")
+        && properties.contains_key("matchLabels")
+    {
+        let requirement = &mut properties["matchExpressions"]["items"]["properties"];
+        requirement["operator"]["enum"] = serde_json::json!(["In", "NotIn", "Exists", "DoesNotExist"]);
+        requirement["key"]["pattern"] = LABEL_KEY_PATTERN.into();
+        requirement["key"]["maxLength"] = 317.into();
+        requirement["values"]["items"]["pattern"] = LABEL_VALUE_PATTERN.into();
+        properties["matchLabels"]["additionalProperties"]["pattern"] = LABEL_VALUE_PATTERN.into();
+    }
+    for child in object.values_mut() {
+        match child {
+            serde_json::Value::Array(items) => items.iter_mut().for_each(tighten_selectors),
+            other => tighten_selectors(other),
+        }
+    }
 }
 
 /// The CRDs as one multi-document YAML stream.

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
     group = "kopper.dev",
     version = "v1alpha1",
     kind = "Bucket",
+    doc = "An S3 bucket with its own IAM user, a policy that allows exactly that bucket, and one access key, whose credentials kopper writes into a Secret in this namespace. Deleting the Bucket removes the user, policy and key, and the bucket too with deletionPolicy Delete; with Retain (the default) the bucket and its data stay.",
     plural = "buckets",
     namespaced,
     status = "BucketStatus",

@@ -22,6 +22,7 @@ pub use crate::controllers::replication_rule::types::CopyConflict;
     group = "kopper.dev",
     version = "v1alpha1",
     kind = "ConfigMapSync",
+    doc = "Keeps a copy of one ConfigMap of this namespace in other namespaces: the destinations named or selected, each only if it accepts copies from this namespace (annotation kopper.dev/accept-replication-from on the Namespace). Copies follow the source, are restored when edited or deleted, and are removed when this object goes. An object of the same name that kopper did not create is never touched; it is reported in status.",
     plural = "configmapsyncs",
     namespaced,
     shortname = "cms",

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
     group = "kopper.dev",
     version = "v1alpha1",
     kind = "ReplicationRule",
+    doc = "Copies every ConfigMap or Secret of the source namespaces whose labels match the selector into every namespace the rule selects, including namespaces created later. Copies follow their source, are restored when edited or deleted, and are removed when the source stops matching or this rule is deleted. An object of the same name that kopper did not create is never touched; it is reported in status.",
     plural = "replicationrules",
     shortname = "rr",
     status = "ReplicationRuleStatus",
