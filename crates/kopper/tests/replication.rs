@@ -845,3 +845,34 @@ async fn source_content_is_forgotten_once_no_rule_copies_it() {
         eventually("the source's content to be forgotten", || async { (held() == 0).then_some(()) }).await;
     }
 }
+
+/// A ConfigMapSync whose ConfigMap does not exist is not Ready and says so, then copies it
+/// as soon as it is created.
+#[tokio::test]
+async fn a_config_map_sync_without_its_source_is_not_ready_until_the_source_exists() {
+    let cluster = Cluster::start().await;
+    for namespace in ["source-namespace", "destination-namespace"] {
+        cluster.namespace(namespace, json!({})).await;
+    }
+    let sync: ConfigMapSync = kopper::samples::of_kind(SYNC_SAMPLE, "ConfigMapSync").unwrap();
+    let api = Api::<ConfigMapSync>::namespaced(cluster.client.clone(), "source-namespace");
+    api.create(&PostParams::default(), &sync).await.unwrap();
+    let ready = |reason: &'static str| {
+        let api = api.clone();
+        async move {
+            eventually(&format!("Ready reason {reason}"), || async {
+                let status = api.get("configmapsync-sample").await.unwrap().status?;
+                let ready = status.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+                (ready.reason == reason).then_some(ready)
+            })
+            .await
+        }
+    };
+    let missing = ready("SourceNotFound").await;
+    assert_eq!(missing.status, "False");
+    assert!(missing.message.contains("source-namespace/configmap-name"), "{}", missing.message);
+
+    cluster.config_map("source-namespace", "configmap-name", json!({}), json!({"a": "1"})).await;
+    cluster.copy_has("destination-namespace", "configmap-name", "a", "1").await;
+    assert_eq!(ready("Synced").await.status, "True");
+}

@@ -54,6 +54,9 @@ pub struct Findings {
     /// [`RuleObject::redact`]). They are counted, not named.
     pub hidden_conflicts: usize,
     pub hidden_synced: usize,
+    /// The one source a rule names (`namespace/name`, a ConfigMapSync's), when it does not
+    /// exist: the rule cannot do what it asks for, unlike a selector that matches nothing yet.
+    pub missing_source: Option<String>,
 }
 
 impl Findings {
@@ -93,8 +96,14 @@ impl Findings {
                     crate::tenancy::ACCEPT_REPLICATION_FROM
                 ),
             )
+        } else if let Some(source) = &self.missing_source {
+            (
+                "False",
+                "SourceNotFound",
+                format!("the source {source} does not exist; it is copied as soon as it is created"),
+            )
         } else if self.sources_matched == 0 {
-            ("True", "NoSources", "no source object matches".to_owned())
+            ("True", "NoSources", "no source object matches the selector".to_owned())
         } else {
             ("True", "Synced", format!("{} in sync", copies(self.copies_in_sync)))
         }
