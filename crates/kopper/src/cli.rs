@@ -427,17 +427,20 @@ pub struct PlanArgs {
 
 #[derive(Clone, Debug, Args)]
 pub struct DemoArgs {
-    /// Directory whose YAML files are applied once the controllers run.
-    #[arg(long, env = "KOPPER_DEMO_SAMPLES", default_value = "config/samples")]
-    pub samples: PathBuf,
+    /// Directory whose YAML files are applied once the controllers run (default: the samples
+    /// built into kopper, the same as config/samples/).
+    #[arg(long, env = "KOPPER_DEMO_SAMPLES")]
+    pub samples: Option<PathBuf>,
 
-    /// Where to write the kubeconfig of the embedded API server (default: a temporary file).
+    /// Where to write the kubeconfig of the embedded API server, kept after the demo
+    /// (default: a temporary file, removed when the demo stops).
     #[arg(long, env = "KOPPER_DEMO_KUBECONFIG_OUT")]
     pub kubeconfig_out: Option<PathBuf>,
 
-    /// Address of the admin server (/metrics, /healthz, /readyz).
-    #[arg(long, env = "KOPPER_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
-    pub admin_addr: SocketAddr,
+    /// Address of the admin server (/metrics, /healthz, /readyz) (default: a free port on
+    /// 127.0.0.1).
+    #[arg(long, env = "KOPPER_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
 
     #[command(flatten)]
     pub telemetry: TelemetryArgs,

@@ -35,6 +35,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let ctrl_c =
         crate::runtime::shutdown::termination_signal().context("cannot install SIGTERM/SIGINT handlers")?;
     let sim = kubesim::Server::start(kubesim::Config::default()).await.context("cannot start kubesim")?;
+    let mut args = args;
+    if args.admin_addr.is_none() {
+        args.admin_addr = Some(free_loopback_addr().context("cannot find a free port for the admin server")?);
+    }
     let kubeconfig = args.kubeconfig_out.clone().unwrap_or_else(default_kubeconfig_path);
     sim.write_kubeconfig(&kubeconfig)
         .with_context(|| format!("cannot write the kubeconfig to {}", kubeconfig.display()))?;
@@ -45,7 +49,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let stop = Shutdown::new();
     let mut operator = tokio::spawn(crate::run(run_args(&args, &kubeconfig)?, stop.wait()));
 
-    let applied = apply_samples(&client, &args.samples).await?;
+    let applied = apply_samples(&client, args.samples.as_deref()).await?;
     create_demo_workload(&client, &run_args(&args, &kubeconfig)?).await?;
     tokio::select! {
         () = wait_until_settled(&client, &applied) => {}
@@ -61,14 +65,27 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "try:        kubectl --kubeconfig {} get rolebindings,pods -A --show-labels",
         kubeconfig.display()
     );
-    println!("metrics:    http://{}/metrics", args.admin_addr);
+    println!("metrics:    http://{}/metrics", admin_addr(&args));
     println!("Ctrl-C stops the demo.");
     ctrl_c.await;
 
     stop.trigger();
     operator.await.context("the operator task failed")??;
     sim.shutdown().await;
+    if args.kubeconfig_out.is_none() {
+        // Best effort: a temporary file the system cleans anyway.
+        let _ = std::fs::remove_file(&kubeconfig);
+    }
     Ok(())
+}
+
+/// A loopback address whose port was free a moment ago (many machines have 8080 taken).
+fn free_loopback_addr() -> std::io::Result<std::net::SocketAddr> {
+    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+fn admin_addr(args: &DemoArgs) -> std::net::SocketAddr {
+    args.admin_addr.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
 fn default_kubeconfig_path() -> PathBuf {
@@ -85,7 +102,7 @@ fn run_args(args: &DemoArgs, kubeconfig: &Path) -> anyhow::Result<RunArgs> {
         "--leader-elect".into(),
         "false".into(),
         "--admin-addr".into(),
-        args.admin_addr.to_string(),
+        admin_addr(args).to_string(),
     ];
     match <Cli as clap::Parser>::try_parse_from(argv)?.into_command() {
         Command::Run(mut run) => {
@@ -112,8 +129,11 @@ async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
 /// Applies every YAML document under `dir` (namespaces first), returning `kind name` of each
 /// one applied. A document that cannot be applied (say, a kind this build does not serve) is
 /// reported and skipped, so one sample cannot spoil the whole tour.
-async fn apply_samples(client: &kube::Client, dir: &Path) -> anyhow::Result<Vec<String>> {
-    let mut documents = read_documents(dir)?;
+async fn apply_samples(client: &kube::Client, dir: Option<&Path>) -> anyhow::Result<Vec<String>> {
+    let mut documents = match dir {
+        Some(dir) => read_documents(dir)?,
+        None => built_in_documents()?,
+    };
     documents.sort_by_key(|object| object.types.as_ref().is_none_or(|types| types.kind != "Namespace"));
     let mut applied = Vec::new();
     for object in documents {
@@ -132,6 +152,16 @@ fn short_error(error: &anyhow::Error) -> String {
         Some(kube::Error::Api(status)) => status.message.clone(),
         _ => format!("{error:#}"),
     }
+}
+
+fn built_in_documents() -> anyhow::Result<Vec<DynamicObject>> {
+    let mut documents = Vec::new();
+    for (name, text) in crate::samples::BUILT_IN {
+        for value in crate::samples::documents(text).with_context(|| format!("built-in sample {name}"))? {
+            documents.push(serde_json::from_value(value).with_context(|| format!("built-in sample {name}"))?);
+        }
+    }
+    Ok(documents)
 }
 
 fn read_documents(dir: &Path) -> anyhow::Result<Vec<DynamicObject>> {

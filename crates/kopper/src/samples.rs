@@ -5,6 +5,18 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// `config/samples/`, built into the binary, so that `kopper demo` works from any folder.
+pub const BUILT_IN: [(&str, &str); 5] = [
+    ("bucket-seed-004.yaml", include_str!("../../../config/samples/bucket-seed-004.yaml")),
+    ("configmapsync-seed-002.yaml", include_str!("../../../config/samples/configmapsync-seed-002.yaml")),
+    ("namespaceaccess-seed-000.yaml", include_str!("../../../config/samples/namespaceaccess-seed-000.yaml")),
+    (
+        "namespaceaccess-team-label.yaml",
+        include_str!("../../../config/samples/namespaceaccess-team-label.yaml"),
+    ),
+    ("replicationrule-seed-003.yaml", include_str!("../../../config/samples/replicationrule-seed-003.yaml")),
+];
+
 /// Every non-empty document of a YAML stream.
 pub fn documents(text: &str) -> Result<Vec<Value>, serde_yaml::Error> {
     let mut documents = Vec::new();
@@ -26,6 +38,19 @@ pub fn of_kind<T: DeserializeOwned>(text: &str, kind: &str) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_committed_sample_is_built_in() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/samples");
+        let mut committed: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".yaml"))
+            .collect();
+        committed.sort();
+        let built_in: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
+        assert_eq!(committed, built_in, "list every file of config/samples/ in samples::BUILT_IN");
+    }
 
     #[test]
     fn picks_the_document_of_a_kind_from_a_stream() {

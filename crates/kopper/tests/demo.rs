@@ -116,3 +116,46 @@ async fn demo_with_an_s3_endpoint_shows_the_bucket_sample_ready() {
     );
     interrupt(child).await;
 }
+
+/// Run from any folder with no flags: the built-in samples are applied, the admin server takes
+/// a free port, and the temporary kubeconfig it names is gone after Ctrl-C.
+#[tokio::test]
+async fn demo_works_from_any_folder_on_a_free_port_and_cleans_up() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .args(["demo", "--log-level", "error"])
+        .current_dir(elsewhere.path())
+        .env_remove("KOPPER_DEMO_SAMPLES")
+        .env_remove("KOPPER_ADMIN_ADDR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut output = Vec::new();
+    tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let done = line.contains("Ctrl-C");
+            output.push(line);
+            if done {
+                break;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the demo printed no summary: {output:#?}"));
+    let output = output.join("\n");
+    assert!(
+        output.contains("team-b/shared-settings <- default/shared-settings"),
+        "built-in samples: {output}"
+    );
+    let metrics = output.lines().find_map(|l| l.strip_prefix("metrics:")).unwrap().trim().to_owned();
+    assert!(!metrics.contains(":8080/") && !metrics.contains(":0/"), "a free port: {metrics}");
+    let address = metrics.trim_start_matches("http://").trim_end_matches("/metrics");
+    assert_eq!(common::http_get(address, "/healthz").await.map(|(code, _)| code), Some(200));
+    let kubeconfig = output.lines().find_map(|l| l.strip_prefix("kubeconfig:")).unwrap().trim().to_owned();
+    assert!(Path::new(&kubeconfig).exists());
+    interrupt(child).await;
+    assert!(!Path::new(&kubeconfig).exists(), "the temporary kubeconfig {kubeconfig} is removed");
+}
