@@ -6,6 +6,7 @@ pub mod crd_reference;
 pub mod crds;
 pub mod demo;
 pub mod operator;
+pub mod patterns;
 pub mod runtime;
 pub mod samples;
 pub mod tenancy;

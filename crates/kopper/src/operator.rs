@@ -25,7 +25,7 @@ const ADMIN_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1
 /// or leadership is lost (a replica that lost its lease must stop at once).
 pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let lease = lease_config(&args)?;
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(controllers::register_metrics));
     let fence = if lease.is_some() { WriteFence::closed() } else { WriteFence::open() };
     let client = client::connect(
         args.kubeconfig.as_deref(),

@@ -10,6 +10,8 @@ pub mod replication_rule;
 use std::future::Future;
 use std::sync::Arc;
 
+use prometheus_client::registry::Registry;
+
 use crate::cli::ControllerName;
 use crate::runtime::Context;
 
@@ -35,6 +37,12 @@ pub async fn run(
         }
         ControllerName::Bucket => bucket::run(ctx, shutdown).await,
     }
+}
+
+/// The controllers' own metrics, registered under the `kopper_` prefix next to the runtime's.
+pub fn register_metrics(registry: &mut Registry) {
+    replication::register_metrics(registry);
+    bucket::register_metrics(registry);
 }
 
 /// The controllers to start for the names enabled: the replication engine once, however

@@ -96,12 +96,20 @@ pub struct RuleGauges {
 }
 
 impl Default for Metrics {
+    /// The runtime's metrics alone.
     fn default() -> Self {
+        Self::new(|_| {})
+    }
+}
+
+impl Metrics {
+    /// The runtime's metrics plus what `register` adds under the `kopper_` prefix: the
+    /// controllers' own metrics, which the runtime does not know.
+    pub fn new(register: impl FnOnce(&mut Registry)) -> Self {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(ProcessCollector));
         let kopper = registry.sub_registry_with_prefix("kopper");
-        crate::controllers::replication::register_metrics(kopper);
-        crate::controllers::bucket::register_metrics(kopper);
+        register(kopper);
         let build_info = Family::<BuildLabels, IntGauge>::default();
         build_info.get_or_create(&BuildLabels { version: VERSION.into(), commit: COMMIT.into() }).set(1);
         kopper.register(

@@ -11,7 +11,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::{ObjectMeta, Selector, SelectorExt};
 
-use crate::controllers::namespace_access::matching::glob_matches;
+use crate::patterns::glob_matches;
 use crate::tenancy::{CREDENTIAL_SECRET_TYPES, Consent, DestinationPolicy, ProtectedNamespaces};
 
 /// Label every copy carries, so kopper can watch its copies alone and never mistakes an
