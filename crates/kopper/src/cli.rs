@@ -170,6 +170,11 @@ pub struct RunArgs {
     #[arg(long, env = "KOPPER_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
 
+    /// How long the API server may fail to answer before /readyz says this replica is not
+    /// ready (it comes back by itself once the API server answers again).
+    #[arg(long, env = "KOPPER_API_UNREACHABLE_THRESHOLD", default_value = "30s", value_parser = parse_duration)]
+    pub api_unreachable_threshold: Duration,
+
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
 

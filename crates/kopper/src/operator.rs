@@ -44,8 +44,13 @@ pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'sta
     }
 
     let admin_stop = Shutdown::new();
-    let admin =
-        tokio::spawn(admin::serve(listener, ctx.metrics.clone(), ctx.readiness.clone(), admin_stop.wait()));
+    let admin = tokio::spawn(admin::serve(
+        listener,
+        ctx.metrics.clone(),
+        ctx.readiness.clone(),
+        args.api_unreachable_threshold,
+        admin_stop.wait(),
+    ));
     let stop = Shutdown::new();
     let trigger = stop.clone();
     let forward_shutdown = tokio::spawn(async move {

@@ -328,3 +328,89 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_the_standby_took_ov
     standby.start_kill().unwrap();
     standby.wait().await.unwrap();
 }
+
+/// A TCP proxy between kopper and the API server that a test can cut (dropping every open
+/// connection and refusing new ones) and restore, as a network partition would.
+struct Partition {
+    url: String,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Partition {
+    async fn start(upstream: std::net::SocketAddr) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (open_flag, tracked) = (open.clone(), connections.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !open_flag.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is reset
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tracked.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Self { url, open, connections, accept }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.connections.lock().unwrap().drain(..).for_each(|connection| connection.abort());
+    }
+
+    fn restore(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// While the API server cannot be reached for longer than --api-unreachable-threshold,
+/// /readyz says so; once it answers again, readiness and the work come back without a
+/// restart.
+#[tokio::test]
+async fn readyz_fails_while_the_api_server_is_unreachable_and_recovers_by_itself() {
+    let cluster = Cluster::start().await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let text =
+        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
+    std::fs::write(&kubeconfig, text).unwrap();
+    let admin = free_admin_addr();
+    let flags = ["--controllers", "pod-labeler", "--admin-addr", &admin, "--api-unreachable-threshold", "1s"];
+    let operator = Operator::start(run_args(&kubeconfig, &flags));
+    let readyz = |want: u16| {
+        let admin = admin.clone();
+        async move {
+            eventually(&format!("/readyz {want}"), || async {
+                http_get(&admin, "/readyz").await.filter(|(status, _)| *status == want)
+            })
+            .await
+        }
+    };
+    readyz(200).await;
+
+    partition.cut();
+    let (_, body) = readyz(503).await;
+    assert!(body.contains("API server has not answered"), "{body}");
+
+    partition.restore();
+    readyz(200).await;
+    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
+    operator.stop().await.unwrap();
+}

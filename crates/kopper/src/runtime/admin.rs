@@ -1,8 +1,11 @@
 //! The admin server: `/metrics` for Prometheus, `/healthz` for liveness, `/readyz` for
-//! readiness (true once every controller's caches have their first list).
+//! readiness (true once every controller's caches have their first list, and false while
+//! the API server has not answered for longer than a threshold: a replica that cannot see
+//! the cluster is not doing its work, whatever its caches say).
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -21,14 +24,15 @@ const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 struct AdminState {
     metrics: Arc<Metrics>,
     readiness: Readiness,
+    api_unreachable_threshold: Duration,
 }
 
-pub fn router(metrics: Arc<Metrics>, readiness: Readiness) -> Router {
+pub fn router(metrics: Arc<Metrics>, readiness: Readiness, api_unreachable_threshold: Duration) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(serve_readiness))
-        .with_state(AdminState { metrics, readiness })
+        .with_state(AdminState { metrics, readiness, api_unreachable_threshold })
 }
 
 /// Serves the admin endpoints on `listener` until `shutdown` resolves. The listener is bound
@@ -37,9 +41,12 @@ pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     readiness: Readiness,
+    api_unreachable_threshold: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics, readiness)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(metrics, readiness, api_unreachable_threshold))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// The classic text format, for clients that do not ask for OpenMetrics.
@@ -57,6 +64,12 @@ async fn serve_metrics(State(state): State<AdminState>, headers: axum::http::Hea
 }
 
 async fn serve_readiness(State(state): State<AdminState>) -> impl IntoResponse {
+    if let Some(unreachable) = state.metrics.api_unreachable_for()
+        && unreachable >= state.api_unreachable_threshold
+    {
+        let message = format!("the Kubernetes API server has not answered for {}s\n", unreachable.as_secs());
+        return (StatusCode::SERVICE_UNAVAILABLE, message);
+    }
     if state.readiness.is_ready() {
         (StatusCode::OK, "ok\n".to_owned())
     } else {

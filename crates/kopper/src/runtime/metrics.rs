@@ -84,6 +84,9 @@ pub struct Metrics {
     pub api_requests: Family<RequestLabels, Counter>,
     /// Per controller and per rule, the figures the gauges above sum (see [`RuleGauges`]).
     rule_gauges: Mutex<BTreeMap<(String, String), RuleGauges>>,
+    /// Since when every request to the API server has failed (no answer, or a 5xx); `None`
+    /// while it answers. Fed by the client's request layer, read by `/readyz`.
+    api_failing_since: Mutex<Option<std::time::Instant>>,
 }
 
 /// What one rule contributes to the per-controller gauges; replaced after each of its passes.
@@ -138,6 +141,7 @@ impl Metrics {
             relists: Family::default(),
             api_requests: Family::default(),
             rule_gauges: Mutex::default(),
+            api_failing_since: Mutex::default(),
         };
         metrics.register_into(kopper);
         Self { registry, ..metrics }
@@ -256,6 +260,19 @@ impl Metrics {
         self.api_requests
             .get_or_create(&RequestLabels { verb: verb.to_owned(), code: code.to_owned() })
             .inc();
+        let failed = code == "error" || code.starts_with('5');
+        let mut since = self.api_failing_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (failed, *since) {
+            (true, None) => *since = Some(std::time::Instant::now()),
+            (false, Some(_)) => *since = None,
+            _ => {}
+        }
+    }
+
+    /// How long every request to the API server has been failing; `None` while it answers.
+    pub fn api_unreachable_for(&self) -> Option<std::time::Duration> {
+        let since = *self.api_failing_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        since.map(|since| since.elapsed())
     }
 
     pub fn watch_failed(&self, controller: &str, kind: &str) {
