@@ -288,11 +288,14 @@ const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"]
 /// A level, or directives `target=level` (a bare word that is no level, like `verbose`, would
 /// silently mean "everything from a module named verbose").
 fn parse_log_filter(text: &str) -> Result<String, String> {
-    let problem = text.split(',').map(str::trim).find(|directive| match directive.split_once('=') {
-        None => !LOG_LEVELS.contains(&directive.to_ascii_lowercase().as_str()),
-        Some((target, level)) => {
-            target.is_empty() || !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str())
-        }
+    let is_level = |level: &str| {
+        LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) || level.parse::<u8>().is_ok()
+    };
+    // Split at the last `=`: a span filter (`kopper[reconcile{rule=x}]=debug`) holds others.
+    let mut directives = text.split(',').map(str::trim).filter(|directive| !directive.is_empty());
+    let problem = directives.find(|directive| match directive.rsplit_once('=') {
+        None => !is_level(directive),
+        Some((target, level)) => target.is_empty() || !is_level(level),
     });
     match problem {
         None if tracing_subscriber::EnvFilter::try_new(text).is_ok() => Ok(text.to_owned()),
@@ -307,7 +310,9 @@ fn parse_log_filter(text: &str) -> Result<String, String> {
 /// most 63 letters, digits, `-`, `_` and `.`, alphanumeric at both ends.
 fn parse_label_key(text: &str) -> Result<String, String> {
     let (prefix, name) = text.rsplit_once('/').map_or((None, text), |(prefix, name)| (Some(prefix), name));
-    let prefix_ok = prefix.is_none_or(|prefix| parse_object_name(prefix).is_ok());
+    let prefix_ok = prefix.is_none_or(|prefix| {
+        crate::controllers::namespace_access::names::check_dns_subdomain(prefix).is_ok()
+    });
     let name_ok =
         !name.is_empty() && crate::controllers::namespace_access::names::check_label_value(name).is_ok();
     if prefix_ok && name_ok {
@@ -494,6 +499,7 @@ mod tests {
             ("--lease-namespace", "Not_A_Namespace"),
             ("--pod-name-label", "has space"),
             ("--pod-name-label", "example.com/"),
+            ("--pod-name-label", "a..b/x"),
             ("--pod-label-annotation", "-leading"),
         ] {
             let argument = format!("{flag}={value}");
@@ -505,6 +511,8 @@ mod tests {
         for (flag, value) in [
             ("--log-level", "debug"),
             ("--log-level", "kopper=debug,kube=info"),
+            ("--log-level", "kopper[reconcile{rule=x}]=debug"),
+            ("--log-level", "info,"),
             ("--pod-name-label", "example.com/pod-name"),
             ("--pod-name-label", "pod_name"),
             ("--lease-namespace", "kopper-system"),

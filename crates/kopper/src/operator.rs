@@ -37,7 +37,7 @@ pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'sta
     let listener = TcpListener::bind(args.admin_addr).await.with_context(|| {
         format!("cannot listen on --admin-addr {} (is the port in use?)", args.admin_addr)
     })?;
-    let ctx = Arc::new(Context::new(client.clone(), metrics, args.settings()));
+    let ctx = Arc::new(Context::new(client.clone(), metrics, args.settings()).with_fence(fence.clone()));
     let enabled = args.enabled_controllers();
     for name in &enabled {
         ctx.readiness.register(name.as_str());

@@ -414,3 +414,36 @@ async fn readyz_fails_while_the_api_server_is_unreachable_and_recovers_by_itself
     wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
     operator.stop().await.unwrap();
 }
+
+/// An API server that comes back without its data (restarted without its store, or an etcd
+/// restored from an older backup) answers kopper's resumed watches "too large resource
+/// version"; kopper lists again and works on the new state, without a restart.
+#[tokio::test]
+async fn an_api_server_back_without_its_data_is_listed_again_and_served() {
+    let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+    let addr = sim.addr();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    let admin = free_admin_addr();
+    let operator =
+        Operator::start(run_args(&kubeconfig, &["--controllers", "pod-labeler", "--admin-addr", &admin]));
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(sim.client(), "default");
+    for n in 0..10 {
+        create_pod(&pods, &pod(&format!("before-{n}"), &[(ANNOTATION, "true")], &[])).await;
+    }
+    eventually("the last pod before the restart to be labelled", || async {
+        label_of(&pods, "before-9", "kopper.dev/pod-name").await
+    })
+    .await;
+
+    sim.shutdown().await;
+    let sim = kubesim::Server::start(kubesim::Config { addr, ..kubesim::Config::default() }).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(sim.client(), "default");
+    create_pod(&pods, &pod("after", &[(ANNOTATION, "true")], &[])).await;
+    eventually("the pod created after the restart to be labelled", || async {
+        label_of(&pods, "after", "kopper.dev/pod-name").await
+    })
+    .await;
+    operator.stop().await.unwrap();
+}

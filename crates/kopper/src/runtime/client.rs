@@ -46,7 +46,13 @@ pub async fn connect(
     metrics: Option<Arc<Metrics>>,
     fence: Arc<WriteFence>,
 ) -> Result<kube::Client, ConnectError> {
-    let config = load_config(kubeconfig, context).await?;
+    let mut config = load_config(kubeconfig, context).await?;
+    if fence.fences() {
+        // kube's retry layer sits inside the fence layer: a write it retried (after a 429 or
+        // 503) would reach the API server without being checked again. With fencing, a
+        // failed write fails, and the controller's requeue retries it through the fence.
+        config.default_retry = false;
+    }
     let url = config.cluster_url.to_string();
     let builder = kube::client::ClientBuilder::try_from(config).map_err(ConnectError::Client)?;
     let builder = builder.with_layer(&FenceLayer::new(fence));

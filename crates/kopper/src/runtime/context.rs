@@ -18,6 +18,9 @@ pub struct Context {
     pub settings: Arc<Settings>,
     /// Which controllers have synced their caches; read by `/readyz`.
     pub readiness: Readiness,
+    /// Whether this replica may write; the client checks it on every write to the API
+    /// server, and writes outside the cluster (S3, IAM) must check it too.
+    pub fence: Arc<super::fence::WriteFence>,
 }
 
 /// Operator-wide settings the controllers read. Parsed from flags once; a reconcile never
@@ -61,7 +64,20 @@ impl Context {
     pub fn new(client: kube::Client, metrics: Arc<Metrics>, settings: Settings) -> Self {
         let recorder =
             Recorder::new(client.clone(), Reporter { controller: "kopper".into(), instance: None });
-        Self { client, recorder, metrics, settings: Arc::new(settings), readiness: Readiness::default() }
+        Self {
+            client,
+            recorder,
+            metrics,
+            settings: Arc::new(settings),
+            readiness: Readiness::default(),
+            fence: super::fence::WriteFence::open(),
+        }
+    }
+
+    /// The same context whose writes outside the cluster pass `fence` (the one the client's
+    /// writes pass).
+    pub fn with_fence(self, fence: Arc<super::fence::WriteFence>) -> Self {
+        Self { fence, ..self }
     }
 }
 

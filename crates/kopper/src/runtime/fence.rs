@@ -49,6 +49,11 @@ impl WriteFence {
         *self.open_until.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
     }
 
+    /// Whether this fence can close at all (leader election is on).
+    pub fn fences(&self) -> bool {
+        !self.always_open
+    }
+
     pub fn is_open(&self) -> bool {
         if self.always_open {
             return true;

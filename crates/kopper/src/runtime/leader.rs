@@ -47,6 +47,8 @@ pub enum LeaderError {
     DurationTooShort,
     #[error("lost the leader lease {0}: another replica holds it now")]
     Taken(String),
+    #[error("lost the leader lease {0}: the API server did not answer a renewal before the renew deadline")]
+    RenewTimedOut(String),
     #[error("lost the leader lease {name}: could not renew it before it expired: {cause}")]
     RenewFailed { name: String, cause: kube::Error },
 }
@@ -225,7 +227,12 @@ impl Leadership {
             tokio::time::sleep(wait).await;
             // The lease is valid from when the renewal was sent, not from when it returned.
             let sent = tokio::time::Instant::now();
-            let outcome = self.renew().await;
+            // A renewal that hangs past the renew deadline is a failed one: this replica must
+            // step down then, not wait on the API server while the fence keeps it idle.
+            let give_up = (last_renewed + self.config.renew_deadline()).max(sent);
+            let Ok(outcome) = tokio::time::timeout_at(give_up, self.renew()).await else {
+                return LeaderError::RenewTimedOut(self.config.name.clone());
+            };
             if let Ok(Renewal::Renewed) = outcome {
                 last_renewed = sent;
                 self.fence.open_until(sent + self.config.renew_deadline());

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod process;
 pub mod shutdown;
 pub mod telemetry;
+pub mod watch;
 
 pub use context::{Context, ErrorCategory, Settings};
 pub use controller::{Readiness, run_controller};

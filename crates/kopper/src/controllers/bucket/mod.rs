@@ -17,6 +17,7 @@
 
 pub mod aws;
 pub mod decide;
+pub mod fenced;
 pub mod metrics;
 pub mod names;
 pub mod provider;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{self, Event as FinalizerEvent};
@@ -177,7 +179,8 @@ pub async fn run(
             if let Some((namespace, name)) = &ctx.settings.buckets.credentials_secret {
                 settings.credentials = Some(secret::read_credentials(&ctx.client, namespace, name).await?);
             }
-            Some(Arc::new(aws::AwsProvider::new(settings).await))
+            let inner = aws::AwsProvider::new(settings).await;
+            Some(Arc::new(fenced::Fenced { inner, fence: ctx.fence.clone() }))
         }
     };
     if provider.is_none() {
@@ -191,14 +194,19 @@ pub async fn run(
         Some(digest_of(&(bucket.meta().generation, rotate, deleting, bucket.finalizers().to_vec())))
     };
     let (reader, writer) = kube::runtime::reflector::store();
-    let stream = watcher(buckets, watcher::Config::default())
+    let stream = crate::runtime::watch::watcher(buckets, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
         .predicate_filter(changes, Default::default());
-    let secrets = Api::<Secret>::all(ctx.client.clone());
+    // Metadata is enough to map a Secret to its Bucket; no credentials are cached.
+    let secrets = Api::<PartialObjectMeta<Secret>>::all(ctx.client.clone());
+    let secret_events =
+        crate::runtime::watch::watcher(secrets, watcher::Config::default().labels(secret::BUCKET_LABEL))
+            .default_backoff()
+            .touched_objects();
     let controller = Controller::for_stream(stream, reader)
-        .owns(secrets, watcher::Config::default().labels(secret::BUCKET_LABEL))
+        .owns_stream(secret_events)
         .with_config(crate::runtime::controller::config(&ctx))
         .graceful_shutdown_on(shutdown);
     // One lock for creating or adopting a bucket, across every Bucket this replica reconciles.

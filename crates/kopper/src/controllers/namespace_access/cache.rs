@@ -58,9 +58,11 @@ where
         // Managed fields are never read and can be most of an object's size.
         let events = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default()).default_backoff().modify(|object: &mut K| {
-                object.managed_fields_mut().clear();
-            }),
+            crate::runtime::watch::watcher(api, watcher::Config::default()).default_backoff().modify(
+                |object: &mut K| {
+                    object.managed_fields_mut().clear();
+                },
+            ),
         )
         .take_until(shutdown);
         let reader = store.clone();

@@ -35,10 +35,11 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::controller::run_controller;
+use crate::runtime::watch;
 use crate::runtime::{Context, ErrorCategory};
 use crate::tenancy::ProtectedNamespaces;
 
@@ -155,15 +156,27 @@ pub async fn run(
         protected: ctx.settings.destinations.protected.clone(),
     });
 
-    let binding_controller =
-        Controller::new(Api::<Namespace>::all(client.clone()), watcher::Config::default())
-            .with_config(crate::runtime::controller::config(&ctx))
-            .watches(Api::<RoleBinding>::all(client.clone()), watcher::Config::default(), |binding| {
-                binding.namespace().map(|namespace| ObjectRef::<Namespace>::new(&namespace))
-            })
-            .reconcile_all_on(policy_changes)
-            .graceful_shutdown_on(shutdown.clone());
-    let status_controller = Controller::new(Api::<GuardedPolicy>::all(client), watcher::Config::default())
+    let (namespace_reader, namespace_writer) = kube::runtime::reflector::store();
+    let namespace_events = watch::watcher(Api::<Namespace>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(namespace_writer)
+        .applied_objects();
+    let binding_events = watch::watcher(Api::<RoleBinding>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
+    let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
+        .with_config(crate::runtime::controller::config(&ctx))
+        .watches_stream(binding_events, |binding| {
+            binding.namespace().map(|namespace| ObjectRef::<Namespace>::new(&namespace))
+        })
+        .reconcile_all_on(policy_changes)
+        .graceful_shutdown_on(shutdown.clone());
+    let (policy_reader, policy_writer) = kube::runtime::reflector::store();
+    let policy_events = watch::watcher(Api::<GuardedPolicy>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(policy_writer)
+        .applied_objects();
+    let status_controller = Controller::for_stream(policy_events, policy_reader)
         .with_config(crate::runtime::controller::config(&ctx).debounce(STATUS_DEBOUNCE))
         .reconcile_all_on(status_changes)
         .graceful_shutdown_on(shutdown.clone());

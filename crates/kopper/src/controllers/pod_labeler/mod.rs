@@ -59,7 +59,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let (reader, writer) = reflector::store::<PodMeta>();
     // Only label and annotation changes matter; the kubelet's frequent status updates bump
     // the pod's resourceVersion and would otherwise each cause a reconcile.
-    let pods = watcher(api, watcher::Config::default().any_semantic())
+    let pods = crate::runtime::watch::watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
         // managedFields are most of a pod's metadata and the labeler never reads them.
         .modify(|pod| pod.managed_fields_mut().clear())

@@ -178,7 +178,9 @@ pub fn spawn<K: Replicable + Send + Sync + 'static>(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
     let config = watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE);
-    let events = watcher(Api::<K>::all(client.clone()), config).default_backoff().take_until(shutdown);
+    let events = crate::runtime::watch::watcher(Api::<K>::all(client.clone()), config)
+        .default_backoff()
+        .take_until(shutdown);
     let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: K::KIND.to_string() };
     tokio::spawn(async move {
         let mut events = std::pin::pin!(events);

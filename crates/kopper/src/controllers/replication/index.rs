@@ -324,10 +324,12 @@ fn spawn_namespaces(
     let api = Api::<Meta<Namespace>>::all(client.clone());
     let events = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default()).default_backoff().modify(|object: &mut Meta<Namespace>| {
-            object.managed_fields_mut().clear();
-            object.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
-        }),
+        crate::runtime::watch::watcher(api, watcher::Config::default()).default_backoff().modify(
+            |object: &mut Meta<Namespace>| {
+                object.managed_fields_mut().clear();
+                object.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
+            },
+        ),
     )
     .take_until(shutdown);
     let reader = store.clone();

@@ -189,7 +189,8 @@ fn watch_rules<R: RuleObject>(
     let synced = Synced::default();
     let events = reflector::reflector(
         writer,
-        watcher(Api::<Guarded<R>>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        crate::runtime::watch::watcher(Api::<Guarded<R>>::all(client.clone()), watcher::Config::default())
+            .default_backoff(),
     );
     let objects = synced.track(events).applied_objects();
     ((objects, store), synced)

@@ -185,6 +185,18 @@ impl Scoped {
     /// Starts the watch of `scope` unless it runs, and returns its store.
     pub fn ensure(&self, kind: ObjectKind, scope: Scope) -> Arc<ScopeStore> {
         let mut watches = self.lock();
+        let store = self.start(&mut watches, kind, scope);
+        self.count_watches(&watches);
+        store
+    }
+
+    /// Starts the watch of `scope` in `watches` unless it runs; its store.
+    fn start(
+        &self,
+        watches: &mut HashMap<(ObjectKind, Scope), Running>,
+        kind: ObjectKind,
+        scope: Scope,
+    ) -> Arc<ScopeStore> {
         if let Some(running) = watches.get(&(kind, scope.clone())) {
             return running.store.clone();
         }
@@ -195,8 +207,21 @@ impl Scoped {
         };
         tracing::debug!(%kind, ?scope, "started a scoped watch");
         watches.insert((kind, scope), Running { store: store.clone(), task });
-        self.count_watches(&watches);
         store
+    }
+
+    fn stop_where(
+        watches: &mut HashMap<(ObjectKind, Scope), Running>,
+        stop: impl Fn(ObjectKind, &Scope) -> bool,
+    ) {
+        watches.retain(|(kind, scope), running| {
+            let stopped = stop(*kind, scope);
+            if stopped {
+                tracing::debug!(%kind, ?scope, "stopped a scoped watch");
+                running.task.abort();
+            }
+            !stopped
+        });
     }
 
     /// Sets `kopper_scoped_watches` from the watches running.
@@ -221,24 +246,23 @@ impl Scoped {
     /// blocks a copy go. Past [`MAX_NAME_WATCHES`] names of a kind, one cluster-wide watch
     /// covers them all and the name watches stop.
     pub fn watch_name(&self, kind: ObjectKind, name: &str) {
-        let (names, covered) = {
-            let watches = self.lock();
-            let names =
-                watches.keys().filter(|(of, scope)| *of == kind && matches!(scope, Scope::Name(_))).count();
-            let covered = watches.contains_key(&(kind, Scope::Cluster))
-                || watches.contains_key(&(kind, Scope::Name(name.to_owned())));
-            (names, covered)
-        };
+        // One lock from counting to starting, so concurrent passes cannot exceed the cap.
+        let mut watches = self.lock();
+        let covered = watches.contains_key(&(kind, Scope::Cluster))
+            || watches.contains_key(&(kind, Scope::Name(name.to_owned())));
         if covered {
             return;
         }
+        let names =
+            watches.keys().filter(|(of, scope)| *of == kind && matches!(scope, Scope::Name(_))).count();
         if names < MAX_NAME_WATCHES {
-            self.ensure(kind, Scope::Name(name.to_owned()));
-            return;
+            self.start(&mut watches, kind, Scope::Name(name.to_owned()));
+        } else {
+            tracing::info!(%kind, names, "more blocked names than name watches may be open; one cluster-wide watch covers them");
+            self.start(&mut watches, kind, Scope::Cluster);
+            Self::stop_where(&mut watches, |of, scope| of == kind && matches!(scope, Scope::Name(_)));
         }
-        tracing::info!(%kind, names, "more blocked names than name watches may be open; one cluster-wide watch covers them");
-        self.ensure(kind, Scope::Cluster);
-        self.retain(|of, scope| !(of == kind && matches!(scope, Scope::Name(_))));
+        self.count_watches(&watches);
     }
 
     /// Starts the watches of `scopes` and waits for their first lists.
@@ -256,14 +280,7 @@ impl Scoped {
     /// Stops the watches `keep` rejects.
     pub fn retain(&self, keep: impl Fn(ObjectKind, &Scope) -> bool) {
         let mut watches = self.lock();
-        watches.retain(|(kind, scope), running| {
-            let kept = keep(*kind, scope);
-            if !kept {
-                tracing::debug!(%kind, ?scope, "stopped a scoped watch");
-                running.task.abort();
-            }
-            kept
-        });
+        Self::stop_where(&mut watches, |kind, scope| !keep(kind, scope));
         self.count_watches(&watches);
     }
 
@@ -310,7 +327,8 @@ impl Scoped {
             Scope::Cluster => (Api::<Meta<K>>::all(self.client.clone()), watcher::Config::default()),
         };
         let config = config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"));
-        let events = watcher(api, config).default_backoff().take_until(self.shutdown.clone());
+        let events =
+            crate::runtime::watch::watcher(api, config).default_backoff().take_until(self.shutdown.clone());
         let router = self.router.clone();
         let metrics = self.metrics.clone();
         let kind = kind_of::<K>();

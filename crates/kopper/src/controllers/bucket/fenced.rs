@@ -1,0 +1,171 @@
+//! S3 and IAM writes pass the same fence as the client's writes to the API server (see
+//! [`crate::runtime::fence`]): a leader paused past its lease must not create or delete a
+//! bucket, a user or a key after a standby has taken over.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::provider::{BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult};
+use crate::runtime::fence::WriteFence;
+
+/// A [`Provider`] whose writes are refused while `fence` is closed; reads pass.
+#[derive(Debug)]
+pub struct Fenced<P> {
+    pub inner: P,
+    pub fence: Arc<WriteFence>,
+}
+
+impl<P: Provider> Fenced<P> {
+    /// Runs `write` only while this replica may write.
+    fn write<'a, T: Send + 'a>(
+        &'a self,
+        service: &'static str,
+        operation: &'static str,
+        write: BoxFuture<'a, ProviderResult<T>>,
+    ) -> BoxFuture<'a, ProviderResult<T>> {
+        if self.fence.is_open() {
+            return write;
+        }
+        let refused = ProviderError {
+            service,
+            operation,
+            kind: FailureKind::Unavailable,
+            message: "not sent: this replica cannot prove it still holds the leader lease".into(),
+        };
+        std::future::ready(Err(refused)).boxed()
+    }
+}
+
+impl<P: Provider> Provider for Fenced<P> {
+    fn endpoint(&self) -> Option<&str> {
+        self.inner.endpoint()
+    }
+
+    fn default_region(&self) -> &str {
+        self.inner.default_region()
+    }
+
+    fn lookup_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<BucketLookup>> {
+        self.inner.lookup_bucket(bucket)
+    }
+
+    fn create_bucket<'a>(&'a self, bucket: &'a str, region: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("s3", "CreateBucket", self.inner.create_bucket(bucket, region))
+    }
+
+    fn tag_bucket<'a>(
+        &'a self,
+        bucket: &'a str,
+        tags: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("s3", "PutBucketTagging", self.inner.tag_bucket(bucket, tags))
+    }
+
+    fn versioning<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>> {
+        self.inner.versioning(bucket)
+    }
+
+    fn set_versioning<'a>(&'a self, bucket: &'a str, enabled: bool) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("s3", "PutBucketVersioning", self.inner.set_versioning(bucket, enabled))
+    }
+
+    fn bucket_is_empty<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>> {
+        self.inner.bucket_is_empty(bucket)
+    }
+
+    fn empty_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>> {
+        self.write("s3", "DeleteObjects", self.inner.empty_bucket(bucket))
+    }
+
+    fn delete_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("s3", "DeleteBucket", self.inner.delete_bucket(bucket))
+    }
+
+    fn user_tags<'a>(
+        &'a self,
+        user: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<BTreeMap<String, String>>>> {
+        self.inner.user_tags(user)
+    }
+
+    fn create_user<'a>(
+        &'a self,
+        user: &'a str,
+        tags: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "CreateUser", self.inner.create_user(user, tags))
+    }
+
+    fn delete_user<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "DeleteUser", self.inner.delete_user(user))
+    }
+
+    fn user_policy<'a>(
+        &'a self,
+        user: &'a str,
+        policy: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<serde_json::Value>>> {
+        self.inner.user_policy(user, policy)
+    }
+
+    fn put_user_policy<'a>(
+        &'a self,
+        user: &'a str,
+        policy: &'a str,
+        document: &'a serde_json::Value,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "PutUserPolicy", self.inner.put_user_policy(user, policy, document))
+    }
+
+    fn delete_user_policy<'a>(&'a self, user: &'a str, policy: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "DeleteUserPolicy", self.inner.delete_user_policy(user, policy))
+    }
+
+    fn access_keys<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+        self.inner.access_keys(user)
+    }
+
+    fn create_access_key<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<NewAccessKey>> {
+        self.write("iam", "CreateAccessKey", self.inner.create_access_key(user))
+    }
+
+    fn delete_access_key<'a>(&'a self, user: &'a str, key_id: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "DeleteAccessKey", self.inner.delete_access_key(user, key_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::bucket::aws::{AwsProvider, AwsSettings, StaticCredentials};
+
+    #[tokio::test]
+    async fn writes_are_refused_while_the_fence_is_closed_and_reads_go_out() {
+        let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let inner = AwsProvider::new(AwsSettings {
+            region: "us-east-1".into(),
+            endpoint: Some(format!("http://{closed_port}")),
+            iam_endpoint: None,
+            force_path_style: true,
+            credentials: Some(StaticCredentials {
+                access_key_id: "id".into(),
+                secret_access_key: "secret".into(),
+                session_token: None,
+            }),
+        })
+        .await;
+        let fenced = Fenced { inner, fence: WriteFence::closed() };
+        for refused in [
+            fenced.create_bucket("b", "us-east-1").await.unwrap_err(),
+            fenced.delete_user("u").await.unwrap_err(),
+            fenced.create_access_key("u").await.map(|_| ()).unwrap_err(),
+        ] {
+            assert!(refused.message.contains("leader lease"), "{refused}");
+        }
+        let read = fenced.user_tags("u").await.unwrap_err();
+        assert!(!read.message.contains("leader lease"), "reads are not fenced: {read}");
+    }
+}
