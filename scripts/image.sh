@@ -8,16 +8,19 @@ cd "$(dirname "$0")/.."
 
 target=x86_64-unknown-linux-gnu
 image=${KOPPER_IMAGE:-kopper:dev}
+# `release` for the image people run; the tests use `image-test` (Cargo.toml), the same
+# binary built faster, since they check how the container runs, not how fast kopper is.
+profile=${KOPPER_IMAGE_PROFILE:-release}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
 # crt-static links glibc statically; --target keeps the flag off build scripts and proc macros.
 RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --release --locked --target "$target" -p kopper --bin kopper
+    cargo build --profile "$profile" --locked --target "$target" -p kopper --bin kopper
 
 context=target/image
 rm -rf "$context"
 mkdir -p "$context"
-cp "target/$target/release/kopper" "$context/kopper"
+cp "target/$target/$profile/kopper" "$context/kopper"
 # Symbols are for debuggers, not for a cluster: a third of the binary.
 strip --strip-all "$context/kopper"
 cp /etc/ssl/certs/ca-certificates.crt "$context/ca-certificates.crt"
@@ -30,6 +33,10 @@ if readelf --program-headers "$context/kopper" | grep -q INTERP; then
     exit 1
 fi
 
-docker build --quiet -f Dockerfile -t "$image" -t "kopper:$version" "$context" >/dev/null
+tags=(-t "$image")
+if [ "$profile" = release ]; then
+    tags+=(-t "kopper:$version")
+fi
+docker build --quiet -f Dockerfile "${tags[@]}" "$context" >/dev/null
 size=$(docker image inspect "$image" --format '{{.Size}}')
 echo "built $image ($((size / 1024 / 1024)) MiB)"

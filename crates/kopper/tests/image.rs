@@ -1,8 +1,8 @@
 //! kopper's container image, run as a cluster runs it: read-only root filesystem, every
 //! capability dropped, a non-root user, against a kubesim the containers reach over a
-//! private Docker network. Builds the image with scripts/image.sh (a release build the
-//! first time). Needs a Docker engine: under `CI=true` these tests fail without one;
-//! elsewhere they are skipped, saying so.
+//! private Docker network. Builds the image with scripts/image.sh (the `image-test` profile:
+//! the release binary built faster). Needs a Docker engine: under `CI=true` these tests fail
+//! without one; elsewhere they are skipped, saying so.
 
 mod common;
 
@@ -18,7 +18,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-const IMAGE: &str = "kopper:dev";
+/// Its own tag, so the tests never replace the `kopper:dev` a person built.
+const IMAGE: &str = "kopper:test";
 /// Long enough for a release build and a container start on a busy 2-core machine.
 const SLOW: Duration = Duration::from_secs(90);
 
@@ -50,7 +51,11 @@ fn build_image() {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/image.sh");
-        let output = Command::new(script).output().expect("scripts/image.sh runs");
+        let output = Command::new(script)
+            .env("KOPPER_IMAGE", IMAGE)
+            .env("KOPPER_IMAGE_PROFILE", "image-test")
+            .output()
+            .expect("scripts/image.sh runs");
         assert!(
             output.status.success(),
             "scripts/image.sh failed:\n{}",
