@@ -287,6 +287,23 @@ async fn signal(child: &tokio::process::Child, signal: &str) {
     assert!(sent.success(), "kill {signal} {pid}");
 }
 
+/// Waits until every thread of `child` is stopped. `kill -STOP` returns before that: the
+/// stop takes effect when the thread chosen to handle it next runs, and on a busy machine
+/// the others keep working meanwhile (reading events, writing) with a lease still valid.
+async fn wait_until_stopped(child: &tokio::process::Child) {
+    let pid = child.id().unwrap();
+    eventually("every thread of the paused process to be stopped", || async {
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let stopped =
+            |stat: String| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'));
+        threads
+            .filter_map(Result::ok)
+            .all(|thread| std::fs::read_to_string(thread.path().join("stat")).is_ok_and(stopped))
+            .then_some(())
+    })
+    .await;
+}
+
 /// A leader paused past its lease (SIGSTOP: a stalled node, a frozen VM) wakes up with watch
 /// events queued and reconciles due; it must write nothing once the standby has taken over,
 /// and stop. Its writes are fenced by the deadline its last renewal earned.
@@ -306,6 +323,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_the_standby_took_ov
     let holder = lease_holder(&cluster, "kopper-test").await;
 
     signal(&leader, "-STOP").await;
+    wait_until_stopped(&leader).await;
     let during: Vec<String> = (0..5).map(|n| format!("during-{n}")).collect();
     for name in &during {
         create_pod(&pods, &pod(name, &[(ANNOTATION, "true")], &[])).await;
