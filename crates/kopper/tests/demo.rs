@@ -32,6 +32,12 @@ async fn demo_summary_with(samples: &Path, kubeconfig: &Path, flags: &[String]) 
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let output = read_summary(&mut child).await;
+    (child, output)
+}
+
+/// Everything the demo prints up to its "Ctrl-C" line.
+async fn read_summary(child: &mut Child) -> String {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut output = Vec::new();
     tokio::time::timeout(DEADLINE, async {
@@ -45,7 +51,7 @@ async fn demo_summary_with(samples: &Path, kubeconfig: &Path, flags: &[String]) 
     })
     .await
     .unwrap_or_else(|_| panic!("the demo printed no summary: {output:#?}"));
-    (child, output.join("\n"))
+    output.join("\n")
 }
 
 /// Sends Ctrl-C and expects a clean exit.
@@ -132,20 +138,7 @@ async fn demo_works_from_any_folder_on_a_free_port_and_cleans_up() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut output = Vec::new();
-    tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let done = line.contains("Ctrl-C");
-            output.push(line);
-            if done {
-                break;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the demo printed no summary: {output:#?}"));
-    let output = output.join("\n");
+    let output = read_summary(&mut child).await;
     assert!(
         output.contains("team-b/shared-settings <- default/shared-settings"),
         "built-in samples: {output}"
