@@ -187,7 +187,9 @@ impl Engine {
     pub async fn cleanup(&self, ctx: &Context, id: &RuleId, uid: &str) -> Result<Action, SyncError> {
         let labels = RuleLabels::of(id);
         let changes = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
-        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
+        let applied =
+            apply::execute(&ctx.client, &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME), &changes)
+                .await;
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller_of(id.kind)));
         ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), None);
         self.retire_scoped_watches(ctx);
@@ -210,7 +212,9 @@ impl Engine {
             return;
         }
         tracing::info!(copies = changes.len(), "deleting copies whose rule no longer exists");
-        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
+        let applied =
+            apply::execute(&ctx.client, &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME), &changes)
+                .await;
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(RULE_CONTROLLER));
         if let Some(error) = applied.failed.first() {
             tracing::warn!(%error, failed = applied.failed.len(), "could not delete every orphaned copy");
@@ -288,7 +292,12 @@ impl Engine {
     /// Makes one batch of a pass's changes and adds what happened to `tally`.
     async fn apply_batch(&self, ctx: &Context, rule: &Rule, plan: RulePlan, tally: &mut PassTally) {
         let kind = rule.kind;
-        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &plan.changes).await;
+        let applied = apply::execute(
+            &ctx.client,
+            &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME),
+            &plan.changes,
+        )
+        .await;
         for key in &applied.unmanaged {
             // Watch that name, so kopper sees the object that holds the place go.
             self.caches.scoped.watch_name(kind, &key.name);
@@ -409,9 +418,13 @@ impl Engine {
             }
         }
         let Some(status) = object.next_status(&outcome, Timestamp::now()) else { return Ok(()) };
+        let params = PatchParams {
+            field_manager: Some(ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME)),
+            ..PatchParams::default()
+        };
         object
             .api(ctx.client.clone())
-            .patch_status(&object.name_any(), &PatchParams::default(), &Patch::Merge(status))
+            .patch_status(&object.name_any(), &params, &Patch::Merge(status))
             .await
             .map(drop)
             .map_err(|source| SyncError::Status { rule: object.rule_id(), source })
