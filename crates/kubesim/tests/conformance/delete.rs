@@ -1,6 +1,6 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::common::{TestCluster, api_error, wait_for};
 
@@ -87,18 +87,75 @@ async fn foreground_deletion_removes_blocking_dependents_before_the_owner() {
     wait_for("the owner to go after its dependent", || gone(&owners, "owner")).await;
 }
 
-#[tokio::test]
-async fn orphan_deletion_keeps_dependents_and_drops_their_owner_reference() {
+/// The dependent Secret as the server sends it, untyped, so the test sees whether a field is
+/// there at all rather than how a typed client happens to map an empty list.
+async fn raw_dependent(cluster: &TestCluster, ns: &str) -> Value {
+    let request =
+        http::Request::get(format!("/api/v1/namespaces/{ns}/secrets/dependent")).body(Vec::new()).unwrap();
+    cluster.client.request::<Value>(request).await.unwrap()
+}
+
+/// Deletes the owner ConfigMap with a raw `DeleteOptions` body, as kube-rs cannot send the
+/// deprecated `orphanDependents` field.
+async fn delete_owner_with(cluster: &TestCluster, ns: &str, options: Value) {
+    let request = http::Request::delete(format!("/api/v1/namespaces/{ns}/configmaps/owner"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&options).unwrap())
+        .unwrap();
+    cluster.client.request::<Value>(request).await.unwrap();
+}
+
+/// Orphans the dependent through `options` and checks that it stays, without the field.
+async fn orphaning_drops_the_owner_references_field(options: Value) {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("delete").await;
     let (owners, dependents) = owner_and_dependent(&cluster, &ns, false).await;
+    delete_owner_with(&cluster, &ns, options).await;
+    wait_for("the owner to go", || gone(&owners, "owner")).await;
+    assert!(dependents.get_opt("dependent").await.unwrap().is_some(), "the dependent stays");
+    let dependent = raw_dependent(&cluster, &ns).await;
+    // kube-apiserver removes the field with its last entry; an empty list is a different object.
+    assert_eq!(dependent["metadata"].get("ownerReferences"), None, "{dependent}");
+}
+
+#[tokio::test]
+async fn orphan_deletion_keeps_dependents_and_removes_their_owner_references_field() {
+    let options = json!({"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Orphan"});
+    orphaning_drops_the_owner_references_field(options).await;
+}
+
+#[tokio::test]
+async fn orphan_dependents_true_keeps_dependents_and_removes_their_owner_references_field() {
+    let options = json!({"apiVersion": "v1", "kind": "DeleteOptions", "orphanDependents": true});
+    orphaning_drops_the_owner_references_field(options).await;
+}
+
+#[tokio::test]
+async fn orphaning_by_one_owner_keeps_the_other_owners_reference() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("delete").await;
+    let (owners, dependents) = owner_and_dependent(&cluster, &ns, false).await;
+    let second = owners
+        .create(&PostParams::default(), &config_map(json!({"metadata": {"name": "second-owner"}})))
+        .await
+        .unwrap();
+    let second_uid = second.metadata.uid.unwrap();
+    let also_owned = json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "second-owner", "uid": second_uid}]}});
+    // A strategic merge patch adds to the list (merge key uid) instead of replacing it.
+    dependents.patch("dependent", &PatchParams::default(), &Patch::Strategic(also_owned)).await.unwrap();
     let orphan =
         DeleteParams { propagation_policy: Some(PropagationPolicy::Orphan), ..DeleteParams::default() };
     owners.delete("owner", &orphan).await.unwrap();
     wait_for("the owner to go", || gone(&owners, "owner")).await;
-    let dependent = dependents.get("dependent").await.unwrap();
-    // kube-apiserver removes the field; an empty list left behind is not the same object.
-    assert_eq!(dependent.metadata.owner_references, None);
+    let dependent = raw_dependent(&cluster, &ns).await;
+    let uids: Vec<&Value> = dependent["metadata"]["ownerReferences"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the second owner's reference stays: {dependent}"))
+        .iter()
+        .map(|r| &r["uid"])
+        .collect();
+    assert_eq!(uids, vec![&json!(second_uid)]);
 }
 
 #[tokio::test]
