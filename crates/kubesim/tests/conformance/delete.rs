@@ -95,22 +95,33 @@ async fn raw_dependent(cluster: &TestCluster, ns: &str) -> Value {
     cluster.client.request::<Value>(request).await.unwrap()
 }
 
-/// Deletes the owner ConfigMap with a raw `DeleteOptions` body, as kube-rs cannot send the
-/// deprecated `orphanDependents` field.
-async fn delete_owner_with(cluster: &TestCluster, ns: &str, options: Value) {
-    let request = http::Request::delete(format!("/api/v1/namespaces/{ns}/configmaps/owner"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&options).unwrap())
-        .unwrap();
-    cluster.client.request::<Value>(request).await.unwrap();
+/// How a client asks for the owner's deletion to orphan its dependents.
+enum OrphanRequest {
+    /// A `DeleteOptions` body, as kubectl and kube-rs send.
+    Body(Value),
+    /// Query parameters and no body, as `kubectl --raw` or curl send.
+    Query(&'static str),
 }
 
-/// Orphans the dependent through `options` and checks that it stays, without the field.
-async fn orphaning_drops_the_owner_references_field(options: Value) {
+/// Deletes the owner ConfigMap with a raw request, as kube-rs cannot send the deprecated
+/// `orphanDependents` field.
+async fn delete_owner_with(cluster: &TestCluster, ns: &str, how: OrphanRequest) {
+    let path = format!("/api/v1/namespaces/{ns}/configmaps/owner");
+    let request = match how {
+        OrphanRequest::Body(options) => http::Request::delete(path)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&options).unwrap()),
+        OrphanRequest::Query(query) => http::Request::delete(format!("{path}?{query}")).body(Vec::new()),
+    };
+    cluster.client.request::<Value>(request.unwrap()).await.unwrap();
+}
+
+/// Orphans the dependent as `how` asks and checks that it stays, without the field.
+async fn orphaning_drops_the_owner_references_field(how: OrphanRequest) {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("delete").await;
     let (owners, dependents) = owner_and_dependent(&cluster, &ns, false).await;
-    delete_owner_with(&cluster, &ns, options).await;
+    delete_owner_with(&cluster, &ns, how).await;
     wait_for("the owner to go", || gone(&owners, "owner")).await;
     assert!(dependents.get_opt("dependent").await.unwrap().is_some(), "the dependent stays");
     let dependent = raw_dependent(&cluster, &ns).await;
@@ -121,13 +132,18 @@ async fn orphaning_drops_the_owner_references_field(options: Value) {
 #[tokio::test]
 async fn orphan_deletion_keeps_dependents_and_removes_their_owner_references_field() {
     let options = json!({"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Orphan"});
-    orphaning_drops_the_owner_references_field(options).await;
+    orphaning_drops_the_owner_references_field(OrphanRequest::Body(options)).await;
 }
 
 #[tokio::test]
 async fn orphan_dependents_true_keeps_dependents_and_removes_their_owner_references_field() {
     let options = json!({"apiVersion": "v1", "kind": "DeleteOptions", "orphanDependents": true});
-    orphaning_drops_the_owner_references_field(options).await;
+    orphaning_drops_the_owner_references_field(OrphanRequest::Body(options)).await;
+}
+
+#[tokio::test]
+async fn orphan_dependents_in_the_query_orphans_like_the_body() {
+    orphaning_drops_the_owner_references_field(OrphanRequest::Query("orphanDependents=true")).await;
 }
 
 #[tokio::test]
