@@ -1054,12 +1054,21 @@ pub fn delete_collection(
 
 /// Keeps the registry in step with CRDs as they are written.
 fn after_write(state: &mut State, t: &Target, crd: &Value) {
-    if t.rt.group == "apiextensions.k8s.io" && t.rt.resource == "customresourcedefinitions" {
-        let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        state.registry.remove_crd(&name);
-        for rt in served_versions(crd) {
-            state.registry.insert(rt);
-        }
+    if is_crd_storage(&t.rt.storage) {
+        serve_crd(state, crd);
+    }
+}
+
+pub(crate) fn is_crd_storage(storage: &StorageKey) -> bool {
+    storage.group == "apiextensions.k8s.io" && storage.resource == "customresourcedefinitions"
+}
+
+/// Serves the versions `crd` declares, in place of what an earlier state of it declared.
+pub(crate) fn serve_crd(state: &mut State, crd: &Value) {
+    let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    state.registry.remove_crd(&name);
+    for rt in served_versions(crd) {
+        state.registry.insert(rt);
     }
 }
 

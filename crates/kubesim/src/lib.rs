@@ -14,6 +14,7 @@ mod http;
 mod kubeconfig;
 mod openapi;
 pub mod patch;
+pub mod persist;
 mod protobuf;
 pub mod registry;
 mod seed;

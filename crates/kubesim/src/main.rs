@@ -42,6 +42,10 @@ struct ServeArgs {
     /// real cluster's namespace controller takes a while (`500ms`, `5s`, `1m`; 0: at once).
     #[arg(long, env = "KUBESIM_NAMESPACE_DELETION_DELAY", default_value = "0", value_parser = parse_duration)]
     namespace_deletion_delay: Duration,
+    /// Keep the objects and resource versions in this directory across restarts (written every
+    /// second while they change and on SIGINT/SIGTERM); without it, everything is in memory.
+    #[arg(long, env = "KUBESIM_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     /// Log filter, e.g. `info` or `kubesim=debug`.
     #[arg(long, env = "KUBESIM_LOG", default_value = "info")]
     log: String,
@@ -66,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
         watch_history: args.watch_history,
         bookmark_interval: Duration::from_secs(1),
         namespace_deletion_delay: args.namespace_deletion_delay,
+        data_dir: args.data_dir,
         ..Config::default()
     };
     let server = Server::start(config).await?;

@@ -2,7 +2,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::common::{TestCluster, api_error};
+use crate::common::{TestCluster, api_error, create_pod_when_admitted};
 
 async fn config_map(cluster: &TestCluster, ns: &str, data: serde_json::Value) -> Api<ConfigMap> {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), ns);
@@ -51,10 +51,13 @@ async fn strategic_merge_patch_merges_containers_by_name() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("patch").await;
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
-        {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}}))
+    // No grace period: on a real cluster a kubelet may have taken the pod, and the namespace
+    // would otherwise wait out the default 30 s for it when the test cleans up.
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}}))
     .unwrap();
-    api.create(&PostParams::default(), &pod).await.unwrap();
+    create_pod_when_admitted(&api, &pod).await;
     let patch = json!({"spec": {"containers": [{"name": "b", "image": "b:2"}]}});
     let patched = api.patch("p", &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
     let images: Vec<String> =
