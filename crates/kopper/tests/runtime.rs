@@ -522,3 +522,44 @@ async fn an_api_server_back_without_its_data_is_listed_again_and_served() {
     .await;
     operator.stop().await.unwrap();
 }
+
+/// An API server that restarts with its data (resourceVersions continue, old watches are
+/// refused with 410): kopper resumes from what it knew and keeps converging.
+#[tokio::test]
+async fn an_api_server_back_with_its_data_is_resumed_and_served() {
+    let data = tempfile::tempdir().unwrap();
+    let config = || kubesim::Config { data_dir: Some(data.path().to_owned()), ..kubesim::Config::default() };
+    let sim = kubesim::Server::start(config()).await.unwrap();
+    let addr = sim.addr();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    let admin = free_admin_addr();
+    let operator =
+        Operator::start(run_args(&kubeconfig, &["--controllers", "pod-labeler", "--admin-addr", &admin]));
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(sim.client(), "default");
+    create_pod(&pods, &pod("before", &[(ANNOTATION, "true")], &[])).await;
+    eventually("the pod before the restart to be labelled", || async {
+        label_of(&pods, "before", "kopper.dev/pod-name").await
+    })
+    .await;
+
+    sim.shutdown().await;
+    let sim = kubesim::Server::start(kubesim::Config { addr, ..config() }).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(sim.client(), "default");
+    assert_eq!(
+        label_of(&pods, "before", "kopper.dev/pod-name").await.as_deref(),
+        Some("before"),
+        "data kept"
+    );
+    let unlabel = json!({"metadata": {"labels": {"kopper.dev/pod-name": null}}});
+    pods.patch("before", &PatchParams::default(), &Patch::Merge(&unlabel)).await.unwrap();
+    create_pod(&pods, &pod("after", &[(ANNOTATION, "true")], &[])).await;
+    for name in ["before", "after"] {
+        eventually(&format!("{name} to be labelled after the restart"), || async {
+            label_of(&pods, name, "kopper.dev/pod-name").await.filter(|value| value == name)
+        })
+        .await;
+    }
+    operator.stop().await.unwrap();
+}
