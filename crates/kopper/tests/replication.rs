@@ -766,7 +766,8 @@ async fn stopping_while_a_cache_cannot_list_ends_promptly() {
 
 /// Copies blocked under more names than name watches may be open cost one cluster-wide
 /// watch, not a connection per name (tenants choose how many names they block), and every
-/// one still follows when its blocker goes.
+/// one still follows when its blocker goes; the cluster-wide watch lasts only while that
+/// many names are blocked.
 #[tokio::test]
 async fn copies_blocked_under_many_names_share_one_watch_and_follow_when_freed() {
     let cluster = Cluster::start().await;
@@ -793,6 +794,19 @@ async fn copies_blocked_under_many_names_share_one_watch_and_follow_when_freed()
     }
     cluster.rule_status("main-rule", |s| s["conflictCount"] == names - 2).await;
     assert!(watches("name") as usize <= replication::scoped::MAX_NAME_WATCHES);
+
+    // Fewer blocked names than the cap (their sources gone): the cluster-wide watch gives
+    // way to a watch per name again, and a copy still follows when its blocker goes.
+    for n in 1..=4 {
+        cluster.config_maps("default").delete(&format!("app-{n}"), &DeleteParams::default()).await.unwrap();
+    }
+    let left = names - 4;
+    eventually("the cluster-wide watch to give way to name watches", || async {
+        (watches("cluster") == 0 && watches("name") as usize == left).then_some(())
+    })
+    .await;
+    cluster.config_maps("team-a").delete("app-5", &DeleteParams::default()).await.unwrap();
+    cluster.copy_has("team-a", "app-5", "level", "info").await;
 }
 
 /// Memory follows what is replicated now, not what was: a source's content is dropped once

@@ -23,7 +23,7 @@ use super::desired::{
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
-use super::scoped::{MAX_NAME_WATCHES, Scope, ScopeNotReady};
+use super::scoped::{Scope, ScopeNotReady};
 use super::{RULE_CONTROLLER, controller_of};
 use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory};
@@ -332,14 +332,7 @@ impl Engine {
                 }
             }
         }
-        // A cluster-wide watch that stands in for name watches stays while there are more
-        // source names than name watches may be open (see `Scoped::watch_name`).
-        let many_names = |kind| source_names.iter().filter(|(of, _)| *of == kind).count() > MAX_NAME_WATCHES;
-        self.caches.scoped.retain(|kind, scope| match scope {
-            Scope::Namespace(_) => needed.contains(&(kind, scope.clone())),
-            Scope::Cluster => needed.contains(&(kind, scope.clone())) || many_names(kind),
-            Scope::Name(name) => source_names.contains(&(kind, name.clone())),
-        });
+        self.caches.scoped.retire(&needed, |kind, name| source_names.contains(&(kind, name.to_owned())));
         self.router.memo.keep_sources(&ctx.metrics, &source_uids);
     }
 
