@@ -490,6 +490,44 @@ async fn readyz_fails_while_the_api_server_is_unreachable_and_recovers_by_itself
     operator.stop().await.unwrap();
 }
 
+/// A watch the API server keeps refusing while it answers everything else (lists, the
+/// lease, writes) leaves kopper's caches stale: `/readyz` says so, naming the watch, and
+/// recovers once the watch is served again.
+#[tokio::test]
+async fn readyz_fails_while_a_watch_is_refused_and_recovers_by_itself() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let flags = ["--controllers", "pod-labeler", "--admin-addr", &admin, "--api-unreachable-threshold", "1s"];
+    let operator = Operator::start(cluster.run_args(&flags));
+    let readyz = |want: u16| {
+        let admin = admin.clone();
+        async move {
+            eventually(&format!("/readyz {want}"), || async {
+                http_get(&admin, "/readyz").await.filter(|(status, _)| *status == want)
+            })
+            .await
+        }
+    };
+    readyz(200).await;
+
+    let refused = kubesim::Fault {
+        verb: Some("watch".into()),
+        resource: Some("pods".into()),
+        count: u32::MAX,
+        status: 500,
+    };
+    cluster.sim.faults().fail_next(refused);
+    cluster.sim.faults().close_watches();
+    let (_, body) = readyz(503).await;
+    assert!(body.contains("a watch has been refused") && body.contains("/pods"), "{body}");
+
+    cluster.sim.faults().clear();
+    readyz(200).await;
+    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
+    operator.stop().await.unwrap();
+}
+
 /// An API server that comes back without its data (restarted without its store, or an etcd
 /// restored from an older backup) answers kopper's resumed watches "too large resource
 /// version"; kopper lists again and works on the new state, without a restart.

@@ -125,6 +125,11 @@ impl Faults {
         lock(&self.pending).push(fault);
     }
 
+    /// Drops every fault not yet used up.
+    pub fn clear(&self) {
+        lock(&self.pending).clear();
+    }
+
     /// Holds the next request with this verb on this resource (e.g. `create`,
     /// `configmaps`) after it is authorized and before it is served, until the test
     /// releases it; a dropped [`HeldRequest`] releases it too.

@@ -70,6 +70,12 @@ async fn serve_readiness(State(state): State<AdminState>) -> impl IntoResponse {
         let message = format!("the Kubernetes API server has not answered for {}s\n", unreachable.as_secs());
         return (StatusCode::SERVICE_UNAVAILABLE, message);
     }
+    if let Some((watch, failing_for)) = state.metrics.watch_failing_longest()
+        && failing_for >= state.api_unreachable_threshold
+    {
+        let message = format!("a watch has been refused for {}s: {watch}\n", failing_for.as_secs());
+        return (StatusCode::SERVICE_UNAVAILABLE, message);
+    }
     if state.readiness.is_ready() {
         (StatusCode::OK, "ok\n".to_owned())
     } else {

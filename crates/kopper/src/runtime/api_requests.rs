@@ -51,6 +51,7 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let verb = verb_of(request.method(), request.uri());
+        let watch = (verb == "watch").then(|| watched(request.uri()));
         let metrics = self.metrics.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
@@ -60,6 +61,10 @@ where
                 Err(_) => "error".to_owned(),
             };
             metrics.api_request(verb, &code);
+            if let Some(watch) = watch {
+                let answered = matches!(&result, Ok(response) if response.status().is_success());
+                metrics.watch_request(&watch, !answered);
+            }
             result
         })
     }
@@ -78,6 +83,24 @@ pub fn verb_of(method: &http::Method, uri: &http::Uri) -> &'static str {
         http::Method::PATCH => "patch",
         http::Method::DELETE => "delete",
         _ => "other",
+    }
+}
+
+/// What a watch request watches: its path and selectors, without the resourceVersion and
+/// timeouts that change from one request of the same watch to the next.
+fn watched(uri: &http::Uri) -> String {
+    let selectors: Vec<&str> = uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|parameter| {
+            parameter.starts_with("labelSelector=") || parameter.starts_with("fieldSelector=")
+        })
+        .collect();
+    if selectors.is_empty() {
+        uri.path().to_owned()
+    } else {
+        format!("{}?{}", uri.path(), selectors.join("&"))
     }
 }
 
@@ -117,5 +140,18 @@ mod tests {
         assert_eq!(verb(http::Method::PATCH, "/apis/kopper.dev/v1alpha1/replicationrules/r/status"), "patch");
         assert_eq!(verb(http::Method::DELETE, "/api/v1/namespaces/a/configmaps/x"), "delete");
         assert_eq!(verb(http::Method::GET, "/version"), "get");
+    }
+
+    #[test]
+    fn a_watch_is_named_by_its_path_and_selectors_whatever_its_resource_version() {
+        let watch = |uri: &str| watched(&uri.parse().unwrap());
+        let first = watch(
+            "/api/v1/configmaps?watch=true&resourceVersion=1&fieldSelector=metadata.name%3Da&timeoutSeconds=290",
+        );
+        let next = watch("/api/v1/configmaps?fieldSelector=metadata.name%3Da&watch=true&resourceVersion=9");
+        assert_eq!(first, next);
+        assert_eq!(first, "/api/v1/configmaps?fieldSelector=metadata.name%3Da");
+        assert_ne!(first, watch("/api/v1/configmaps?watch=true&fieldSelector=metadata.name%3Db"));
+        assert_eq!(watch("/api/v1/namespaces/a/pods?watch=true"), "/api/v1/namespaces/a/pods");
     }
 }

@@ -84,10 +84,17 @@ pub struct Metrics {
     pub api_requests: Family<RequestLabels, Counter>,
     /// Per controller and per rule, the figures the gauges above sum (see [`RuleGauges`]).
     rule_gauges: Mutex<BTreeMap<(String, String), RuleGauges>>,
-    /// Since when every request to the API server has failed (no answer, or a 5xx); `None`
+    /// Since when every request to the API server has failed (no answer, 502, 503, 504); `None`
     /// while it answers. Fed by the client's request layer, read by `/readyz`.
     api_failing_since: Mutex<Option<std::time::Instant>>,
+    /// Watches whose requests fail while other requests succeed, by what they watch: since
+    /// when they fail, and when they failed last. Fed by the request layer, read by `/readyz`.
+    watches_failing: Mutex<BTreeMap<String, (std::time::Instant, std::time::Instant)>>,
 }
+
+/// A failing watch retries at least this often (kube's watcher backs off to 30 s at most);
+/// one not seen failing for longer was stopped or has recovered, and is forgotten.
+const WATCH_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What one rule contributes to the per-controller gauges; replaced after each of its passes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -142,6 +149,7 @@ impl Metrics {
             api_requests: Family::default(),
             rule_gauges: Mutex::default(),
             api_failing_since: Mutex::default(),
+            watches_failing: Mutex::default(),
         };
         metrics.register_into(kopper);
         Self { registry, ..metrics }
@@ -260,13 +268,38 @@ impl Metrics {
         self.api_requests
             .get_or_create(&RequestLabels { verb: verb.to_owned(), code: code.to_owned() })
             .inc();
-        let failed = code == "error" || code.starts_with('5');
+        // No answer, or a gateway or the server saying it cannot serve now. A 500 is an
+        // answer (from a server that is up); a request refused that way again and again is
+        // the watch check's business.
+        let failed = matches!(code, "error" | "502" | "503" | "504");
         let mut since = self.api_failing_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match (failed, *since) {
             (true, None) => *since = Some(std::time::Instant::now()),
             (false, Some(_)) => *since = None,
             _ => {}
         }
+    }
+
+    /// Records the outcome of one watch request (`watch` names what it watches): a failure
+    /// starts or extends its failing stretch, an answer ends it.
+    pub fn watch_request(&self, watch: &str, failed: bool) {
+        let mut failing = self.watches_failing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if failed {
+            failing.entry(watch.to_owned()).and_modify(|(_, last)| *last = now).or_insert((now, now));
+        } else {
+            failing.remove(watch);
+        }
+    }
+
+    /// The watch that has been failing longest while it keeps retrying, and for how long.
+    pub fn watch_failing_longest(&self) -> Option<(String, std::time::Duration)> {
+        let mut failing = self.watches_failing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        failing.retain(|_, (_, last)| last.elapsed() < WATCH_RETRY_WINDOW);
+        failing
+            .iter()
+            .map(|(watch, (since, _))| (watch.clone(), since.elapsed()))
+            .max_by_key(|(_, failing_for)| *failing_for)
     }
 
     /// How long every request to the API server has been failing; `None` while it answers.
