@@ -191,7 +191,10 @@ impl Stage {
         eventually_within(SLOW, &format!("the copy in {namespace}"), || async {
             let copy = copies.get_opt("shared-settings").await.ok()??;
             let manager = copy.metadata.managed_fields?.into_iter().find_map(|entry| entry.manager)?;
-            manager.strip_prefix("kopper-").map(str::to_owned)
+            // Each replica's --field-manager is `kopper-<replica>`; the replication engine
+            // writes as `<that>/replication`.
+            let replica = manager.strip_prefix("kopper-")?;
+            Some(replica.strip_suffix("/replication").unwrap_or(replica).to_owned())
         })
         .await
     }
