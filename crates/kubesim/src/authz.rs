@@ -165,9 +165,10 @@ pub enum Decision {
     Deny,
 }
 
-/// A decision and, for a denial, RBAC's explanation (`RBAC: role.rbac.authorization.k8s.io
-/// "x" not found` when a binding that applies names a missing role), which
-/// kube-apiserver appends to the 403 message.
+/// A decision and RBAC's explanation: for a denial, the roles that bindings name but that
+/// are missing (`RBAC: role.rbac.authorization.k8s.io "x" not found`), which kube-apiserver
+/// appends to the 403 message; for an allow, the binding that granted it (`RBAC: allowed by
+/// RoleBinding "b/ns" of Role "r" to User "alice"`), which access reviews report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub decision: Decision,
@@ -197,12 +198,16 @@ pub fn evaluate(user: &UserInfo, attrs: &RequestAttributes, rbac: &RbacSnapshot)
         bindings.extend(sorted_by_name(in_namespace).into_iter().map(|binding| (binding, namespace)));
     }
     for (binding, binding_namespace) in bindings {
-        if !binding_applies_to(binding, user, binding_namespace) {
+        let Some(subject) = applying_subject(binding, user, binding_namespace) else {
             continue;
-        }
+        };
         match role_reference_rules(rbac, binding.get("roleRef").unwrap_or(&Value::Null), binding_namespace) {
             Ok(rules) if rules.iter().any(|rule| rule_allows(attrs, rule)) => {
-                return Verdict { decision: Decision::Allow, reason: None };
+                let grant = describe_grant(binding, binding_namespace, subject);
+                return Verdict {
+                    decision: Decision::Allow,
+                    reason: Some(format!("RBAC: allowed by {grant}")),
+                };
             }
             Ok(_) => {}
             Err(error) => errors.push(error),
@@ -374,9 +379,39 @@ fn strings<'v>(value: &'v Value, key: &str) -> impl Iterator<Item = &'v str> {
     value.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
 }
 
-fn binding_applies_to(binding: &Value, user: &UserInfo, namespace: &str) -> bool {
+/// The first of the binding's subjects that is `user`, if any.
+fn applying_subject<'v>(binding: &'v Value, user: &UserInfo, namespace: &str) -> Option<&'v Value> {
     let mut subjects = binding.get("subjects").and_then(Value::as_array).into_iter().flatten();
-    subjects.any(|subject| subject_applies_to(subject, user, namespace))
+    subjects.find(|subject| subject_applies_to(subject, user, namespace))
+}
+
+/// How kube-apiserver's RBAC authorizer names the grant that allowed a request
+/// (`clusterRoleBindingDescriber`, `roleBindingDescriber`).
+fn describe_grant(binding: &Value, binding_namespace: &str, subject: &Value) -> String {
+    let role = format!("{} {}", str_at(binding, "/roleRef/kind"), go_quote(str_at(binding, "/roleRef/name")));
+    let subject = describe_subject(subject, binding_namespace);
+    match binding_namespace {
+        "" => format!("ClusterRoleBinding {} of {role} to {subject}", go_quote(name_of(binding))),
+        namespace => {
+            format!(
+                "RoleBinding {} of {role} to {subject}",
+                go_quote(&format!("{}/{namespace}", name_of(binding)))
+            )
+        }
+    }
+}
+
+/// `describeSubject`: a ServiceAccount as `name/namespace`, anyone else by name.
+fn describe_subject(subject: &Value, binding_namespace: &str) -> String {
+    let (kind, name) = (str_at(subject, "/kind"), str_at(subject, "/name"));
+    if kind != "ServiceAccount" {
+        return format!("{kind} {}", go_quote(name));
+    }
+    let namespace = match str_at(subject, "/namespace") {
+        "" => binding_namespace,
+        explicit => explicit,
+    };
+    format!("{kind} {}", go_quote(&format!("{name}/{namespace}")))
 }
 
 /// `rbac.appliesToUser`: a ServiceAccount subject without a namespace means the
@@ -1039,6 +1074,46 @@ mod tests {
         assert_eq!(
             objects.decide(&alice(), &resource_request("list", "", "configmaps", None)),
             Decision::Allow
+        );
+    }
+
+    #[test]
+    fn an_allow_names_the_binding_role_and_subject_that_granted_it() {
+        let objects = Objects {
+            roles: vec![role("dev", "reader", vec![read_configmaps()])],
+            role_bindings: vec![
+                binding(Some("dev"), "alice-reads", "Role", "reader", user_subject("alice")),
+                binding(
+                    Some("dev"),
+                    "builder-reads",
+                    "Role",
+                    "reader",
+                    json!([{"kind": "ServiceAccount", "name": "builder"}]),
+                ),
+            ],
+            cluster_roles: default_cluster_roles(),
+            cluster_role_bindings: default_cluster_role_bindings(),
+        };
+        let reason =
+            |user: &UserInfo, attrs: RequestAttributes| evaluate(user, &attrs, &objects.snapshot()).reason;
+        assert_eq!(
+            reason(&alice(), resource_request("get", "", "configmaps", Some("dev"))).as_deref(),
+            Some("RBAC: allowed by RoleBinding \"alice-reads/dev\" of Role \"reader\" to User \"alice\"")
+        );
+        let builder = user_from_token(&token_for_service_account("dev", "builder")).unwrap();
+        assert_eq!(
+            reason(&builder, resource_request("get", "", "configmaps", Some("dev"))).as_deref(),
+            Some(
+                "RBAC: allowed by RoleBinding \"builder-reads/dev\" of Role \"reader\" to ServiceAccount \
+                 \"builder/dev\""
+            )
+        );
+        assert_eq!(
+            reason(&alice(), path_request("get", "/api")).as_deref(),
+            Some(
+                "RBAC: allowed by ClusterRoleBinding \"system:discovery\" of ClusterRole \"system:discovery\" \
+                 to Group \"system:authenticated\""
+            )
         );
     }
 

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::access_review::{self, ReviewKind};
 use crate::api::{self, DeleteOptions, ListOptions, Target, WriteOptions};
 use crate::authz::{self, RequestAttributes};
 use crate::error::{ApiError, ApiResult};
@@ -87,6 +88,11 @@ async fn route(app: &App, req: &Request) -> ApiResult<Response> {
     if let Some(response) = non_resource(app, req, &segments)? {
         return Ok(response);
     }
+    if let ["apis", access_review::GROUP, access_review::VERSION, resource] = segments.as_slice()
+        && let Some(kind) = ReviewKind::from_resource(resource)
+    {
+        return review_access(app, req, kind);
+    }
     let (group, version, rest) = match segments.as_slice() {
         ["api", version, rest @ ..] => ("", *version, rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
@@ -105,6 +111,45 @@ async fn route(app: &App, req: &Request) -> ApiResult<Response> {
         return Err(injected(status, &target));
     }
     dispatch(app, req, &target, verb).await
+}
+
+/// Creates a SelfSubjectAccessReview or SubjectAccessReview: the request itself is
+/// authorized like any create, then the question it asks goes to the authorizer that
+/// decides every other request.
+fn review_access(app: &App, req: &Request, kind: ReviewKind) -> ApiResult<Response> {
+    if req.method != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let create = RequestAttributes {
+        verb: "create".to_owned(),
+        api_group: access_review::GROUP.to_owned(),
+        resource: kind.resource().to_owned(),
+        path: req.path.clone(),
+        is_resource_request: true,
+        ..RequestAttributes::default()
+    };
+    let requester = match app.sim.config.authorization {
+        Authorization::Rbac => {
+            check(app, req, &create, None)?;
+            authenticate(req)?
+        }
+        Authorization::AlwaysAllow => authenticate(req).unwrap_or_else(|_| authz::UserInfo::admin()),
+    };
+    app.sim.counters.record("create", kind.resource());
+    let body = decode_body(req)?;
+    let question = access_review::question(kind, &body, &requester)?;
+    let verdict = decide(app, &question.user, &question.attrs);
+    Ok(json_response(StatusCode::CREATED, &access_review::answer(kind, &body, &verdict)))
+}
+
+/// What the configured authorizer says about `user` doing `attrs`.
+fn decide(app: &App, user: &authz::UserInfo, attrs: &RequestAttributes) -> authz::Verdict {
+    match app.sim.config.authorization {
+        Authorization::Rbac => authz::evaluate(user, attrs, &RbacObjects::load(app).snapshot()),
+        Authorization::AlwaysAllow => authz::Verdict { decision: authz::Decision::Allow, reason: None },
+    }
 }
 
 /// Discovery, version and health endpoints. `Ok(None)` for resource paths.
@@ -525,8 +570,7 @@ fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
 /// Authenticates the bearer token and asks RBAC, answering 401 or 403 as kube-apiserver does.
 fn check(app: &App, req: &Request, attrs: &RequestAttributes, t: Option<&Target>) -> ApiResult<()> {
     let user = authenticate(req)?;
-    let objects = RbacObjects::load(app);
-    let verdict = authz::evaluate(&user, attrs, &objects.snapshot());
+    let verdict = decide(app, &user, attrs);
     if matches!(verdict.decision, authz::Decision::Allow) {
         return Ok(());
     }
@@ -534,6 +578,9 @@ fn check(app: &App, req: &Request, attrs: &RequestAttributes, t: Option<&Target>
     Err(match t {
         Some(t) => {
             ApiError::forbidden(&t.rt.group, &t.rt.resource, t.name.as_deref().unwrap_or_default(), message)
+        }
+        None if attrs.is_resource_request => {
+            ApiError::forbidden(&attrs.api_group, &attrs.resource, "", message)
         }
         None => ApiError::new(403, "Forbidden", message).with_details(crate::error::Details::default()),
     })

@@ -5,6 +5,7 @@
 //! depends on (garbage collector, namespace lifecycle). See the crate README for what it
 //! serves and where it knowingly differs.
 
+pub mod access_review;
 pub mod api;
 pub mod authz;
 mod controllers;

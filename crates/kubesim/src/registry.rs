@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::access_review;
+
 /// Where objects of a resource are stored. Two served resources may share one storage
 /// (core `events` and `events.k8s.io` events), as they do in kube-apiserver.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -534,6 +536,7 @@ impl Registry {
     /// `(group, versions sorted by preference)` for every served group but the core one.
     pub fn groups(&self) -> Vec<(String, Vec<String>)> {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        groups.insert(access_review::GROUP.to_owned(), vec![access_review::VERSION.to_owned()]);
         for (g, v, _) in self.served.keys() {
             if g.is_empty() {
                 continue;
@@ -553,7 +556,8 @@ impl Registry {
     }
 
     pub fn group_version_served(&self, group: &str, version: &str) -> bool {
-        self.served.keys().any(|(g, v, _)| g == group && v == version)
+        is_access_review_group_version(group, version)
+            || self.served.keys().any(|(g, v, _)| g == group && v == version)
     }
 
     /// `/api` or `/apis/{group}/{version}`'s APIResourceList.
@@ -589,6 +593,9 @@ impl Registry {
                 }));
             }
         }
+        if is_access_review_group_version(group, version) {
+            resources.extend(access_review::discovery_resources());
+        }
         let group_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
     }
@@ -608,6 +615,12 @@ impl Registry {
             doc
         })
     }
+}
+
+/// The access reviews are served but never stored, so they are not in `served`; discovery
+/// lists them all the same, as `kubectl auth can-i` looks for them there.
+fn is_access_review_group_version(group: &str, version: &str) -> bool {
+    group == access_review::GROUP && version == access_review::VERSION
 }
 
 fn group_document(group: &str, versions: &[String]) -> Value {

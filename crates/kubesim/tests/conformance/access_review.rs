@@ -1,0 +1,151 @@
+//! SelfSubjectAccessReview and SubjectAccessReview: answers that agree with what the server
+//! then does, in kube-apiserver's words. Reviews about made-up users asked by the admin run on
+//! a real cluster too; reviews asked *as* those users need kubesim's tokens.
+
+use k8s_openapi::api::authorization::v1::{
+    SelfSubjectAccessReview, SubjectAccessReview, SubjectAccessReviewStatus,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+use crate::authz::grant;
+use crate::common::{TestCluster, api_error};
+
+fn rbac_config() -> kubesim::Config {
+    kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() }
+}
+
+/// A user name no other test (or earlier run on a real cluster) uses.
+fn unique_user(prefix: &str) -> String {
+    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+async fn subject_review(client: &kube::Client, spec: Value) -> kube::Result<SubjectAccessReviewStatus> {
+    let review: SubjectAccessReview = serde_json::from_value(json!({"spec": spec})).unwrap();
+    let created =
+        Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await?;
+    Ok(created.status.expect("a created review has a status"))
+}
+
+async fn self_review(client: &kube::Client, spec: Value) -> kube::Result<SubjectAccessReviewStatus> {
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({"spec": spec})).unwrap();
+    let created =
+        Api::<SelfSubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await?;
+    Ok(created.status.expect("a created review has a status"))
+}
+
+fn list_configmaps(ns: &str) -> Value {
+    json!({"resourceAttributes": {"namespace": ns, "verb": "list", "resource": "configmaps"}})
+}
+
+fn read_configmaps() -> Value {
+    json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}])
+}
+
+#[tokio::test]
+async fn subject_access_review_follows_role_bindings_and_names_the_grant() {
+    let mut cluster = TestCluster::with_config(rbac_config()).await;
+    let ns = cluster.namespace("sar").await;
+    let other = cluster.namespace("sar").await;
+    let user = unique_user("reader");
+    let asks = |ns: &str| {
+        json!({"user": user, "groups": ["system:authenticated"],
+               "resourceAttributes": {"namespace": ns, "verb": "list", "resource": "configmaps"}})
+    };
+
+    let before = subject_review(&cluster.client, asks(&ns)).await.unwrap();
+    assert!(!before.allowed);
+    assert_ne!(before.denied, Some(true), "RBAC only ever fails to allow");
+
+    grant(&cluster.client, &ns, &user, read_configmaps()).await;
+    let after = subject_review(&cluster.client, asks(&ns)).await.unwrap();
+    assert!(after.allowed);
+    assert_eq!(
+        after.reason.as_deref(),
+        Some(
+            format!("RBAC: allowed by RoleBinding \"{user}/{ns}\" of Role \"{user}\" to User \"{user}\"")
+                .as_str()
+        )
+    );
+    assert!(!subject_review(&cluster.client, asks(&other)).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn non_resource_reviews_use_the_discovery_roles() {
+    let cluster = TestCluster::with_config(rbac_config()).await;
+    let user = unique_user("viewer");
+    let asks = |path: &str| {
+        json!({"user": user, "groups": ["system:authenticated"],
+               "nonResourceAttributes": {"path": path, "verb": "get"}})
+    };
+    assert!(subject_review(&cluster.client, asks("/apis")).await.unwrap().allowed);
+    assert!(!subject_review(&cluster.client, asks("/metrics")).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn a_review_without_attributes_is_invalid() {
+    let cluster = TestCluster::with_config(rbac_config()).await;
+    let status = api_error(self_review(&cluster.client, json!({})).await);
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        status.message,
+        "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.resourceAttributes: Invalid value: \
+         \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified"
+    );
+}
+
+#[tokio::test]
+async fn access_reviews_are_in_discovery_as_create_only() {
+    let cluster = TestCluster::new().await;
+    let resources = cluster.client.list_api_group_resources("authorization.k8s.io/v1").await.unwrap();
+    for name in ["selfsubjectaccessreviews", "subjectaccessreviews"] {
+        let resource =
+            resources.resources.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(resource.verbs, ["create"], "{name}");
+        assert!(!resource.namespaced, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn self_review_agrees_with_what_the_server_then_allows() {
+    let mut cluster = TestCluster::with_config(rbac_config()).await;
+    let ns = cluster.namespace("ssar").await;
+    let Some(sim) = cluster.sim() else { return };
+    let alice = sim.client_for_user("alice", &[]);
+    let configmaps = Api::<ConfigMap>::namespaced(alice.clone(), &ns);
+
+    assert!(!self_review(&alice, list_configmaps(&ns)).await.unwrap().allowed);
+    assert_eq!(api_error(configmaps.list(&Default::default()).await).code, 403);
+
+    grant(&cluster.client, &ns, "alice", read_configmaps()).await;
+    assert!(self_review(&alice, list_configmaps(&ns)).await.unwrap().allowed);
+    assert!(configmaps.list(&Default::default()).await.unwrap().items.is_empty());
+}
+
+#[tokio::test]
+async fn subject_access_review_needs_permission_to_create_it() {
+    let cluster = TestCluster::with_config(rbac_config()).await;
+    let Some(sim) = cluster.sim() else { return };
+    let alice = sim.client_for_user("alice", &[]);
+    let status = api_error(
+        subject_review(&alice, json!({"user": "bob", "nonResourceAttributes": {"path": "/", "verb": "get"}}))
+            .await,
+    );
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "subjectaccessreviews.authorization.k8s.io is forbidden: User \"alice\" cannot create resource \
+         \"subjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope"
+    );
+}
+
+#[tokio::test]
+async fn everything_is_allowed_without_rbac() {
+    let cluster = TestCluster::new().await;
+    let Some(sim) = cluster.sim() else { return };
+    let alice = sim.client_for_user("alice", &[]);
+    let status = self_review(&alice, list_configmaps("anywhere")).await.unwrap();
+    assert!(status.allowed);
+    assert_eq!(status.reason, None);
+}
