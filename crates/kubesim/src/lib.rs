@@ -1,9 +1,9 @@
 //! kubesim: an embedded Kubernetes API server for end-to-end tests and demos.
 //!
-//! It serves the Kubernetes REST API over plain HTTP on loopback, keeps objects in memory,
-//! and behaves like kube-apiserver plus the parts of kube-controller-manager an operator
-//! depends on (garbage collector, namespace lifecycle). See the crate README for what it
-//! serves and where it knowingly differs.
+//! It serves the Kubernetes REST API over plain HTTP on loopback (or HTTPS, with a CA it
+//! makes itself), keeps objects in memory, and behaves like kube-apiserver plus the parts of
+//! kube-controller-manager an operator depends on (garbage collector, namespace lifecycle).
+//! See the crate README for what it serves and where it knowingly differs.
 
 pub mod access_review;
 pub mod api;
@@ -22,6 +22,7 @@ pub mod selector;
 mod server;
 pub mod store;
 mod table;
+mod tls;
 mod typed;
 pub mod validation;
 mod watch;

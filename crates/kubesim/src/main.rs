@@ -42,6 +42,12 @@ struct ServeArgs {
     /// real cluster's namespace controller takes a while (`500ms`, `5s`, `1m`; 0: at once).
     #[arg(long, env = "KUBESIM_NAMESPACE_DELETION_DELAY", default_value = "0", value_parser = parse_duration)]
     namespace_deletion_delay: Duration,
+    /// Serve HTTPS with a CA and certificate generated at start (`--tls`, `--tls=false`).
+    /// On by default with `--authorization rbac`, because kubectl sends bearer tokens only
+    /// over TLS; off by default otherwise.
+    #[arg(long, env = "KUBESIM_TLS", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    tls: Option<bool>,
     /// Log filter, e.g. `info` or `kubesim=debug`.
     #[arg(long, env = "KUBESIM_LOG", default_value = "info")]
     log: String,
@@ -56,6 +62,7 @@ enum AuthzMode {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let Command::Serve(args) = Cli::parse().command;
+    let rbac = matches!(args.authorization, AuthzMode::Rbac);
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(&args.log)).init();
     let config = Config {
         addr: SocketAddr::new(args.bind, args.port),
@@ -66,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
         watch_history: args.watch_history,
         bookmark_interval: Duration::from_secs(1),
         namespace_deletion_delay: args.namespace_deletion_delay,
+        tls: args.tls.unwrap_or(rbac),
         ..Config::default()
     };
     let server = Server::start(config).await?;
@@ -73,6 +81,9 @@ async fn main() -> anyhow::Result<()> {
     if let Some(path) = &args.kubeconfig_out {
         server.write_kubeconfig(path)?;
         println!("kubeconfig written to {}", path.display());
+    }
+    if rbac && args.tls == Some(false) {
+        println!("warning: kubectl sends bearer tokens only over TLS; with --tls=false its requests get 401");
     }
     shutdown_signal().await?;
     println!("kubesim stopping");

@@ -1,8 +1,8 @@
 //! The `kubesim serve` binary: prints its URL, writes a kubeconfig kube-rs and kubectl both
-//! accept, and exits 0 on SIGTERM.
+//! accept, and exits 0 on SIGTERM; and serving HTTPS, from the binary and the library.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -47,17 +47,49 @@ async fn serve_writes_a_usable_kubeconfig_and_stops_cleanly_on_sigterm() {
         eprintln!("kubectl not on PATH: the kubectl half of this test did not run");
     }
 
+    let status = stop(&mut child);
+    assert!(status.success(), "exit status {status}");
+}
+
+/// Sends SIGTERM and waits, at most 10s, for the process to end.
+fn stop(child: &mut Child) -> ExitStatus {
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break status;
+            return status;
         }
         assert!(Instant::now() < deadline, "kubesim did not stop within 10s of SIGTERM");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn a_tls_server_is_reached_by_its_own_clients_only_over_https() {
+    let sim =
+        kubesim::Server::start(kubesim::Config { tls: true, ..kubesim::Config::default() }).await.unwrap();
+    assert!(sim.url().starts_with("https://"), "{}", sim.url());
+    let namespaces = Api::<Namespace>::all(sim.client()).list(&ListParams::default()).await.unwrap();
+    assert!(namespaces.items.iter().any(|n| n.metadata.name.as_deref() == Some("default")));
+
+    // A client that does not trust kubesim's CA is refused at the handshake.
+    let untrusting = kube::Config::new(sim.url().parse().unwrap());
+    let reached = match kube::Client::try_from(untrusting) {
+        Ok(client) => Api::<Namespace>::all(client).list(&ListParams::default()).await.is_ok(),
+        // No system roots to build a verifier from: no way to reach the server either.
+        Err(_) => false,
     };
-    assert!(status.success(), "exit status {status}");
+    assert!(!reached, "a client without kubesim's CA connected");
+
+    // Plain HTTP to the TLS port gets no API answer.
+    let plain = kube::Config::new(format!("http://{}", sim.addr()).parse().unwrap());
+    let result =
+        Api::<Namespace>::all(kube::Client::try_from(plain).unwrap()).list(&ListParams::default()).await;
+    assert!(result.is_err(), "plain HTTP was answered");
+    // The admin's kubeconfig carries the CA, so kubectl and kube-rs trust the server.
+    let cluster = &sim.kubeconfig().clusters[0];
+    assert!(cluster.cluster.as_ref().unwrap().certificate_authority_data.is_some());
 }
 
 fn which_kubectl() -> bool {
