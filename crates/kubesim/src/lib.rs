@@ -12,6 +12,7 @@ mod controllers;
 pub mod convert;
 pub mod error;
 mod http;
+pub mod identity;
 mod kubeconfig;
 mod openapi;
 pub mod patch;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use kubesim::identity::{self, Identity};
 use kubesim::{Authorization, Config, Server};
 
 #[derive(Parser)]
@@ -48,6 +49,19 @@ struct ServeArgs {
     #[arg(long, env = "KUBESIM_TLS", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     tls: Option<bool>,
+    /// Write a kubeconfig for this user into --kubeconfig-dir (`alice`, or `bob:devs,ops` for
+    /// a user in groups); repeat for more users.
+    #[arg(long = "user", value_name = "NAME[:GROUP,...]", requires = "kubeconfig_dir",
+          value_parser = Identity::parse_user)]
+    users: Vec<Identity>,
+    /// Write a kubeconfig for this ServiceAccount into --kubeconfig-dir; repeat for more.
+    #[arg(long = "service-account", value_name = "NAMESPACE/NAME", requires = "kubeconfig_dir",
+          value_parser = Identity::parse_service_account)]
+    service_accounts: Vec<Identity>,
+    /// Write admin.kubeconfig, plus <user>.kubeconfig and <namespace>-<name>.kubeconfig for
+    /// each --user and --service-account, into this directory.
+    #[arg(long, env = "KUBESIM_KUBECONFIG_DIR")]
+    kubeconfig_dir: Option<PathBuf>,
     /// Log filter, e.g. `info` or `kubesim=debug`.
     #[arg(long, env = "KUBESIM_LOG", default_value = "info")]
     log: String,
@@ -62,6 +76,14 @@ enum AuthzMode {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let Command::Serve(args) = Cli::parse().command;
+    let identities: Vec<Identity> = args.users.iter().chain(&args.service_accounts).cloned().collect();
+    if let Err(problem) = identity::check_distinct(&identities) {
+        clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!("--user/--service-account: {problem}\n"),
+        )
+        .exit();
+    }
     let rbac = matches!(args.authorization, AuthzMode::Rbac);
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(&args.log)).init();
     let config = Config {
@@ -81,6 +103,11 @@ async fn main() -> anyhow::Result<()> {
     if let Some(path) = &args.kubeconfig_out {
         server.write_kubeconfig(path)?;
         println!("kubeconfig written to {}", path.display());
+    }
+    if let Some(dir) = &args.kubeconfig_dir {
+        for path in identity::write_kubeconfigs(&server, dir, &identities)? {
+            println!("kubeconfig written to {}", path.display());
+        }
     }
     if rbac && args.tls == Some(false) {
         println!("warning: kubectl sends bearer tokens only over TLS; with --tls=false its requests get 401");

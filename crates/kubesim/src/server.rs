@@ -362,6 +362,21 @@ impl Server {
         crate::kubeconfig::write(&self.kubeconfig(), path)
     }
 
+    /// Writes [`Server::kubeconfig_for_user`] to `path`, for kubectl as that user.
+    pub fn write_kubeconfig_for_user(&self, path: &Path, user: &str, groups: &[&str]) -> std::io::Result<()> {
+        crate::kubeconfig::write(&self.kubeconfig_for_user(user, groups), path)
+    }
+
+    /// Writes [`Server::kubeconfig_for_service_account`] to `path`.
+    pub fn write_kubeconfig_for_service_account(
+        &self,
+        path: &Path,
+        namespace: &str,
+        name: &str,
+    ) -> std::io::Result<()> {
+        crate::kubeconfig::write(&self.kubeconfig_for_service_account(namespace, name), path)
+    }
+
     /// An admin client.
     pub fn client(&self) -> kube::Client {
         self.client_for_token(crate::authz::ADMIN_TOKEN)
