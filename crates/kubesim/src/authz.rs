@@ -103,6 +103,57 @@ fn unescape_token_part(part: &str) -> String {
     part.replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
 }
 
+/// Whom a request asks to act as (`Impersonate-User`, `Impersonate-Group`), as `kubectl --as`
+/// and kube-rs' `impersonate` send it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Impersonation {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl Impersonation {
+    /// What kube-apiserver authorizes before letting a request act as someone else:
+    /// `impersonate` on the user (on the ServiceAccount, for a ServiceAccount's user name),
+    /// then on each group.
+    pub fn checks(&self) -> Vec<RequestAttributes> {
+        let impersonate = |resource: &str, namespace: Option<&str>, name: &str| RequestAttributes {
+            verb: "impersonate".to_owned(),
+            resource: resource.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            name: Some(name.to_owned()),
+            is_resource_request: true,
+            ..RequestAttributes::default()
+        };
+        let user = match service_account_of(&self.user) {
+            Some((namespace, name)) => impersonate("serviceaccounts", Some(namespace), name),
+            None => impersonate("users", None, &self.user),
+        };
+        let groups = self.groups.iter().map(|group| impersonate("groups", None, group));
+        std::iter::once(user).chain(groups).collect()
+    }
+
+    /// The user the request then acts as: in the groups asked for (a ServiceAccount's own
+    /// groups when none are), plus `system:authenticated` unless `system:authenticated` or
+    /// `system:unauthenticated` was asked for.
+    pub fn user_info(&self) -> UserInfo {
+        let mut groups = self.groups.clone();
+        if let (true, Some((namespace, _))) = (groups.is_empty(), service_account_of(&self.user)) {
+            groups = vec!["system:serviceaccounts".to_owned(), format!("system:serviceaccounts:{namespace}")];
+        }
+        let explicit = groups.iter().any(|g| g == SYSTEM_AUTHENTICATED || g == "system:unauthenticated");
+        if !explicit && self.user != "system:anonymous" {
+            groups.push(SYSTEM_AUTHENTICATED.to_owned());
+        }
+        UserInfo { name: self.user.clone(), groups }
+    }
+}
+
+/// `(namespace, name)` of a `system:serviceaccount:<namespace>:<name>` user name.
+fn service_account_of(user: &str) -> Option<(&str, &str)> {
+    let (namespace, name) = user.strip_prefix(SERVICE_ACCOUNT_USER_PREFIX)?.split_once(':')?;
+    (!namespace.is_empty() && !name.is_empty()).then_some((namespace, name))
+}
+
 /// The message of the 401 Status kube-apiserver sends for a missing or unknown token.
 pub fn unauthorized_message() -> &'static str {
     "Unauthorized"
@@ -1114,6 +1165,35 @@ mod tests {
                 "RBAC: allowed by ClusterRoleBinding \"system:discovery\" of ClusterRole \"system:discovery\" \
                  to Group \"system:authenticated\""
             )
+        );
+    }
+
+    #[test]
+    fn impersonating_a_user_checks_the_user_and_each_group_and_adds_authenticated() {
+        let impersonation = Impersonation { user: "bob".into(), groups: vec!["devs".into()] };
+        let checks: Vec<(String, String)> = impersonation
+            .checks()
+            .into_iter()
+            .map(|attrs| (attrs.resource, attrs.name.unwrap_or_default()))
+            .collect();
+        assert_eq!(checks, [("users".into(), "bob".into()), ("groups".into(), "devs".into())]);
+        assert_eq!(
+            impersonation.user_info(),
+            UserInfo { name: "bob".into(), groups: vec!["devs".into(), SYSTEM_AUTHENTICATED.into()] }
+        );
+    }
+
+    #[test]
+    fn impersonating_a_service_account_checks_it_in_its_namespace_and_gives_its_groups() {
+        let impersonation = Impersonation { user: "system:serviceaccount:ops:kopper".into(), groups: vec![] };
+        let check = &impersonation.checks()[0];
+        assert_eq!(
+            (check.resource.as_str(), check.namespace.as_deref(), check.name.as_deref()),
+            ("serviceaccounts", Some("ops"), Some("kopper"))
+        );
+        assert_eq!(
+            impersonation.user_info(),
+            user_from_token(&token_for_service_account("ops", "kopper")).unwrap()
         );
     }
 

@@ -133,9 +133,9 @@ fn review_access(app: &App, req: &Request, kind: ReviewKind) -> ApiResult<Respon
     let requester = match app.sim.config.authorization {
         Authorization::Rbac => {
             check(app, req, &create, None)?;
-            authenticate(req)?
+            authenticate(app, req)?
         }
-        Authorization::AlwaysAllow => authenticate(req).unwrap_or_else(|_| authz::UserInfo::admin()),
+        Authorization::AlwaysAllow => authenticate(app, req).unwrap_or_else(|_| authz::UserInfo::admin()),
     };
     app.sim.counters.record("create", kind.resource());
     let body = decode_body(req)?;
@@ -569,26 +569,61 @@ fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
 
 /// Authenticates the bearer token and asks RBAC, answering 401 or 403 as kube-apiserver does.
 fn check(app: &App, req: &Request, attrs: &RequestAttributes, t: Option<&Target>) -> ApiResult<()> {
-    let user = authenticate(req)?;
-    let verdict = decide(app, &user, attrs);
+    let user = authenticate(app, req)?;
+    allowed(app, &user, attrs, t)
+}
+
+/// `Ok` if the authorizer allows `user` to do `attrs`, else kube-apiserver's 403.
+fn allowed(
+    app: &App,
+    user: &authz::UserInfo,
+    attrs: &RequestAttributes,
+    t: Option<&Target>,
+) -> ApiResult<()> {
+    let verdict = decide(app, user, attrs);
     if matches!(verdict.decision, authz::Decision::Allow) {
         return Ok(());
     }
-    let message = authz::forbidden_message_with_reason(&user, attrs, verdict.reason.as_deref());
+    let message = authz::forbidden_message_with_reason(user, attrs, verdict.reason.as_deref());
     Err(match t {
         Some(t) => {
             ApiError::forbidden(&t.rt.group, &t.rt.resource, t.name.as_deref().unwrap_or_default(), message)
         }
-        None if attrs.is_resource_request => {
-            ApiError::forbidden(&attrs.api_group, &attrs.resource, "", message)
-        }
+        None if attrs.is_resource_request => ApiError::forbidden(
+            &attrs.api_group,
+            &attrs.resource,
+            attrs.name.as_deref().unwrap_or_default(),
+            message,
+        ),
         None => ApiError::new(403, "Forbidden", message).with_details(crate::error::Details::default()),
     })
 }
 
-fn authenticate(req: &Request) -> ApiResult<authz::UserInfo> {
+/// The user a request acts as: the bearer token's, or whom it impersonates if that user may.
+fn authenticate(app: &App, req: &Request) -> ApiResult<authz::UserInfo> {
     let token = req.header(header::AUTHORIZATION).strip_prefix("Bearer ").unwrap_or_default().trim();
-    authz::user_from_token(token).ok_or_else(ApiError::unauthorized)
+    let user = authz::user_from_token(token).ok_or_else(ApiError::unauthorized)?;
+    let Some(impersonation) = impersonation(req)? else { return Ok(user) };
+    for attrs in impersonation.checks() {
+        allowed(app, &user, &attrs, None)?;
+    }
+    Ok(impersonation.user_info())
+}
+
+/// The `Impersonate-User` and `Impersonate-Group` headers, if any.
+fn impersonation(req: &Request) -> ApiResult<Option<authz::Impersonation>> {
+    let text = |value: &header::HeaderValue| value.to_str().unwrap_or_default().to_owned();
+    let groups: Vec<String> = req.headers.get_all("impersonate-group").iter().map(text).collect();
+    let user = req.headers.get("impersonate-user").map(text).unwrap_or_default();
+    if user.is_empty() {
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        return Err(ApiError::bad_request(format!(
+            "requested impersonation of groups {groups:?} without impersonating a user"
+        )));
+    }
+    Ok(Some(authz::Impersonation { user, groups }))
 }
 
 /// The stored RBAC objects, copied out so that no lock is held while deciding.
@@ -647,7 +682,7 @@ fn authorize_binding(app: &App, req: &Request, t: &Target, verb: &str) -> ApiRes
     if stored.is_some_and(|binding| binding.value().get("roleRef") == Some(role_ref)) {
         return Ok(());
     }
-    let user = authenticate(req)?;
+    let user = authenticate(app, req)?;
     if authz::may_bind(&user, role_ref, &namespace, &RbacObjects::load(app).snapshot()) {
         return Ok(());
     }

@@ -149,3 +149,39 @@ async fn everything_is_allowed_without_rbac() {
     assert!(status.allowed);
     assert_eq!(status.reason, None);
 }
+
+#[tokio::test]
+async fn an_impersonated_user_is_reviewed_and_authorized_as_that_user() {
+    let mut cluster = TestCluster::with_config(rbac_config()).await;
+    let ns = cluster.namespace("impersonate").await;
+    let user = unique_user("tenant");
+    let tenant = cluster.client_impersonating(&user);
+    let configmaps = Api::<ConfigMap>::namespaced(tenant.clone(), &ns);
+
+    assert!(!self_review(&tenant, list_configmaps(&ns)).await.unwrap().allowed);
+    let status = api_error(configmaps.list(&Default::default()).await);
+    assert_eq!(status.code, 403);
+    assert!(status.message.contains(&format!("User \"{user}\" cannot list")), "{}", status.message);
+
+    grant(&cluster.client, &ns, &user, read_configmaps()).await;
+    assert!(self_review(&tenant, list_configmaps(&ns)).await.unwrap().allowed);
+    assert!(configmaps.list(&Default::default()).await.unwrap().items.is_empty());
+}
+
+#[tokio::test]
+async fn impersonation_needs_the_impersonate_verb() {
+    let cluster = TestCluster::with_config(rbac_config()).await;
+    let Some(sim) = cluster.sim() else { return };
+    let mut config = sim.client_config();
+    config.auth_info.token = Some(kubesim::authz::token_for_user("alice", &[]).into());
+    config.auth_info.impersonate = Some("bob".to_owned());
+    let alice_as_bob = kube::Client::try_from(config).unwrap();
+    let status =
+        api_error(Api::<ConfigMap>::namespaced(alice_as_bob, "default").list(&Default::default()).await);
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "users \"bob\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at \
+         the cluster scope"
+    );
+}
