@@ -20,6 +20,7 @@ use crate::authz::{self, RequestAttributes};
 use crate::error::{ApiError, ApiResult};
 use crate::patch::PatchType;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::self_subject_review;
 use crate::server::{Authorization, Sim};
 use crate::watch;
 
@@ -93,6 +94,11 @@ async fn route(app: &App, req: &Request) -> ApiResult<Response> {
     {
         return review_access(app, req, kind);
     }
+    if let ["apis", self_subject_review::GROUP, self_subject_review::VERSION, self_subject_review::RESOURCE] =
+        segments.as_slice()
+    {
+        return review_self(app, req);
+    }
     let (group, version, rest) = match segments.as_slice() {
         ["api", version, rest @ ..] => ("", *version, rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
@@ -130,18 +136,46 @@ fn review_access(app: &App, req: &Request, kind: ReviewKind) -> ApiResult<Respon
         is_resource_request: true,
         ..RequestAttributes::default()
     };
-    let requester = match app.sim.config.authorization {
-        Authorization::Rbac => {
-            check(app, req, &create, None)?;
-            authenticate(app, req)?
-        }
-        Authorization::AlwaysAllow => authenticate(app, req).unwrap_or_else(|_| authz::UserInfo::admin()),
-    };
+    let requester = requester(app, req, &create)?;
     app.sim.counters.record("create", kind.resource());
     let body = decode_body(req)?;
     let question = access_review::question(kind, &body, &requester)?;
     let verdict = decide(app, &question.user, &question.attrs);
     Ok(json_response(StatusCode::CREATED, &access_review::answer(kind, &body, &verdict)))
+}
+
+/// Creates a SelfSubjectReview: the request is authorized like any create (every
+/// authenticated user may, through `system:basic-user`), and answered with who made it.
+fn review_self(app: &App, req: &Request) -> ApiResult<Response> {
+    if req.method != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let create = RequestAttributes {
+        verb: "create".to_owned(),
+        api_group: self_subject_review::GROUP.to_owned(),
+        resource: self_subject_review::RESOURCE.to_owned(),
+        path: req.path.clone(),
+        is_resource_request: true,
+        ..RequestAttributes::default()
+    };
+    let requester = requester(app, req, &create)?;
+    app.sim.counters.record("create", self_subject_review::RESOURCE);
+    decode_body(req)?;
+    Ok(json_response(StatusCode::CREATED, &self_subject_review::answer(&requester)))
+}
+
+/// Who makes a request that is only ever answered, never stored: authorized for `create`
+/// with RBAC; without it, the token's user, or the admin for a request without one.
+fn requester(app: &App, req: &Request, create: &RequestAttributes) -> ApiResult<authz::UserInfo> {
+    match app.sim.config.authorization {
+        Authorization::Rbac => {
+            check(app, req, create, None)?;
+            authenticate(app, req)
+        }
+        Authorization::AlwaysAllow => Ok(authenticate(app, req).unwrap_or_else(|_| authz::UserInfo::admin())),
+    }
 }
 
 /// What the configured authorizer says about `user` doing `attrs`.

@@ -20,6 +20,7 @@ mod protobuf;
 pub mod registry;
 mod seed;
 pub mod selector;
+pub mod self_subject_review;
 mod server;
 pub mod store;
 mod table;

@@ -98,6 +98,8 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         // kubectl auth can-i and client-go's typed authorization client.
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
         ("authorization.k8s.io/v1", "SubjectAccessReview") => SUBJECT_ACCESS_REVIEW,
+        // kubectl auth whoami: nothing but (empty) metadata.
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         // Sent with the group version of the object being deleted.
         (_, "DeleteOptions") => DELETE_OPTIONS,
         _ => return None,
@@ -355,6 +357,8 @@ const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
         ]),
     ),
 ];
+
+const SELF_SUBJECT_REVIEW: &[Field] = &[one(1, "metadata", Message(OBJECT_META))];
 
 /// Without `spec.extra`, which RBAC never consults.
 const SUBJECT_ACCESS_REVIEW: &[Field] = &[

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::access_review;
+use crate::{access_review, self_subject_review};
 
 /// Where objects of a resource are stored. Two served resources may share one storage
 /// (core `events` and `events.k8s.io` events), as they do in kube-apiserver.
@@ -536,7 +536,9 @@ impl Registry {
     /// `(group, versions sorted by preference)` for every served group but the core one.
     pub fn groups(&self) -> Vec<(String, Vec<String>)> {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        groups.insert(access_review::GROUP.to_owned(), vec![access_review::VERSION.to_owned()]);
+        for (group, version) in CREATE_ONLY_GROUP_VERSIONS {
+            groups.insert(group.to_owned(), vec![version.to_owned()]);
+        }
         for (g, v, _) in self.served.keys() {
             if g.is_empty() {
                 continue;
@@ -556,7 +558,7 @@ impl Registry {
     }
 
     pub fn group_version_served(&self, group: &str, version: &str) -> bool {
-        is_access_review_group_version(group, version)
+        create_only_resources(group, version).is_some()
             || self.served.keys().any(|(g, v, _)| g == group && v == version)
     }
 
@@ -593,9 +595,7 @@ impl Registry {
                 }));
             }
         }
-        if is_access_review_group_version(group, version) {
-            resources.extend(access_review::discovery_resources());
-        }
+        resources.extend(create_only_resources(group, version).unwrap_or_default());
         let group_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
     }
@@ -617,10 +617,23 @@ impl Registry {
     }
 }
 
-/// The access reviews are served but never stored, so they are not in `served`; discovery
-/// lists them all the same, as `kubectl auth can-i` looks for them there.
-fn is_access_review_group_version(group: &str, version: &str) -> bool {
-    group == access_review::GROUP && version == access_review::VERSION
+/// The group versions of the reviews, which are served but never stored (created, answered,
+/// forgotten), so they are not in `served`.
+const CREATE_ONLY_GROUP_VERSIONS: [(&str, &str); 2] = [
+    (access_review::GROUP, access_review::VERSION),
+    (self_subject_review::GROUP, self_subject_review::VERSION),
+];
+
+/// The reviews' discovery entries: listed like any resource, as `kubectl auth can-i` and
+/// `kubectl auth whoami` look for them there.
+fn create_only_resources(group: &str, version: &str) -> Option<Vec<Value>> {
+    match (group, version) {
+        (access_review::GROUP, access_review::VERSION) => Some(access_review::discovery_resources()),
+        (self_subject_review::GROUP, self_subject_review::VERSION) => {
+            Some(vec![self_subject_review::discovery_resource()])
+        }
+        _ => None,
+    }
 }
 
 fn group_document(group: &str, versions: &[String]) -> Value {

@@ -589,6 +589,8 @@ async fn a_service_account_kubeconfig_acts_as_the_service_account() {
     let builder = k.home.path().join("team-a-builder.kubeconfig");
     k.sim.write_kubeconfig_for_service_account(&builder, "team-a", "builder").unwrap();
     k.ok(&["create", "namespace", "team-a"]).await;
+    let whoami = k.run_as(&builder, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]).await;
+    assert_eq!(expect_success(&["auth", "whoami"], whoami), "system:serviceaccount:team-a:builder");
     assert_eq!(can_i(&k, &builder, &["get", "secrets", "-n", "team-a"]).await.0, "no");
     k.ok(&[
         "create",

@@ -2,6 +2,7 @@
 //! then does, in kube-apiserver's words. Reviews about made-up users asked by the admin run on
 //! a real cluster too; reviews asked *as* those users need kubesim's tokens.
 
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
     SelfSubjectAccessReview, SubjectAccessReview, SubjectAccessReviewStatus,
 };
@@ -184,4 +185,24 @@ async fn impersonation_needs_the_impersonate_verb() {
         "users \"bob\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at \
          the cluster scope"
     );
+}
+
+#[tokio::test]
+async fn self_subject_review_names_the_token_user_and_groups() {
+    let cluster = TestCluster::with_config(rbac_config()).await;
+    let Some(sim) = cluster.sim() else { return };
+    let whoami = |client: kube::Client| async move {
+        let review: SelfSubjectReview = serde_json::from_value(json!({})).unwrap();
+        let created =
+            Api::<SelfSubjectReview>::all(client).create(&PostParams::default(), &review).await.unwrap();
+        let user = created.status.and_then(|status| status.user_info).expect("userInfo");
+        (user.username.unwrap_or_default(), user.groups.unwrap_or_default())
+    };
+    assert_eq!(
+        whoami(sim.client_for_user("bob", &["devs"])).await,
+        ("bob".to_owned(), vec!["devs".to_owned(), "system:authenticated".to_owned()])
+    );
+    let (name, groups) = whoami(sim.client_for_service_account("team-a", "builder")).await;
+    assert_eq!(name, "system:serviceaccount:team-a:builder");
+    assert!(groups.contains(&"system:serviceaccounts:team-a".to_owned()), "{groups:?}");
 }
