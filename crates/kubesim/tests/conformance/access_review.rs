@@ -11,7 +11,7 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use crate::authz::grant;
-use crate::common::{TestCluster, api_error};
+use crate::common::{TestCluster, api_error, wait_for};
 
 fn rbac_config() -> kubesim::Config {
     kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() }
@@ -60,8 +60,11 @@ async fn subject_access_review_follows_role_bindings_and_names_the_grant() {
     assert_ne!(before.denied, Some(true), "RBAC only ever fails to allow");
 
     grant(&cluster.client, &ns, &user, read_configmaps()).await;
-    let after = subject_review(&cluster.client, asks(&ns)).await.unwrap();
-    assert!(after.allowed);
+    // A real cluster's authorizer sees new bindings through a cache, a moment later.
+    let after = wait_for("the RoleBinding to allow the review", || async {
+        Some(subject_review(&cluster.client, asks(&ns)).await.unwrap()).filter(|status| status.allowed)
+    })
+    .await;
     assert_eq!(
         after.reason.as_deref(),
         Some(
@@ -165,7 +168,11 @@ async fn an_impersonated_user_is_reviewed_and_authorized_as_that_user() {
     assert!(status.message.contains(&format!("User \"{user}\" cannot list")), "{}", status.message);
 
     grant(&cluster.client, &ns, &user, read_configmaps()).await;
-    assert!(self_review(&tenant, list_configmaps(&ns)).await.unwrap().allowed);
+    // A real cluster's authorizer sees new bindings through a cache, a moment later.
+    wait_for("the RoleBinding to allow the impersonated user", || async {
+        self_review(&tenant, list_configmaps(&ns)).await.unwrap().allowed.then_some(())
+    })
+    .await;
     assert!(configmaps.list(&Default::default()).await.unwrap().items.is_empty());
 }
 
