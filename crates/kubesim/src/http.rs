@@ -123,21 +123,7 @@ async fn route(app: &App, req: &Request) -> ApiResult<Response> {
 /// authorized like any create, then the question it asks goes to the authorizer that
 /// decides every other request.
 fn review_access(app: &App, req: &Request, kind: ReviewKind) -> ApiResult<Response> {
-    if req.method != Method::POST {
-        return Err(ApiError::method_not_allowed(
-            "the server does not allow this method on the requested resource",
-        ));
-    }
-    let create = RequestAttributes {
-        verb: "create".to_owned(),
-        api_group: access_review::GROUP.to_owned(),
-        resource: kind.resource().to_owned(),
-        path: req.path.clone(),
-        is_resource_request: true,
-        ..RequestAttributes::default()
-    };
-    let requester = requester(app, req, &create)?;
-    app.sim.counters.record("create", kind.resource());
+    let requester = review_requester(app, req, access_review::GROUP, kind.resource())?;
     let body = decode_body(req)?;
     let question = access_review::question(kind, &body, &requester)?;
     let verdict = decide(app, &question.user, &question.attrs);
@@ -147,35 +133,36 @@ fn review_access(app: &App, req: &Request, kind: ReviewKind) -> ApiResult<Respon
 /// Creates a SelfSubjectReview: the request is authorized like any create (every
 /// authenticated user may, through `system:basic-user`), and answered with who made it.
 fn review_self(app: &App, req: &Request) -> ApiResult<Response> {
+    let requester = review_requester(app, req, self_subject_review::GROUP, self_subject_review::RESOURCE)?;
+    decode_body(req)?;
+    Ok(json_response(StatusCode::CREATED, &self_subject_review::answer(&requester)))
+}
+
+/// Who creates a review, which is only ever answered, never stored: with RBAC, a user allowed
+/// to `create` it; without, the token's user, or the admin for a request without one.
+fn review_requester(app: &App, req: &Request, group: &str, resource: &str) -> ApiResult<authz::UserInfo> {
     if req.method != Method::POST {
         return Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         ));
     }
-    let create = RequestAttributes {
-        verb: "create".to_owned(),
-        api_group: self_subject_review::GROUP.to_owned(),
-        resource: self_subject_review::RESOURCE.to_owned(),
-        path: req.path.clone(),
-        is_resource_request: true,
-        ..RequestAttributes::default()
-    };
-    let requester = requester(app, req, &create)?;
-    app.sim.counters.record("create", self_subject_review::RESOURCE);
-    decode_body(req)?;
-    Ok(json_response(StatusCode::CREATED, &self_subject_review::answer(&requester)))
-}
-
-/// Who makes a request that is only ever answered, never stored: authorized for `create`
-/// with RBAC; without it, the token's user, or the admin for a request without one.
-fn requester(app: &App, req: &Request, create: &RequestAttributes) -> ApiResult<authz::UserInfo> {
-    match app.sim.config.authorization {
+    let requester = match app.sim.config.authorization {
         Authorization::Rbac => {
-            check(app, req, create, None)?;
-            authenticate(app, req)
+            let create = RequestAttributes {
+                verb: "create".to_owned(),
+                api_group: group.to_owned(),
+                resource: resource.to_owned(),
+                path: req.path.clone(),
+                is_resource_request: true,
+                ..RequestAttributes::default()
+            };
+            check(app, req, &create, None)?;
+            authenticate(app, req)?
         }
-        Authorization::AlwaysAllow => Ok(authenticate(app, req).unwrap_or_else(|_| authz::UserInfo::admin())),
-    }
+        Authorization::AlwaysAllow => authenticate(app, req).unwrap_or_else(|_| authz::UserInfo::admin()),
+    };
+    app.sim.counters.record("create", resource);
+    Ok(requester)
 }
 
 /// What the configured authorizer says about `user` doing `attrs`.
