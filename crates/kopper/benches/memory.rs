@@ -104,7 +104,8 @@ async fn install_policy(client: &kube::Client) {
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
     let sample = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/samples/namespaceaccess-seed-000.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../config/samples/namespaceaccess-group-per-namespace.yaml"),
     )
     .unwrap();
     let policy: kube::api::DynamicObject = kopper::samples::of_kind(&sample, "NamespaceAccess").unwrap();

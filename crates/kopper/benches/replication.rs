@@ -70,7 +70,7 @@ static ALLOCATOR: Counting = Counting;
 
 /// The seed-003 sample: every ConfigMap labelled `copyrator: "true"` in `default` copied
 /// into every other Active namespace.
-const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-seed-003.yaml");
+const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
 const SOURCE_NAMESPACE: &str = "default";
 const SOURCE_LABEL: (&str, &str) = ("copyrator", "true");
 /// Figures 1 to 3: namespaces (the last one created while kopper runs) and sources.

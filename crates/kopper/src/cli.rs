@@ -38,8 +38,8 @@ pub enum Command {
     Run(RunArgs),
     /// Print every kopper CustomResourceDefinition as multi-document YAML.
     Crds(CrdsArgs),
-    /// Print what the ConfigMapSync and ReplicationRule objects in the cluster would create,
-    /// update and delete, without writing anything.
+    /// Print what the ConfigMapSync, ReplicationRule and NamespaceAccess objects in the cluster
+    /// (or in files, with -f) would create, update and delete, without writing anything.
     Plan(PlanArgs),
     /// Start an embedded API server, run every controller on it and apply the samples: a tour with
     /// no cluster needed.
@@ -66,17 +66,17 @@ impl CompletionsArgs {
 /// The controllers kopper can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub enum ControllerName {
-    /// RoleBindings per namespace from NamespaceAccess policies (seed 000).
+    /// RoleBindings per namespace from NamespaceAccess policies.
     NamespaceAccess,
-    /// Pods labelled with their own name on request (seed 001).
+    /// Pods labelled with their own name on request.
     PodLabeler,
-    /// ConfigMaps copied between namespaces by ConfigMapSync (seed 002). Shares the
+    /// ConfigMaps copied between namespaces by ConfigMapSync. Shares the
     /// replication engine with replication-rule: naming either runs both.
     ConfigMapSync,
-    /// ConfigMaps and Secrets replicated by ReplicationRule (seed 003). Shares the
+    /// ConfigMaps and Secrets replicated by ReplicationRule. Shares the
     /// replication engine with config-map-sync: naming either runs both.
     ReplicationRule,
-    /// Object-storage buckets and their credentials (seed 004).
+    /// Object-storage buckets and their credentials.
     Bucket,
 }
 
@@ -209,8 +209,11 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
 
-    /// Field manager name for server-side apply.
-    #[arg(long, env = "KOPPER_FIELD_MANAGER", default_value = "kopper")]
+    /// Base of the field managers kopper writes with: each controller writes as
+    /// `<this>/<controller>` (e.g. `kopper/namespace-access`), so managedFields show which
+    /// controller owns a field. Objects applied under this name alone by earlier releases are
+    /// moved to the controller's own manager.
+    #[arg(long, env = "KOPPER_FIELD_MANAGER", default_value = "kopper", value_parser = parse_field_manager)]
     pub field_manager: String,
 
     #[command(flatten)]
@@ -350,6 +353,17 @@ fn parse_namespace(text: &str) -> Result<String, String> {
     }
 }
 
+/// A field manager base: at most 100 printable characters, so that `<base>/<controller>`
+/// stays within the API server's 128.
+fn parse_field_manager(text: &str) -> Result<String, String> {
+    let valid = !text.is_empty() && text.len() <= 100 && text.chars().all(|c| c.is_ascii_graphic());
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not a field manager name: use 1 to 100 printable characters without spaces"))
+    }
+}
+
 fn parse_namespaced_name(text: &str) -> Result<(String, String), String> {
     match text.split_once('/') {
         Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
@@ -419,7 +433,19 @@ pub struct CrdsArgs {
     pub reference: bool,
 }
 
+/// How `kopper plan` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PlanOutput {
+    /// One line per change, for people.
+    Text,
+    /// One JSON document (rules, their changes and a summary), for scripts.
+    Json,
+}
+
 #[derive(Clone, Debug, Args)]
+#[command(after_help = "Exit status: 0 when every rule would get what it asks for, 3 when the plan finds \
+conflicts or refused rules, 1 when the plan cannot be made (the cluster cannot be read, a file is \
+invalid), 2 for wrong flags.")]
 pub struct PlanArgs {
     /// Path to a kubeconfig; defaults to KUBECONFIG, then ~/.kube/config, then in-cluster.
     #[arg(long, env = "KOPPER_KUBECONFIG")]
@@ -427,12 +453,46 @@ pub struct PlanArgs {
     /// Kubeconfig context to use instead of the current one.
     #[arg(long, env = "KOPPER_CONTEXT")]
     pub context: Option<String>,
+    /// YAML files of ConfigMapSync, ReplicationRule and NamespaceAccess objects to plan as if
+    /// applied (`-` reads standard input). A rule of the same kind and name in the cluster is
+    /// replaced by the file's; other kinds of documents are skipped. Repeatable.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Plan only the rules in the files, as if the cluster held no other rule.
+    #[arg(long, requires = "files")]
+    pub files_only: bool,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = PlanOutput::Text)]
+    pub output: PlanOutput,
     /// Plan as if kopper ran with --allow-cross-namespace-sources.
     #[arg(long, env = "KOPPER_ALLOW_CROSS_NAMESPACE_SOURCES")]
     pub allow_cross_namespace_sources: bool,
-    /// Field manager kopper writes with (copies owned by another manager are conflicts).
-    #[arg(long, env = "KOPPER_FIELD_MANAGER", default_value = "kopper")]
-    pub field_manager: String,
+    /// Plan as if kopper ran with --allow-unconsented-destinations.
+    #[arg(long, env = "KOPPER_ALLOW_UNCONSENTED_DESTINATIONS")]
+    pub allow_unconsented_destinations: bool,
+    /// Plan as if kopper ran with these --protected-namespaces. Comma-separated.
+    #[arg(long, env = "KOPPER_PROTECTED_NAMESPACES", value_delimiter = ',')]
+    pub protected_namespaces: Vec<String>,
+    /// The namespace kopper runs in, protected like the system ones (`kopper run --namespace`).
+    #[arg(long, value_parser = parse_namespace)]
+    pub kopper_namespace: Option<String>,
+}
+
+impl PlanArgs {
+    /// The settings the controllers would run with.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            allow_cross_namespace_sources: self.allow_cross_namespace_sources,
+            destinations: crate::tenancy::DestinationPolicy {
+                protected: crate::tenancy::ProtectedNamespaces::new(
+                    self.kopper_namespace.as_deref(),
+                    &self.protected_namespaces,
+                ),
+                allow_unconsented: self.allow_unconsented_destinations,
+            },
+            ..Settings::default()
+        }
+    }
 }
 
 #[derive(Clone, Debug, Args)]
@@ -518,6 +578,20 @@ mod tests {
             ("--lease-namespace", "kopper-system"),
         ] {
             assert!(parse(&["run", flag, value]).is_ok(), "{flag} {value:?} refused");
+        }
+    }
+
+    #[test]
+    fn help_and_sample_names_use_words_a_user_knows() {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        command.build();
+        let mut help = command.render_long_help().to_string();
+        for sub in command.get_subcommands_mut() {
+            help.push_str(&sub.render_long_help().to_string());
+        }
+        assert!(!help.to_lowercase().contains("seed"), "help speaks of seeds:\n{help}");
+        for (name, _) in crate::samples::BUILT_IN {
+            assert!(!name.contains("seed"), "sample {name} is named after a seed");
         }
     }
 

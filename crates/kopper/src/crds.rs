@@ -12,6 +12,9 @@ use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::namespace_access::NamespaceAccess;
 use crate::controllers::replication_rule::types::ReplicationRule;
 
+/// The API group of every kopper kind.
+pub const GROUP: &str = "kopper.dev";
+
 /// All kopper CRDs, in a stable order. Each controller adds its kinds here.
 pub fn all() -> Vec<CustomResourceDefinition> {
     let crds = [NamespaceAccess::crd(), ConfigMapSync::crd(), ReplicationRule::crd(), Bucket::crd()];
@@ -53,6 +56,7 @@ fn tighten_selectors(node: &mut serde_json::Value) {
         requirement["key"]["pattern"] = LABEL_KEY_PATTERN.into();
         requirement["key"]["maxLength"] = 317.into();
         requirement["values"]["items"]["pattern"] = LABEL_VALUE_PATTERN.into();
+        properties["matchExpressions"]["items"]["anyOf"] = values_fit_the_operator();
         properties["matchLabels"]["additionalProperties"]["pattern"] = LABEL_VALUE_PATTERN.into();
     }
     for child in object.values_mut() {
@@ -61,6 +65,21 @@ fn tighten_selectors(node: &mut serde_json::Value) {
             other => tighten_selectors(other),
         }
     }
+}
+
+/// `values` as kube-apiserver wants them in a label selector requirement: at least one for
+/// `In` and `NotIn`, none for `Exists` and `DoesNotExist`. Written as `anyOf`, which every
+/// API server with structural schemas checks (CEL rules would need v1.25).
+fn values_fit_the_operator() -> serde_json::Value {
+    serde_json::json!([
+        {
+            "properties": {"operator": {"enum": ["In", "NotIn"]}, "values": {"minItems": 1}},
+            "required": ["values"]
+        },
+        {
+            "properties": {"operator": {"enum": ["Exists", "DoesNotExist"]}, "values": {"maxItems": 0}}
+        }
+    ])
 }
 
 /// The CRDs as one multi-document YAML stream.

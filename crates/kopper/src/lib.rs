@@ -7,54 +7,45 @@ pub mod crds;
 pub mod demo;
 pub mod operator;
 pub mod patterns;
+pub mod plan;
 pub mod runtime;
 pub mod samples;
 pub mod tenancy;
 
 pub use operator::run;
 
+use std::process::ExitCode;
+
 use anyhow::Context as _;
 use cli::Command;
 
 /// Runs one `kopper` subcommand; `main` only parses the command line and reports errors.
-pub async fn execute(command: Command) -> anyhow::Result<()> {
+pub async fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run(args) => {
             runtime::telemetry::init(&args.telemetry)?;
             let signal =
                 runtime::shutdown::termination_signal().context("cannot install SIGTERM/SIGINT handlers")?;
-            run(args, signal).await
+            run(args, signal).await?;
         }
-        Command::Crds(args) if args.reference => {
-            print!("{}", crd_reference::render(&crds::all()));
-            Ok(())
-        }
-        Command::Crds(args) => print_crds(args.out_dir.as_deref()),
-        Command::Plan(args) => plan(args).await,
-        Command::Demo(args) => demo::run(args).await,
+        Command::Crds(args) if args.reference => print_quiet(&crd_reference::render(&crds::all())),
+        Command::Crds(args) => print_crds(args.out_dir.as_deref())?,
+        Command::Plan(args) => return plan::run(args).await,
+        Command::Demo(args) => demo::run(args).await?,
         Command::Completions(args) => {
-            args.write(&mut std::io::stdout().lock());
-            Ok(())
+            let mut script = Vec::new();
+            args.write(&mut script);
+            print_quiet(&String::from_utf8_lossy(&script));
         }
     }
+    Ok(ExitCode::SUCCESS)
 }
 
-/// `kopper plan`: the replication engine's decision against the live cluster, printed.
-async fn plan(args: cli::PlanArgs) -> anyhow::Result<()> {
-    let client = runtime::client::connect(
-        args.kubeconfig.as_deref(),
-        args.context.as_deref(),
-        None,
-        runtime::fence::WriteFence::open(),
-    )
-    .await?;
-    let settings = runtime::Settings {
-        allow_cross_namespace_sources: args.allow_cross_namespace_sources,
-        field_manager: args.field_manager,
-        ..runtime::Settings::default()
-    };
-    print!("{}", controllers::replication::plan(&client, &settings).await?);
-    Ok(())
+/// Prints to stdout; a reader that went away (`kopper crds | head`) is not an error, and
+/// never a panic as with `print!`.
+pub fn print_quiet(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 fn print_crds(out_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
@@ -62,7 +53,7 @@ fn print_crds(out_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
     match out_dir {
         Some(dir) => crds::write_dir(dir, &all),
         None => {
-            print!("{}", crds::to_yaml(&all)?);
+            print_quiet(&crds::to_yaml(&all)?);
             Ok(())
         }
     }

@@ -1,3 +1,4 @@
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -7,9 +8,10 @@ use kopper::cli::Cli;
 async fn main() -> ExitCode {
     let command = Cli::parse().into_command();
     match kopper::execute(command).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
-            eprintln!("kopper: {error:#}");
+            // Not `eprintln!`: with stderr closed it would panic instead of exiting.
+            let _ = writeln!(std::io::stderr(), "kopper: {error:#}");
             ExitCode::FAILURE
         }
     }

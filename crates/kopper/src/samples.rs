@@ -7,14 +7,23 @@ use serde_json::Value;
 
 /// `config/samples/`, built into the binary, so that `kopper demo` works from any folder.
 pub const BUILT_IN: [(&str, &str); 5] = [
-    ("bucket-seed-004.yaml", include_str!("../../../config/samples/bucket-seed-004.yaml")),
-    ("configmapsync-seed-002.yaml", include_str!("../../../config/samples/configmapsync-seed-002.yaml")),
-    ("namespaceaccess-seed-000.yaml", include_str!("../../../config/samples/namespaceaccess-seed-000.yaml")),
+    ("bucket-with-credentials.yaml", include_str!("../../../config/samples/bucket-with-credentials.yaml")),
+    (
+        "configmapsync-across-namespaces.yaml",
+        include_str!("../../../config/samples/configmapsync-across-namespaces.yaml"),
+    ),
+    (
+        "namespaceaccess-group-per-namespace.yaml",
+        include_str!("../../../config/samples/namespaceaccess-group-per-namespace.yaml"),
+    ),
     (
         "namespaceaccess-team-label.yaml",
         include_str!("../../../config/samples/namespaceaccess-team-label.yaml"),
     ),
-    ("replicationrule-seed-003.yaml", include_str!("../../../config/samples/replicationrule-seed-003.yaml")),
+    (
+        "replicationrule-shared-settings.yaml",
+        include_str!("../../../config/samples/replicationrule-shared-settings.yaml"),
+    ),
 ];
 
 /// Every non-empty document of a YAML stream.

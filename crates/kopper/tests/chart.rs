@@ -417,7 +417,7 @@ async fn kopper_works_with_the_rbac_the_chart_installs_and_is_never_refused() {
     ));
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap();
     Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await.unwrap();
-    for sample in ["namespaceaccess-seed-000.yaml", "replicationrule-seed-003.yaml"] {
+    for sample in ["namespaceaccess-group-per-namespace.yaml", "replicationrule-shared-settings.yaml"] {
         for document in
             yaml_documents(&std::fs::read_to_string(repo(&format!("config/samples/{sample}"))).unwrap())
         {

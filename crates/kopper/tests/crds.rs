@@ -104,8 +104,8 @@ fn every_field_has_a_description_written_for_users() {
     assert!(problems.is_empty(), "fields without a description for users:\n{}", problems.join("\n"));
 }
 
-/// kubesim (like kube-apiserver with these CRDs) refuses a selector with an unknown operator
-/// or a malformed label key, naming the field, instead of storing it for kopper to trip on.
+/// kubesim (like kube-apiserver with these CRDs) refuses a selector with an unknown operator,
+/// a malformed label key, or values that do not fit the operator, naming the field, instead of storing it for kopper to trip on.
 #[tokio::test]
 async fn a_wrong_selector_is_refused_when_applied_naming_the_field() {
     use kube::api::{Api, PostParams};
@@ -137,13 +137,21 @@ async fn a_wrong_selector_is_refused_when_applied_naming_the_field() {
         (serde_json::json!({"key": "team", "operator": "Maybe", "values": ["a"]}), "operator"),
         (serde_json::json!({"key": "has space", "operator": "Exists"}), "key"),
         (serde_json::json!({"key": "team", "operator": "In", "values": ["not ok!"]}), "values[0]"),
+        // Values that do not fit the operator: the requirement as a whole is named.
+        (serde_json::json!({"key": "team", "operator": "In"}), ""),
+        (serde_json::json!({"key": "team", "operator": "NotIn", "values": []}), ""),
+        (serde_json::json!({"key": "team", "operator": "Exists", "values": ["a"]}), ""),
     ] {
         let refused = rules.create(&PostParams::default(), &rule(expression)).await.unwrap_err();
         let kube::Error::Api(status) = refused else { panic!("{refused}") };
         assert_eq!(status.code, 422, "{status:?}");
-        let field = format!("spec.selector.matchExpressions[0].{field}");
+        let field =
+            format!("spec.selector.matchExpressions[0]{}{field}", if field.is_empty() { ":" } else { "." });
         assert!(status.message.contains(&field), "{field}: {}", status.message);
     }
     let good = serde_json::json!({"key": "example.com/team", "operator": "In", "values": ["a-1"]});
     rules.create(&PostParams::default(), &rule(good)).await.unwrap();
+    rules.delete("wrong", &Default::default()).await.unwrap();
+    let exists = serde_json::json!({"key": "example.com/team", "operator": "DoesNotExist"});
+    rules.create(&PostParams::default(), &rule(exists)).await.unwrap();
 }

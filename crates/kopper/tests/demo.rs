@@ -116,8 +116,7 @@ async fn demo_with_an_s3_endpoint_shows_the_bucket_sample_ready() {
             .to_vec();
     let (child, output) = demo_summary_with(&samples, &dir.path().join("kubeconfig"), &flags).await;
     assert!(
-        output
-            .contains("default/s3-sample  bucket seed-004-sample-bucket, credentials in Secret s3-sample-s3"),
+        output.contains("default/s3-sample  bucket sample-app-data, credentials in Secret s3-sample-s3"),
         "seed 004: {output}"
     );
     interrupt(child).await;

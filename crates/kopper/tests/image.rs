@@ -212,7 +212,7 @@ fn uuid_like() -> String {
 }
 
 async fn seed_rule(admin: &Client) {
-    let sample = include_str!("../../../config/samples/replicationrule-seed-003.yaml");
+    let sample = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
     for document in kopper::samples::documents(sample).unwrap() {
         let name = document["metadata"]["name"].as_str().unwrap().to_owned();
         let params = PatchParams::apply("test").force();

@@ -17,7 +17,7 @@ use kopper::runtime::{Context, Metrics, Settings};
 
 use common::{InProcess, eventually};
 
-const SEED_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-seed-000.yaml");
+const SEED_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-group-per-namespace.yaml");
 
 /// One kubesim with the CRD installed, and the controllers running against it.
 struct Cluster {
@@ -394,4 +394,70 @@ async fn unreadable_policy_is_reported_and_does_not_stop_the_others() {
     cluster.status_where("ad-kubernetes", |s| ready(s) == Some(("True", "BindingsReady"))).await;
     let event = cluster.event_with_reason("broken", "InvalidObject").await;
     assert!(event.note.unwrap_or_default().contains("cannot be read"));
+}
+
+/// Who applied fields of an object, as (manager, subresource) pairs.
+fn appliers(meta: &kube::api::ObjectMeta) -> Vec<(String, String)> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| entry.operation.as_deref() == Some("Apply"))
+        .map(|entry| {
+            (entry.manager.clone().unwrap_or_default(), entry.subresource.clone().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Earlier releases applied everything as plain `kopper`. A binding and a status written that
+/// way move to the controller's own manager, and what only the old manager held (a label
+/// no policy sets any more) is removed, as server-side apply prunes it.
+#[tokio::test]
+async fn objects_applied_by_the_old_field_manager_move_to_the_controllers_own() {
+    let mut cluster = Cluster::start().await;
+    cluster.stop_operator().await;
+    cluster.namespace("team-1", json!({})).await;
+    let policy = cluster.apply_policy(SEED_SAMPLE).await;
+    let legacy = PatchParams::apply("kopper").force();
+    let old_binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {
+            "name": "ad-kubernetes-team-1", "namespace": "team-1",
+            "labels": {"app.kubernetes.io/managed-by": "kopper", "kopper.dev/namespace-access": "ad-kubernetes",
+                       "kopper.dev/retired-label": "yes"},
+            "ownerReferences": [{"apiVersion": "kopper.dev/v1alpha1", "kind": "NamespaceAccess",
+                                 "name": "ad-kubernetes", "uid": policy.uid().unwrap(), "controller": true}],
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ad-kubernetes-team-1"}],
+    });
+    cluster
+        .bindings("team-1")
+        .patch("ad-kubernetes-team-1", &legacy, &Patch::Apply(&old_binding))
+        .await
+        .unwrap();
+    let old_status = json!({"apiVersion": "kopper.dev/v1alpha1", "kind": "NamespaceAccess",
+                            "metadata": {"name": "ad-kubernetes"}, "status": {"observedGeneration": 1}});
+    cluster.policies().patch_status("ad-kubernetes", &legacy, &Patch::Apply(&old_status)).await.unwrap();
+
+    cluster.start_operator();
+
+    let binding = cluster
+        .binding_where("team-1", "ad-kubernetes-team-1", |binding| {
+            !appliers(&binding.metadata).iter().any(|(manager, _)| manager == "kopper")
+        })
+        .await;
+    assert_eq!(appliers(&binding.metadata), [("kopper/namespace-access".to_owned(), String::new())]);
+    assert!(!binding.labels().contains_key("kopper.dev/retired-label"), "{:?}", binding.labels());
+    assert!(is_seed_binding("team-1")(&binding), "the binding itself is kept: {binding:?}");
+    let policies = cluster.policies();
+    let status_appliers = eventually("the policy's status to leave the old manager", || async {
+        let policy = policies.get("ad-kubernetes").await.unwrap();
+        let appliers = appliers(&policy.metadata);
+        (!appliers.contains(&("kopper".to_owned(), "status".to_owned()))).then_some(appliers)
+    })
+    .await;
+    assert!(
+        status_appliers.contains(&("kopper/namespace-access".to_owned(), "status".to_owned())),
+        "{status_appliers:?}"
+    );
 }

@@ -18,7 +18,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-seed-003.yaml");
+const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
 
 fn config(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(path)

@@ -24,9 +24,12 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-const NAMESPACE_ACCESS_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-seed-000.yaml");
-const CONFIG_MAP_SYNC_SAMPLE: &str = include_str!("../../../config/samples/configmapsync-seed-002.yaml");
-const REPLICATION_RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-seed-003.yaml");
+const NAMESPACE_ACCESS_SAMPLE: &str =
+    include_str!("../../../config/samples/namespaceaccess-group-per-namespace.yaml");
+const CONFIG_MAP_SYNC_SAMPLE: &str =
+    include_str!("../../../config/samples/configmapsync-across-namespaces.yaml");
+const REPLICATION_RULE_SAMPLE: &str =
+    include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
 
 /// kopper's identity in the cluster, as config/rbac/ binds it.
 const KOPPER_NAMESPACE: &str = "kopper-system";

@@ -63,8 +63,10 @@ async fn every_controller_runs_in_one_operator_and_readiness_waits_for_all() {
     for crd in kopper::crds::all() {
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
-    let policy: NamespaceAccess =
-        serde_yaml::from_str(include_str!("../../../config/samples/namespaceaccess-seed-000.yaml")).unwrap();
+    let policy: NamespaceAccess = serde_yaml::from_str(include_str!(
+        "../../../config/samples/namespaceaccess-group-per-namespace.yaml"
+    ))
+    .unwrap();
     Api::<NamespaceAccess>::all(cluster.client.clone())
         .create(&PostParams::default(), &policy)
         .await
@@ -254,6 +256,61 @@ async fn sigterm_stops_the_binary_with_exit_code_zero() {
 
     let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// A log reader that went away (a closed pipe) must not take kopper down: every log line
+/// fails to be written, the work goes on, and SIGTERM still ends the process cleanly.
+#[tokio::test]
+async fn logging_into_a_closed_pipe_neither_stops_the_work_nor_the_shutdown() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .args(["run", "--controllers", "pod-labeler", "--leader-elect", "false", "--admin-addr", &admin])
+        .args(["--log-level", "debug"])
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+
+    create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
+    signal(&child, "-TERM").await;
+
+    let status =
+        tokio::time::timeout(DEADLINE, child.wait()).await.expect("kopper hung after SIGTERM").unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+/// A kopper CRD that is not installed is named in the log, with the command that installs it.
+#[tokio::test]
+async fn a_missing_crd_is_named_in_the_log_with_the_command_that_installs_it() {
+    use tokio::io::AsyncBufReadExt as _;
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .args(["run", "--controllers", "replication-rule", "--leader-elect", "false", "--admin-addr", &admin])
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let named = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("CustomResourceDefinition replicationrules.kopper.dev is not installed") {
+                return line;
+            }
+        }
+        panic!("kopper exited without naming the missing CRD");
+    };
+    let line = tokio::time::timeout(DEADLINE, named).await.expect("no warning naming the missing CRD");
+    assert!(line.contains("kopper crds | kubectl apply"), "{line}");
 }
 
 #[test]
@@ -463,5 +520,46 @@ async fn an_api_server_back_without_its_data_is_listed_again_and_served() {
         label_of(&pods, "after", "kopper.dev/pod-name").await
     })
     .await;
+    operator.stop().await.unwrap();
+}
+
+/// An API server that restarts with its data (resourceVersions continue, old watches are
+/// refused with 410): kopper resumes from what it knew and keeps converging.
+#[tokio::test]
+async fn an_api_server_back_with_its_data_is_resumed_and_served() {
+    let data = tempfile::tempdir().unwrap();
+    let config = || kubesim::Config { data_dir: Some(data.path().to_owned()), ..kubesim::Config::default() };
+    let sim = kubesim::Server::start(config()).await.unwrap();
+    let addr = sim.addr();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    let admin = free_admin_addr();
+    let operator =
+        Operator::start(run_args(&kubeconfig, &["--controllers", "pod-labeler", "--admin-addr", &admin]));
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(sim.client(), "default");
+    create_pod(&pods, &pod("before", &[(ANNOTATION, "true")], &[])).await;
+    eventually("the pod before the restart to be labelled", || async {
+        label_of(&pods, "before", "kopper.dev/pod-name").await
+    })
+    .await;
+
+    sim.shutdown().await;
+    let sim = kubesim::Server::start(kubesim::Config { addr, ..config() }).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(sim.client(), "default");
+    assert_eq!(
+        label_of(&pods, "before", "kopper.dev/pod-name").await.as_deref(),
+        Some("before"),
+        "data kept"
+    );
+    let unlabel = json!({"metadata": {"labels": {"kopper.dev/pod-name": null}}});
+    pods.patch("before", &PatchParams::default(), &Patch::Merge(&unlabel)).await.unwrap();
+    create_pod(&pods, &pod("after", &[(ANNOTATION, "true")], &[])).await;
+    for name in ["before", "after"] {
+        eventually(&format!("{name} to be labelled after the restart"), || async {
+            label_of(&pods, name, "kopper.dev/pod-name").await.filter(|value| value == name)
+        })
+        .await;
+    }
     operator.stop().await.unwrap();
 }

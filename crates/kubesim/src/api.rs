@@ -831,7 +831,10 @@ fn apply(
         ));
     }
     check_known_fields(t, &applied, opts)?;
-    let mut applied = restrict_to_subresource(t, typed_object(t, applied)?);
+    let sent = applied.clone();
+    let mut typed = typed_object(t, applied)?;
+    only_fields_sent(&mut typed, &sent);
+    let mut applied = restrict_to_subresource(t, typed);
     check_body_name(t, &mut applied)?;
     if let Some(ns) = &t.namespace {
         metadata_mut(&mut applied).insert("namespace".into(), ns.clone().into());
@@ -877,6 +880,32 @@ fn apply(
             }
             commit_update(state, t, &old, object, opts.dry_run)
         }
+    }
+}
+
+/// An applied configuration is partial: decoding it into its type fills the fields it left
+/// out with empty values (a RoleBinding without `roleRef` would apply an empty one, and
+/// conflict with whoever owns the real one). kube-apiserver reads an applied configuration
+/// as it was sent, so what the round trip added is taken out again; what it dropped or
+/// converted stays as the type says.
+fn only_fields_sent(typed: &mut Value, sent: &Value) {
+    match (typed, sent) {
+        (Value::Object(typed), Value::Object(sent)) => {
+            typed.retain(|key, _| {
+                sent.contains_key(key) || ["apiVersion", "kind", "metadata"].contains(&key.as_str())
+            });
+            for (key, value) in typed.iter_mut() {
+                if let Some(original) = sent.get(key) {
+                    only_fields_sent(value, original);
+                }
+            }
+        }
+        (Value::Array(typed), Value::Array(sent)) if typed.len() == sent.len() => {
+            for (value, original) in typed.iter_mut().zip(sent) {
+                only_fields_sent(value, original);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -1025,12 +1054,21 @@ pub fn delete_collection(
 
 /// Keeps the registry in step with CRDs as they are written.
 fn after_write(state: &mut State, t: &Target, crd: &Value) {
-    if t.rt.group == "apiextensions.k8s.io" && t.rt.resource == "customresourcedefinitions" {
-        let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        state.registry.remove_crd(&name);
-        for rt in served_versions(crd) {
-            state.registry.insert(rt);
-        }
+    if is_crd_storage(&t.rt.storage) {
+        serve_crd(state, crd);
+    }
+}
+
+pub(crate) fn is_crd_storage(storage: &StorageKey) -> bool {
+    storage.group == "apiextensions.k8s.io" && storage.resource == "customresourcedefinitions"
+}
+
+/// Serves the versions `crd` declares, in place of what an earlier state of it declared.
+pub(crate) fn serve_crd(state: &mut State, crd: &Value) {
+    let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    state.registry.remove_crd(&name);
+    for rt in served_versions(crd) {
+        state.registry.insert(rt);
     }
 }
 

@@ -441,8 +441,12 @@ fn delete_options(req: &Request) -> ApiResult<DeleteOptions> {
     // client-go (Helm, kubectl) sends DeleteOptions as protobuf for built-in kinds.
     let body: Value = if req.body.is_empty() { Value::Null } else { decode_body(req)? };
     let mut opts = DeleteOptions::from_body(&body);
-    if let Some(policy) = req.param("propagationPolicy") {
-        opts.propagation = DeleteOptions::from_body(&json!({"propagationPolicy": policy})).propagation;
+    // kube-apiserver also reads DeleteOptions from the query (kubectl --raw, curl).
+    let orphan_dependents = req.param("orphanDependents").map(|_| req.flag("orphanDependents"));
+    let query =
+        json!({"propagationPolicy": req.param("propagationPolicy"), "orphanDependents": orphan_dependents});
+    if let Some(propagation) = DeleteOptions::from_body(&query).propagation {
+        opts.propagation = Some(propagation);
     }
     if req.param("dryRun") == Some("All") {
         opts.dry_run = true;

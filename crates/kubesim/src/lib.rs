@@ -16,6 +16,7 @@ pub mod identity;
 mod kubeconfig;
 mod openapi;
 pub mod patch;
+pub mod persist;
 mod protobuf;
 pub mod registry;
 mod seed;

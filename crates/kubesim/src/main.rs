@@ -62,6 +62,10 @@ struct ServeArgs {
     /// each --user and --service-account, into this directory.
     #[arg(long, env = "KUBESIM_KUBECONFIG_DIR")]
     kubeconfig_dir: Option<PathBuf>,
+    /// Keep the objects and resource versions in this directory across restarts (written every
+    /// second while they change and on SIGINT/SIGTERM); without it, everything is in memory.
+    #[arg(long, env = "KUBESIM_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     /// Log filter, e.g. `info` or `kubesim=debug`.
     #[arg(long, env = "KUBESIM_LOG", default_value = "info")]
     log: String,
@@ -96,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
         bookmark_interval: Duration::from_secs(1),
         namespace_deletion_delay: args.namespace_deletion_delay,
         tls: args.tls.unwrap_or(rbac),
+        data_dir: args.data_dir,
         ..Config::default()
     };
     let server = Server::start(config).await?;

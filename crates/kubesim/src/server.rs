@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -44,6 +44,9 @@ pub struct Config {
     /// clients from [`Server`] trust that CA. kubectl sends bearer tokens only over TLS, so
     /// per-user kubeconfigs need this to work from kubectl.
     pub tls: bool,
+    /// Where the store is kept across restarts (see [`crate::persist`]); in memory only if
+    /// `None`.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -57,6 +60,7 @@ impl Default for Config {
             default_namespaces: true,
             namespace_deletion_delay: Duration::ZERO,
             tls: false,
+            data_dir: None,
         }
     }
 }
@@ -251,12 +255,31 @@ pub struct Sim {
 }
 
 impl Sim {
+    /// A fresh store, in memory only, whatever `config.data_dir` says.
     pub fn new(config: Config) -> Arc<Self> {
-        let (changes, _) = broadcast::channel(65_536);
-        let mut state = State::new(config.watch_history, changes);
+        let mut state = Self::empty_state(&config);
         if config.default_namespaces {
             crate::seed::default_objects(&mut state);
         }
+        Self::with_state(state, config)
+    }
+
+    /// The store saved in `config.data_dir` if there is one, else a fresh one.
+    pub fn open(config: Config) -> std::io::Result<Arc<Self>> {
+        let Some(dir) = &config.data_dir else { return Ok(Self::new(config)) };
+        let mut state = Self::empty_state(&config);
+        if !crate::persist::load(&mut state, dir)? && config.default_namespaces {
+            crate::seed::default_objects(&mut state);
+        }
+        Ok(Self::with_state(state, config))
+    }
+
+    fn empty_state(config: &Config) -> State {
+        let (changes, _) = broadcast::channel(65_536);
+        State::new(config.watch_history, changes)
+    }
+
+    fn with_state(state: State, config: Config) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(state),
             config,
@@ -287,7 +310,7 @@ impl Server {
         let addr = listener.local_addr()?;
         let certificates =
             if config.tls { Some(Arc::new(crate::tls::Certificates::generate(addr.ip())?)) } else { None };
-        let sim = Sim::new(config);
+        let sim = Sim::open(config)?;
         let shutdown = CancellationToken::new();
         let app = crate::http::router(sim.clone(), shutdown.clone());
         let http = match &certificates {
@@ -307,7 +330,11 @@ impl Server {
             }
         };
         let controllers = tokio::spawn(crate::controllers::run(sim.clone(), shutdown.clone()));
-        Ok(Self { sim, addr, certificates, shutdown, tasks: vec![http, controllers] })
+        let mut tasks = vec![http, controllers];
+        if let Some(dir) = sim.config.data_dir.clone() {
+            tasks.push(tokio::spawn(crate::persist::run(sim.clone(), dir, shutdown.clone())));
+        }
+        Ok(Self { sim, addr, certificates, shutdown, tasks })
     }
 
     /// `https://…` when serving TLS ([`Config::tls`]), `http://…` otherwise.
@@ -431,11 +458,17 @@ impl Server {
             .count())
     }
 
-    /// Stops serving and waits for the background tasks to end.
+    /// Stops serving, waits for the background tasks to end, and then saves the store if it
+    /// has a data directory, so the last write is kept.
     pub async fn shutdown(mut self) {
         self.shutdown.cancel();
         for task in self.tasks.drain(..) {
             let _ = task.await;
+        }
+        if let Some(dir) = &self.sim.config.data_dir
+            && let Err(e) = crate::persist::save(&self.sim, dir)
+        {
+            tracing::error!(error = %e, dir = %dir.display(), "could not save the store on shutdown");
         }
     }
 }

@@ -208,6 +208,25 @@ impl State {
         });
     }
 
+    /// Puts back an object saved before a restart, without a change event: nobody watches
+    /// yet, and the history starts after the restored state (see `restore_resource_version`).
+    pub fn restore(&mut self, storage: &StorageKey, key: ObjKey, object: &Value, rv: u64) {
+        let stored = Arc::new(summarize(object, rv));
+        if let Some(old) = self.tables.entry(storage.clone()).or_default().insert(key.clone(), stored.clone())
+        {
+            self.unindex(storage, &key, &old);
+        }
+        self.index(storage, &key, &stored);
+    }
+
+    /// Continues from a saved resource version. Watch history starts there, so a watch from
+    /// before the restart gets `410 Gone` and lists again, as after a kube-apiserver restart.
+    pub fn restore_resource_version(&mut self, rv: u64) {
+        self.resource_version = rv;
+        self.history.clear();
+        self.history_floor = rv;
+    }
+
     /// Drops a whole table without events (used when a CRD's last object is gone).
     pub fn drop_table(&mut self, storage: &StorageKey) {
         self.tables.remove(storage);

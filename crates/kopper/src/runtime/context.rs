@@ -27,7 +27,8 @@ pub struct Context {
 /// reads the environment itself.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Field manager used for server-side apply, e.g. `kopper`.
+    /// The base of every controller's field manager (`kopper`): see [`Settings::field_manager_for`].
+    /// Earlier releases wrote everything under this name alone.
     pub field_manager: String,
     /// Annotation that asks the pod labeler for a label (seed 001).
     pub pod_label_annotation: String,
@@ -57,6 +58,13 @@ impl Default for Settings {
                 ..Default::default()
             },
         }
+    }
+}
+
+impl Settings {
+    /// The field manager `controller` writes with, e.g. `kopper/namespace-access`.
+    pub fn field_manager_for(&self, controller: &str) -> String {
+        super::field_manager::for_controller(&self.field_manager, controller)
     }
 }
 

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::fence::WriteFence;
@@ -90,26 +91,41 @@ pub enum Decision {
     Wait(Duration),
 }
 
-/// Pure decision logic: whether `identity` may write itself into a lease with `spec` at `now`.
-/// A lease with no renew time or duration is treated as expired: nobody can be relying on it.
-pub fn decide(spec: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> Decision {
-    let Some(spec) = spec else { return Decision::TakeOver };
+/// Another replica's lease as this replica last saw it, and when it saw it change, by its own
+/// monotonic clock. A standby judges expiry from that moment, never from the renewTime the
+/// holder wrote: the two machines' wall clocks may disagree by more than a lease (as
+/// client-go's leader election does, for the same reason).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    record: LeaseSpec,
+    changed_at: Instant,
+}
+
+/// Pure decision logic: whether `identity` may write itself into a lease with `spec`, seen at
+/// `now`, given what it saw before (`last`). Returns the observation to keep for next time.
+/// A lease with no holder or duration is free: nobody can be relying on it.
+pub fn decide(
+    spec: Option<&LeaseSpec>,
+    identity: &str,
+    last: Option<&Observation>,
+    now: Instant,
+) -> (Decision, Option<Observation>) {
+    let Some(spec) = spec else { return (Decision::TakeOver, None) };
     let holder = spec.holder_identity.as_deref().unwrap_or_default();
     if holder == identity {
-        return Decision::Renew;
+        return (Decision::Renew, None);
     }
-    if holder.is_empty() {
-        return Decision::TakeOver;
-    }
-    let (Some(renewed), Some(seconds)) = (spec.renew_time.as_ref(), spec.lease_duration_seconds) else {
-        return Decision::TakeOver;
+    let Some(seconds) = spec.lease_duration_seconds.filter(|_| !holder.is_empty()) else {
+        return (Decision::TakeOver, None);
     };
-    let expires_ms = renewed.0.as_millisecond().saturating_add(i64::from(seconds).saturating_mul(1000));
-    let remaining_ms = expires_ms.saturating_sub(now.as_millisecond());
-    match u64::try_from(remaining_ms) {
-        Ok(ms) if ms > 0 => Decision::Wait(Duration::from_millis(ms)),
-        _ => Decision::TakeOver,
-    }
+    let changed_at = match last {
+        Some(last) if last.record == *spec => last.changed_at,
+        _ => now,
+    };
+    let expires = changed_at + Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+    let decision =
+        if now < expires { Decision::Wait(expires.duration_since(now)) } else { Decision::TakeOver };
+    (decision, Some(Observation { record: spec.clone(), changed_at }))
 }
 
 /// The spec we write when taking or renewing the lease.
@@ -147,9 +163,10 @@ pub async fn acquire(
 ) -> Option<Leadership> {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "waiting for the leader lease");
+    let mut observed = None;
     loop {
-        let sent = tokio::time::Instant::now();
-        let wait = match try_claim(&api, &config).await {
+        let sent = Instant::now();
+        let wait = match try_claim(&api, &config, &mut observed).await {
             Ok(None) => {
                 info!(lease = %config.name, identity = %config.identity, "became the leader");
                 fence.open_until(sent + config.renew_deadline());
@@ -170,8 +187,13 @@ pub async fn acquire(
 
 /// One attempt to create, take over or renew the lease. `Ok(None)`: we hold it now;
 /// `Ok(Some(d))`: another replica holds it for `d` more; a conflict counts as "someone else
-/// moved first" and is retried after a short pause.
-async fn try_claim(api: &Api<Lease>, config: &LeaseConfig) -> Result<Option<Duration>, kube::Error> {
+/// moved first" and is retried after a short pause. `observed` carries what this replica saw
+/// of another's lease from one attempt to the next.
+async fn try_claim(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    observed: &mut Option<Observation>,
+) -> Result<Option<Duration>, kube::Error> {
     let now = Timestamp::now();
     let Some(mut lease) = api.get_opt(&config.name).await? else {
         let lease = Lease {
@@ -184,7 +206,9 @@ async fn try_claim(api: &Api<Lease>, config: &LeaseConfig) -> Result<Option<Dura
             Err(error) => Err(error),
         };
     };
-    match decide(lease.spec.as_ref(), &config.identity, now) {
+    let (decision, seen) = decide(lease.spec.as_ref(), &config.identity, observed.as_ref(), Instant::now());
+    *observed = seen;
+    match decision {
         Decision::Wait(remaining) => Ok(Some(remaining)),
         Decision::Renew | Decision::TakeOver => {
             lease.spec = Some(claimed_spec(lease.spec.as_ref(), config, now));
@@ -221,12 +245,12 @@ impl Leadership {
     }
 
     async fn renew_until_lost(&self) -> LeaderError {
-        let mut last_renewed = tokio::time::Instant::now();
+        let mut last_renewed = Instant::now();
         let mut wait = self.config.renew_interval;
         loop {
             tokio::time::sleep(wait).await;
             // The lease is valid from when the renewal was sent, not from when it returned.
-            let sent = tokio::time::Instant::now();
+            let sent = Instant::now();
             // A renewal that hangs past the renew deadline is a failed one: this replica must
             // step down then, not wait on the API server while the fence keeps it idle.
             let give_up = (last_renewed + self.config.renew_deadline()).max(sent);
@@ -256,7 +280,7 @@ impl Leadership {
     }
 
     async fn renew(&self) -> Result<Renewal, kube::Error> {
-        if try_claim(&self.api, &self.config).await?.is_none() {
+        if try_claim(&self.api, &self.config, &mut None).await?.is_none() {
             return Ok(Renewal::Renewed);
         }
         let current = self.api.get_opt(&self.config.name).await?;
@@ -318,34 +342,56 @@ mod tests {
         }
     }
 
+    /// Decides at `at` seconds after `start`, carrying the observation along.
+    fn decide_at(
+        spec: Option<&LeaseSpec>,
+        last: &mut Option<Observation>,
+        start: Instant,
+        at: u64,
+    ) -> Decision {
+        let (decision, seen) = decide(spec, "me", last.as_ref(), start + Duration::from_secs(at));
+        *last = seen;
+        decision
+    }
+
     #[test]
     fn missing_lease_is_taken() {
-        assert_eq!(decide(None, "me", at(0)), Decision::TakeOver);
+        assert_eq!(decide_at(None, &mut None, Instant::now(), 0), Decision::TakeOver);
     }
 
     #[test]
     fn own_lease_is_renewed_even_when_expired() {
-        assert_eq!(decide(Some(&held_by("me", 0, 15)), "me", at(100)), Decision::Renew);
+        assert_eq!(decide_at(Some(&held_by("me", -100, 15)), &mut None, Instant::now(), 0), Decision::Renew);
     }
 
     #[test]
-    fn valid_lease_of_another_replica_is_waited_for_until_it_expires() {
-        assert_eq!(
-            decide(Some(&held_by("other", 0, 15)), "me", at(5)),
-            Decision::Wait(Duration::from_secs(10))
-        );
+    fn another_replicas_lease_expires_a_lease_duration_after_it_last_changed_here() {
+        let (start, mut seen) = (Instant::now(), None);
+        let lease = held_by("other", 0, 15);
+        assert_eq!(decide_at(Some(&lease), &mut seen, start, 0), Decision::Wait(Duration::from_secs(15)));
+        assert_eq!(decide_at(Some(&lease), &mut seen, start, 5), Decision::Wait(Duration::from_secs(10)));
+        assert_eq!(decide_at(Some(&lease), &mut seen, start, 15), Decision::TakeOver);
+        assert_eq!(decide_at(Some(&lease), &mut seen, start, 60), Decision::TakeOver);
     }
 
     #[test]
-    fn expired_lease_of_another_replica_is_taken_over() {
-        assert_eq!(decide(Some(&held_by("other", 0, 15)), "me", at(15)), Decision::TakeOver);
-        assert_eq!(decide(Some(&held_by("other", 0, 15)), "me", at(60)), Decision::TakeOver);
+    fn a_renewing_leader_keeps_its_lease_whatever_its_clock_says() {
+        // The leader's clock is an hour behind: its renewTime always looks long expired.
+        let (start, mut seen) = (Instant::now(), None);
+        for (second, renewed_at) in [(0, -3600), (10, -3590), (20, -3580), (30, -3570)] {
+            let lease = held_by("other", renewed_at, 15);
+            assert!(matches!(decide_at(Some(&lease), &mut seen, start, second), Decision::Wait(_)));
+        }
+        // An hour ahead, and then it stops renewing: taken a lease duration later, not an hour.
+        let ahead = held_by("other", 3600, 15);
+        assert!(matches!(decide_at(Some(&ahead), &mut seen, start, 40), Decision::Wait(_)));
+        assert_eq!(decide_at(Some(&ahead), &mut seen, start, 55), Decision::TakeOver);
     }
 
     #[test]
     fn released_lease_is_taken_at_once() {
         let released = LeaseSpec { holder_identity: None, ..held_by("other", 0, 15) };
-        assert_eq!(decide(Some(&released), "me", at(1)), Decision::TakeOver);
+        assert_eq!(decide_at(Some(&released), &mut None, Instant::now(), 1), Decision::TakeOver);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod client;
 pub mod context;
 pub mod controller;
 pub mod fence;
+pub mod field_manager;
 pub mod leader;
 pub mod metrics;
 pub mod process;

@@ -28,10 +28,13 @@ pub fn init(args: &TelemetryArgs) -> Result<(), TelemetryError> {
     let filter = EnvFilter::try_new(&args.log_level)
         .map_err(|cause| TelemetryError { level: args.log_level.clone(), cause })?;
     // stderr, so that output meant for people or pipes (`kopper crds`, the demo's summary)
-    // stays clean on stdout.
+    // stays clean on stdout. A log line that cannot be written (stderr closed, its reader
+    // gone) is dropped: the subscriber's own report of that failure would go to the same
+    // closed stderr through `eprintln!`, which panics, in whichever task happened to log.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .with_ansi(colours_wanted());
     let _already_installed = match args.log_format {
         LogFormat::Text => builder.finish().with(without_probe_failure_log()).try_init(),

@@ -15,25 +15,73 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
-/// [`kube::runtime::watcher`] that lists again when its resourceVersion is stale.
+/// [`kube::runtime::watcher`] that lists again when its resourceVersion is stale, and says
+/// which CRD to install when the API server does not serve the kind at all.
 pub fn watcher<K>(
     api: Api<K>,
     config: watcher::Config,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K::DynamicType: Default,
 {
     let fresh = move || kube::runtime::watcher(api.clone(), config.clone()).boxed();
-    futures::stream::unfold((fresh(), fresh), |(mut stream, fresh)| async move {
+    let state = (fresh(), fresh, MissingKind::Unseen);
+    futures::stream::unfold(state, |(mut stream, fresh, mut missing)| async move {
         let item = stream.next().await?;
-        if let Err(error) = &item
-            && is_stale(error)
-        {
-            tracing::warn!("the API server cannot resume this watch ({error}); listing again");
-            stream = fresh();
+        match &item {
+            Err(error) if is_stale(error) => {
+                tracing::warn!("the API server cannot resume this watch ({error}); listing again");
+                stream = fresh();
+            }
+            Err(error) if is_not_served(error) => {
+                if missing == MissingKind::Unseen {
+                    tracing::warn!("{}", not_served_message::<K>());
+                    missing = MissingKind::Reported;
+                }
+            }
+            Err(_) => {}
+            Ok(_) => missing = MissingKind::Unseen,
         }
-        Some((item, (stream, fresh)))
+        Some((item, (stream, fresh, missing)))
     })
+}
+
+/// Whether the missing-kind warning went out already (the watcher retries every few seconds;
+/// once per outage is enough).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MissingKind {
+    Unseen,
+    Reported,
+}
+
+/// Whether the API server answered 404 to the list or watch: it does not serve the kind.
+fn is_not_served(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 404,
+        _ => false,
+    }
+}
+
+/// Names the CustomResourceDefinition a kind comes from and, for kopper's own, how to
+/// install it.
+fn not_served_message<K: Resource>() -> String
+where
+    K::DynamicType: Default,
+{
+    let kind_info = K::DynamicType::default();
+    let (kind, group, plural) = (K::kind(&kind_info), K::group(&kind_info), K::plural(&kind_info));
+    let crd = format!("{plural}.{group}");
+    let install = if group == crate::crds::GROUP {
+        format!(
+            "; install it with `kopper crds | kubectl apply --server-side -f -` (or the Helm chart, which \
+             installs every kopper CRD): until then {kind} objects are not watched"
+        )
+    } else {
+        String::new()
+    };
+    format!("the API server does not serve {kind}: CustomResourceDefinition {crd} is not installed{install}")
 }
 
 /// Whether the API server says the resourceVersion a watch holds is one it cannot serve.
@@ -55,6 +103,16 @@ mod tests {
 
     fn status(code: u16, message: &str) -> Box<Status> {
         Box::new(Status { code, message: message.to_owned(), ..Status::default() })
+    }
+
+    #[test]
+    fn a_missing_kopper_crd_is_named_with_the_command_that_installs_it() {
+        use crate::controllers::replication_rule::types::ReplicationRule;
+        let not_found = status(404, "the server could not find the requested resource");
+        assert!(is_not_served(&watcher::Error::InitialListFailed(kube::Error::Api(not_found))));
+        let message = not_served_message::<ReplicationRule>();
+        assert!(message.contains("CustomResourceDefinition replicationrules.kopper.dev"), "{message}");
+        assert!(message.contains("kopper crds | kubectl apply"), "{message}");
     }
 
     #[test]

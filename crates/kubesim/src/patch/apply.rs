@@ -470,6 +470,30 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_apply_releases_what_the_manager_shared_and_prunes_what_it_alone_held() {
+        let rbac = BuiltinListTypes::new("rbac.authorization.k8s.io", "RoleBinding");
+        let binding = |labels: Value| {
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "b", "namespace": "n", "labels": labels,
+                                "ownerReferences": [{"apiVersion": "kopper.dev/v1alpha1", "kind": "NamespaceAccess",
+                                                     "name": "p", "uid": "u1", "controller": true}]},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "g"}]})
+        };
+        let ssa = |live: Option<&Value>, applied: &Value, manager: &str| {
+            server_side_apply(live, applied, manager, true, None, &rbac, T2)
+        };
+        let old = ssa(None, &binding(json!({"a": "1", "retired": "yes"})), "old").unwrap();
+        let both = ssa(Some(&old), &binding(json!({"a": "1"})), "new").unwrap();
+        let empty = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                           "metadata": {"name": "b", "namespace": "n"}});
+        let released = server_side_apply(Some(&both), &empty, "old", false, None, &rbac, T3).unwrap();
+        assert_eq!(released["metadata"]["labels"], json!({"a": "1"}));
+        assert_eq!(released["roleRef"], both["roleRef"]);
+        assert_eq!(entry(&released, "old"), &Value::Null, "{released}");
+    }
+
+    #[test]
     fn apply_keeps_dropped_fields_an_updater_changed() {
         let first = apply(None, &configmap(json!({"a": "1"})), "one", false).unwrap();
         let mut edited = first.clone();

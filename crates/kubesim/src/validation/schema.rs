@@ -5,7 +5,9 @@
 //! `"<path> in body ..."` texts, converted to causes by `kubeOpenAPIResultToFieldErrors`),
 //! followed by the `x-kubernetes-list-type` and `x-kubernetes-embedded-resource` checks.
 //! kube-openapi names fields `spec.items[0].name` and map entries `spec.labels.key`.
-//! Not modelled: `format`, `allOf`/`anyOf`/`oneOf`/`not`, CEL `x-kubernetes-validations`.
+//! `allOf`, `anyOf`, `oneOf` and `not` are checked as kube-openapi's schema-props validator
+//! does (the failing branch with the fewest causes stands for "the best failure").
+//! Not modelled: `format`, CEL `x-kubernetes-validations`.
 
 use serde_json::{Map, Value, json};
 
@@ -324,6 +326,56 @@ fn openapi_validate(value: &Value, node: Node, path: &str, causes: &mut Vec<Caus
     validate_enum(value, node, path, causes);
     if let Value::Object(map) = value {
         validate_object(map, node, path, causes);
+    }
+    validate_combinators(value, node, path, causes);
+}
+
+/// `allOf`, `anyOf`, `oneOf` and `not`: value validations a structural schema may add, each
+/// branch applied to the same value.
+fn validate_combinators(value: &Value, node: Node, path: &str, causes: &mut Vec<Cause>) {
+    let branches = |key: &str| node.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let outcomes = |key: &str| -> Vec<Vec<Cause>> {
+        branches(key)
+            .iter()
+            .map(|branch| {
+                let mut inner = Vec::new();
+                openapi_validate(value, Node(branch), path, &mut inner);
+                inner
+            })
+            .collect()
+    };
+    let composite = |what: &str| {
+        let subject = if path.is_empty() { "." } else { path };
+        Cause::invalid(path, &json!(""), &format!("{subject} in body {what}"))
+    };
+    let fewest = |outcomes: Vec<Vec<Cause>>| outcomes.into_iter().min_by_key(Vec::len).unwrap_or_default();
+
+    let all_of = outcomes("allOf");
+    if all_of.iter().any(|inner| !inner.is_empty()) {
+        causes.push(composite("must validate all the schemas (allOf)"));
+        causes.extend(all_of.into_iter().flatten());
+    }
+    let any_of = outcomes("anyOf");
+    if !any_of.is_empty() && any_of.iter().all(|inner| !inner.is_empty()) {
+        causes.push(composite("must validate at least one schema (anyOf)"));
+        causes.extend(fewest(any_of));
+    }
+    let one_of = outcomes("oneOf");
+    let valid = one_of.iter().filter(|inner| inner.is_empty()).count();
+    if !one_of.is_empty() && valid == 0 {
+        causes.push(composite("must validate one and only one schema (oneOf)"));
+        causes.extend(fewest(one_of));
+    } else if valid > 1 {
+        causes.push(composite(&format!(
+            "must validate one and only one schema (oneOf). Found {valid} valid alternatives"
+        )));
+    }
+    if let Some(not) = node.get("not").filter(|not| not.is_object()) {
+        let mut inner = Vec::new();
+        openapi_validate(value, Node(not), path, &mut inner);
+        if inner.is_empty() {
+            causes.push(composite("must not validate the schema (not)"));
+        }
     }
 }
 
@@ -927,6 +979,51 @@ mod tests {
             messages(&causes),
             vec![r#"xs: Invalid value: "": xs in body shouldn't contain duplicates"#]
         );
+    }
+
+    #[test]
+    fn any_of_needs_one_branch_and_reports_the_closest_one() {
+        // A label selector requirement: values for In/NotIn, none for Exists/DoesNotExist.
+        let schema = json!({"type": "object", "properties": {"req": {
+            "type": "object",
+            "properties": {"operator": {"type": "string"}, "values": {"type": "array", "items": {"type": "string"}}},
+            "anyOf": [
+                {"properties": {"operator": {"enum": ["In", "NotIn"]}, "values": {"minItems": 1}}, "required": ["values"]},
+                {"properties": {"operator": {"enum": ["Exists", "DoesNotExist"]}, "values": {"maxItems": 0}}}
+            ]
+        }}});
+        for valid in [json!({"operator": "In", "values": ["a"]}), json!({"operator": "Exists"})] {
+            let mut obj = json!({"req": valid});
+            assert!(prune_default_validate(&schema, &mut obj).is_empty(), "{obj}");
+        }
+        let mut obj = json!({"req": {"operator": "In"}});
+        assert_eq!(
+            messages(&prune_default_validate(&schema, &mut obj)),
+            vec![
+                r#"req: Invalid value: "": req in body must validate at least one schema (anyOf)"#,
+                "req.values: Required value",
+            ]
+        );
+        let mut obj = json!({"req": {"operator": "Exists", "values": ["a"]}});
+        let causes = messages(&prune_default_validate(&schema, &mut obj));
+        assert_eq!(
+            causes[0],
+            r#"req: Invalid value: "": req in body must validate at least one schema (anyOf)"#
+        );
+    }
+
+    #[test]
+    fn not_refuses_what_its_schema_accepts() {
+        let schema = json!({"type": "object", "not": {"required": ["a", "b"]}, "properties": {
+            "a": {"type": "string"}, "b": {"type": "string"}
+        }});
+        let mut both = json!({"a": "x", "b": "y"});
+        assert_eq!(
+            messages(&prune_default_validate(&schema, &mut both)),
+            vec![r#": Invalid value: "": . in body must not validate the schema (not)"#]
+        );
+        let mut one = json!({"a": "x"});
+        assert!(prune_default_validate(&schema, &mut one).is_empty());
     }
 
     #[test]

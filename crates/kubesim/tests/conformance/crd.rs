@@ -5,93 +5,108 @@ use kube::api::{
 use kube::discovery::Discovery;
 use serde_json::{Value, json};
 
-use crate::common::{TestCluster, api_error, wait_for};
+use crate::common::{TestCluster, api_error, unique_name, wait_for};
 
-/// A namespaced `Widget` CRD in group `test.kubesim.dev`, served at v1 (storage) and v1beta1.
-pub fn widget_crd() -> CustomResourceDefinition {
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "spec": {
-                "type": "object",
-                "required": ["size"],
-                "properties": {
-                    "size": {"type": "integer", "minimum": 1, "maximum": 10},
-                    "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
-                    "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 8},
-                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "port": {"x-kubernetes-int-or-string": true},
+/// A `Widget` CRD in a group of one test's own, so tests running side by side on one cluster
+/// never share a CRD.
+pub struct Widgets {
+    group: String,
+}
+
+impl Widgets {
+    /// Installs the CRD in a new group named after `test`, and waits until it is established.
+    pub async fn install(cluster: &mut TestCluster, test: &str) -> Self {
+        let widgets = Self { group: format!("{}.test.kubesim.dev", unique_name(test)) };
+        cluster.crd(&widgets.crd()).await;
+        widgets
+    }
+
+    pub fn crd_name(&self) -> String {
+        format!("widgets.{}", self.group)
+    }
+
+    /// Namespaced, served at v1 (storage) and v1beta1.
+    fn crd(&self) -> CustomResourceDefinition {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "spec": {
+                    "type": "object",
+                    "required": ["size"],
+                    "properties": {
+                        "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                        "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                        "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 8},
+                        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "port": {"x-kubernetes-int-or-string": true},
+                    },
                 },
+                "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}},
             },
-            "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}},
-        },
-    });
-    let version = |name: &str, storage: bool| {
-        json!({"name": name, "served": true, "storage": storage, "schema": {"openAPIV3Schema": schema},
-               "subresources": {"status": {}},
-               "additionalPrinterColumns": [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}]})
-    };
-    serde_json::from_value(json!({
-        "metadata": {"name": "widgets.test.kubesim.dev"},
-        "spec": {
-            "group": "test.kubesim.dev",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList",
-                      "shortNames": ["wd"], "categories": ["kubesim"]},
-            "versions": [version("v1", true), version("v1beta1", false)],
-        },
-    }))
-    .unwrap()
-}
+        });
+        let version = |name: &str, storage: bool| {
+            json!({"name": name, "served": true, "storage": storage, "schema": {"openAPIV3Schema": schema},
+                   "subresources": {"status": {}},
+                   "additionalPrinterColumns": [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}]})
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": self.crd_name()},
+            "spec": {
+                "group": self.group,
+                "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList",
+                          "shortNames": ["wd"], "categories": ["kubesim"]},
+                "versions": [version("v1", true), version("v1beta1", false)],
+            },
+        }))
+        .unwrap()
+    }
 
-pub fn widgets(cluster: &TestCluster, ns: &str, version: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("test.kubesim.dev", version, "Widget");
-    Api::namespaced_with(cluster.client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "widgets"))
-}
+    pub fn api(&self, cluster: &TestCluster, ns: &str, version: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(&self.group, version, "Widget");
+        Api::namespaced_with(cluster.client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "widgets"))
+    }
 
-pub async fn install_widgets(cluster: &TestCluster) {
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    crds.create(&PostParams::default(), &widget_crd()).await.unwrap();
-    wait_for("the CRD to be established", || async {
-        let crd = crds.get("widgets.test.kubesim.dev").await.ok()?;
-        let conditions = crd.status?.conditions?;
-        conditions.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
-    })
-    .await;
-}
-
-fn widget(name: &str, spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "test.kubesim.dev/v1", "kind": "Widget",
-        "metadata": {"name": name}, "spec": spec}))
-    .unwrap()
+    fn widget(&self, name: &str, spec: Value) -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": format!("{}/v1", self.group), "kind": "Widget",
+            "metadata": {"name": name}, "spec": spec}))
+        .unwrap()
+    }
 }
 
 #[tokio::test]
 async fn created_crd_is_served_at_once_with_discovery() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("crd").await;
-    install_widgets(&cluster).await;
-    let api = widgets(&cluster, &ns, "v1");
-    api.create(&PostParams::default(), &widget("w", json!({"size": 1}))).await.unwrap();
-    let discovery = Discovery::new(cluster.client.clone()).run().await.unwrap();
-    let group = discovery.get("test.kubesim.dev").expect("the group is discovered");
-    let versions: Vec<String> = group.versions().map(str::to_owned).collect();
+    let widgets = Widgets::install(&mut cluster, "served").await;
+    let api = widgets.api(&cluster, &ns, "v1");
+    api.create(&PostParams::default(), &widgets.widget("w", json!({"size": 1}))).await.unwrap();
+    // A real API server updates discovery shortly after the CRD is established.
+    let (versions, plural) = wait_for("both versions of the group in discovery", || async {
+        let only_ours = Discovery::new(cluster.client.clone()).filter(&[widgets.group.as_str()]);
+        let discovery = only_ours.run().await.ok()?;
+        let group = discovery.get(&widgets.group)?;
+        let versions: Vec<String> = group.versions().map(str::to_owned).collect();
+        let (resource, _) = group.recommended_kind("Widget")?;
+        (versions.len() == 2).then_some((versions, resource.plural))
+    })
+    .await;
     assert_eq!(versions, vec!["v1", "v1beta1"], "GA first");
-    let (resource, _) = group.recommended_kind("Widget").unwrap();
-    assert_eq!(resource.plural, "widgets");
+    assert_eq!(plural, "widgets");
 }
 
 #[tokio::test]
 async fn every_served_version_reads_the_same_object() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("crd").await;
-    install_widgets(&cluster).await;
-    widgets(&cluster, &ns, "v1")
-        .create(&PostParams::default(), &widget("w", json!({"size": 2})))
+    let widgets = Widgets::install(&mut cluster, "versions").await;
+    widgets
+        .api(&cluster, &ns, "v1")
+        .create(&PostParams::default(), &widgets.widget("w", json!({"size": 2})))
         .await
         .unwrap();
-    let beta = widgets(&cluster, &ns, "v1beta1").get("w").await.unwrap();
-    assert_eq!(beta.types.unwrap().api_version, "test.kubesim.dev/v1beta1");
+    let beta = widgets.api(&cluster, &ns, "v1beta1").get("w").await.unwrap();
+    assert_eq!(beta.types.unwrap().api_version, format!("{}/v1beta1", widgets.group));
     assert_eq!(beta.data["spec"]["size"], 2);
 }
 
@@ -99,16 +114,16 @@ async fn every_served_version_reads_the_same_object() {
 async fn schema_violations_are_invalid_and_name_each_field() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("crd").await;
-    install_widgets(&cluster).await;
-    let api = widgets(&cluster, &ns, "v1");
-    let bad = widget("w", json!({"size": 11, "color": "green", "name": "UPPER"}));
+    let widgets = Widgets::install(&mut cluster, "schema").await;
+    let api = widgets.api(&cluster, &ns, "v1");
+    let bad = widgets.widget("w", json!({"size": 11, "color": "green", "name": "UPPER"}));
     let status = api_error(api.create(&PostParams::default(), &bad).await);
     assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
     let fields: Vec<String> = status.details.unwrap().causes.into_iter().map(|c| c.field).collect();
     for field in ["spec.size", "spec.color", "spec.name"] {
         assert!(fields.iter().any(|f| f == field), "{field} named in {fields:?}");
     }
-    let missing = api_error(api.create(&PostParams::default(), &widget("w", json!({}))).await);
+    let missing = api_error(api.create(&PostParams::default(), &widgets.widget("w", json!({}))).await);
     assert!(missing.message.contains("spec.size: Required value"), "{}", missing.message);
 }
 
@@ -116,10 +131,10 @@ async fn schema_violations_are_invalid_and_name_each_field() {
 async fn defaults_are_applied_and_unknown_fields_pruned() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("crd").await;
-    install_widgets(&cluster).await;
-    let api = widgets(&cluster, &ns, "v1");
+    let widgets = Widgets::install(&mut cluster, "defaults").await;
+    let api = widgets.api(&cluster, &ns, "v1");
     let spec = json!({"size": 3, "unknown": "dropped", "free": {"anything": {"goes": 1}}, "port": "http"});
-    let created = api.create(&PostParams::default(), &widget("w", spec)).await.unwrap();
+    let created = api.create(&PostParams::default(), &widgets.widget("w", spec)).await.unwrap();
     assert_eq!(created.data["spec"]["color"], "red");
     assert!(created.data["spec"].get("unknown").is_none());
     assert_eq!(created.data["spec"]["free"]["anything"]["goes"], 1);
@@ -130,9 +145,9 @@ async fn defaults_are_applied_and_unknown_fields_pruned() {
 async fn generation_follows_spec_changes_only() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("crd").await;
-    install_widgets(&cluster).await;
-    let api = widgets(&cluster, &ns, "v1");
-    let created = api.create(&PostParams::default(), &widget("w", json!({"size": 1}))).await.unwrap();
+    let widgets = Widgets::install(&mut cluster, "generation").await;
+    let api = widgets.api(&cluster, &ns, "v1");
+    let created = api.create(&PostParams::default(), &widgets.widget("w", json!({"size": 1}))).await.unwrap();
     assert_eq!(created.metadata.generation, Some(1));
     let pp = PatchParams::default();
     let labelled =
@@ -148,9 +163,9 @@ async fn generation_follows_spec_changes_only() {
 async fn status_subresource_separates_spec_and_status_writes() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("crd").await;
-    install_widgets(&cluster).await;
-    let api = widgets(&cluster, &ns, "v1");
-    let mut with_status = widget("w", json!({"size": 1}));
+    let widgets = Widgets::install(&mut cluster, "status").await;
+    let api = widgets.api(&cluster, &ns, "v1");
+    let mut with_status = widgets.widget("w", json!({"size": 1}));
     with_status.data["status"] = json!({"ready": true});
     let created = api.create(&PostParams::default(), &with_status).await.unwrap();
     assert!(created.data.get("status").is_none(), "status is ignored on create");
@@ -167,22 +182,22 @@ async fn status_subresource_separates_spec_and_status_writes() {
 
 #[tokio::test]
 async fn cluster_scoped_crd_serves_objects_without_namespace() {
-    let cluster = TestCluster::new().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let mut cluster = TestCluster::new().await;
+    let group = format!("{}.test.kubesim.dev", unique_name("cluster-scoped"));
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": {"name": "gadgets.test.kubesim.dev"},
-        "spec": {"group": "test.kubesim.dev", "scope": "Cluster",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {"group": group, "scope": "Cluster",
             "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
             "versions": [{"name": "v1", "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
     }))
     .unwrap();
-    crds.create(&PostParams::default(), &crd).await.unwrap();
-    let gvk = GroupVersionKind::gvk("test.kubesim.dev", "v1", "Gadget");
+    cluster.crd(&crd).await;
+    let gvk = GroupVersionKind::gvk(&group, "v1", "Gadget");
     let api: Api<DynamicObject> =
         Api::all_with(cluster.client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "gadgets"));
     let gadget: DynamicObject =
-        serde_json::from_value(json!({"apiVersion": "test.kubesim.dev/v1", "kind": "Gadget",
+        serde_json::from_value(json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget",
         "metadata": {"name": "g"}, "spec": {"x": 1}}))
         .unwrap();
     let created = api.create(&PostParams::default(), &gadget).await.unwrap();
@@ -194,15 +209,13 @@ async fn cluster_scoped_crd_serves_objects_without_namespace() {
 async fn deleting_a_crd_removes_its_objects_and_stops_serving_it() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("crd").await;
-    install_widgets(&cluster).await;
-    let api = widgets(&cluster, &ns, "v1");
-    api.create(&PostParams::default(), &widget("w", json!({"size": 1}))).await.unwrap();
+    let widgets = Widgets::install(&mut cluster, "deleting").await;
+    let api = widgets.api(&cluster, &ns, "v1");
+    api.create(&PostParams::default(), &widgets.widget("w", json!({"size": 1}))).await.unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    crds.delete("widgets.test.kubesim.dev", &DeleteParams::default()).await.unwrap();
-    wait_for("the CRD to go", || async {
-        crds.get_opt("widgets.test.kubesim.dev").await.unwrap().is_none().then_some(())
-    })
-    .await;
+    let name = widgets.crd_name();
+    crds.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("the CRD to go", || async { crds.get_opt(&name).await.unwrap().is_none().then_some(()) }).await;
     let status = api_error(api.get("w").await);
     assert_eq!(status.code, 404);
 }

@@ -2,7 +2,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-use crate::common::{TestCluster, api_error};
+use crate::common::{TestCluster, api_error, unique_name};
 
 fn config_map(name: &str, data: serde_json::Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
@@ -101,10 +101,11 @@ async fn generate_name_gives_unique_names_with_the_prefix() {
 #[tokio::test]
 async fn create_in_missing_namespace_is_not_found() {
     let cluster = TestCluster::new().await;
-    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "no-such-namespace");
+    let missing = unique_name("missing");
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &missing);
     let status = api_error(api.create(&PostParams::default(), &config_map("a", json!({}))).await);
     assert_eq!((status.code, status.reason.as_str()), (404, "NotFound"));
-    assert_eq!(status.message, "namespaces \"no-such-namespace\" not found");
+    assert_eq!(status.message, format!("namespaces \"{missing}\" not found"));
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::common::{TestCluster, api_error};
+use crate::common::{TestCluster, api_error, create_pod_when_admitted};
 
 async fn config_map(cluster: &TestCluster, ns: &str, data: serde_json::Value) -> Api<ConfigMap> {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), ns);
@@ -51,10 +51,13 @@ async fn strategic_merge_patch_merges_containers_by_name() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("patch").await;
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
-        {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}}))
+    // No grace period: on a real cluster a kubelet may have taken the pod, and the namespace
+    // would otherwise wait out the default 30 s for it when the test cleans up.
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}}))
     .unwrap();
-    api.create(&PostParams::default(), &pod).await.unwrap();
+    create_pod_when_admitted(&api, &pod).await;
     let patch = json!({"spec": {"containers": [{"name": "b", "image": "b:2"}]}});
     let patched = api.patch("p", &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
     let images: Vec<String> =
@@ -124,4 +127,39 @@ async fn unsupported_patch_content_type_is_rejected() {
         .unwrap();
     let status = api_error(cluster.client.request::<ConfigMap>(request).await);
     assert_eq!(status.code, 415);
+}
+
+/// An applied configuration is partial: a second manager applying only a label to a
+/// RoleBinding neither touches nor conflicts on the `roleRef` it left out, and applying an
+/// empty configuration releases what a manager held (shared fields stay, its own go).
+#[tokio::test]
+async fn apply_reads_a_partial_configuration_as_sent() {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("apply-partial").await;
+    let api: Api<RoleBinding> = Api::namespaced(cluster.client.clone(), &ns);
+    let full = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "b", "labels": {"shared": "1", "old-only": "1"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "g"}],
+    });
+    api.patch("b", &PatchParams::apply("old"), &Patch::Apply(&full)).await.unwrap();
+    let mut shared = full.clone();
+    shared["metadata"]["labels"] = json!({"shared": "1"});
+    api.patch("b", &PatchParams::apply("new"), &Patch::Apply(&shared)).await.unwrap();
+
+    let label_only = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                            "metadata": {"name": "b", "labels": {"third": "1"}}});
+    let labelled = api.patch("b", &PatchParams::apply("third"), &Patch::Apply(&label_only)).await.unwrap();
+    assert_eq!(labelled.role_ref.name, "view");
+
+    let empty = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "b"}});
+    let released = api.patch("b", &PatchParams::apply("old"), &Patch::Apply(&empty)).await.unwrap();
+    let labels = released.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.keys().collect::<Vec<_>>(), ["shared", "third"], "{labels:?}");
+    assert_eq!(released.role_ref.name, "view");
+    let managers: Vec<String> =
+        released.metadata.managed_fields.iter().flatten().filter_map(|entry| entry.manager.clone()).collect();
+    assert!(!managers.contains(&"old".to_owned()), "{managers:?}");
 }

@@ -471,7 +471,7 @@ impl Pass<'_> {
         }
         let api = Api::<Bucket>::namespaced(self.ctx.client.clone(), &bucket.namespace().unwrap_or_default());
         let params = PatchParams {
-            field_manager: Some(self.ctx.settings.field_manager.clone()),
+            field_manager: Some(self.ctx.settings.field_manager_for(NAME)),
             ..Default::default()
         };
         let forget = json!({"status": {"bucketName": null, "region": null}});
@@ -566,7 +566,8 @@ impl Pass<'_> {
         let key_id = if plan.create {
             let key = self.provider.create_access_key(user).await?;
             let desired = secret::desired(bucket, &settings, &key.id, &key.secret);
-            secret::write(&secrets, current.as_ref(), desired, &self.ctx.settings.field_manager).await?;
+            secret::write(&secrets, current.as_ref(), desired, &self.ctx.settings.field_manager_for(NAME))
+                .await?;
             info!(user, key = %key.id, "wrote a new access key into the Secret");
             key.id
         } else {
@@ -574,7 +575,8 @@ impl Pass<'_> {
             if let Some(current) = &current
                 && let Some(desired) = secret::refreshed(bucket, current, &settings)
             {
-                secret::write(&secrets, Some(current), desired, &self.ctx.settings.field_manager).await?;
+                secret::write(&secrets, Some(current), desired, &self.ctx.settings.field_manager_for(NAME))
+                    .await?;
             }
             held
         };
@@ -683,7 +685,7 @@ async fn write_status(
     }
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &bucket.namespace().unwrap_or_default());
     let params =
-        PatchParams { field_manager: Some(ctx.settings.field_manager.clone()), ..Default::default() };
+        PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
     api.patch_status(&bucket.name_any(), &params, &Patch::Merge(json!({ "status": new })))
         .await
         .map_err(Error::kube("writing the Bucket's status"))?;

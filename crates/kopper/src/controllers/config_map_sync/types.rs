@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn seed_sample_parses() {
-        let sample = include_str!("../../../../../config/samples/configmapsync-seed-002.yaml");
+        let sample = include_str!("../../../../../config/samples/configmapsync-across-namespaces.yaml");
         let sync: ConfigMapSync = crate::samples::of_kind(sample, "ConfigMapSync").unwrap();
         assert_eq!(sync.spec.source_namespace, "source-namespace");
         assert_eq!(sync.spec.destination_namespace.as_deref(), Some("destination-namespace"));

@@ -350,9 +350,10 @@ bindings:
 
     #[test]
     fn seed_sample_gives_each_namespace_its_own_group_as_editors() {
-        let sample: NamespaceAccess =
-            serde_yaml::from_str(include_str!("../../../../../config/samples/namespaceaccess-seed-000.yaml"))
-                .unwrap();
+        let sample: NamespaceAccess = serde_yaml::from_str(include_str!(
+            "../../../../../config/samples/namespaceaccess-group-per-namespace.yaml"
+        ))
+        .unwrap();
         let mut sample = sample;
         sample.metadata.uid = Some("uid".into());
         let policies = Policies::compile([&sample]);

@@ -13,6 +13,7 @@ pub mod desired;
 pub mod diff;
 pub mod matching;
 pub mod names;
+pub mod plan;
 pub mod policy;
 pub mod status;
 pub mod template;
@@ -39,8 +40,8 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::controller::run_controller;
-use crate::runtime::watch;
 use crate::runtime::{Context, ErrorCategory};
+use crate::runtime::{field_manager, watch};
 use crate::tenancy::ProtectedNamespaces;
 
 use self::cache::{Cache, Trigger};
@@ -214,12 +215,18 @@ async fn reconcile_namespace(
     let existing = apply::list_bindings(&ctx.client, &name)
         .await
         .map_err(|source| Error::ListBindings { namespace: name.clone(), source })?;
-    let plan = diff::plan(&name, &desired, &existing);
+    let mut plan = diff::plan(&name, &desired, &existing);
+    let legacy = &ctx.settings.field_manager;
+    let managers = apply::Managers {
+        own: &ctx.settings.field_manager_for(BINDING_CONTROLLER),
+        legacy,
+        migrating: diff::with_migrations(&mut plan, &desired, &existing, legacy),
+    };
     for conflict in &plan.conflicts {
         // Reported in the policy's status and as an Event by the status controller.
         tracing::debug!(namespace = %name, binding = %conflict.name, policy = %conflict.policy, "left alone: not kopper's");
     }
-    let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &name, plan.actions).await;
+    let applied = apply::execute(&ctx.client, &managers, &name, plan.actions).await;
     for _ in 0..applied.writes {
         ctx.metrics.wrote(BINDING_CONTROLLER);
     }
@@ -250,7 +257,9 @@ async fn reconcile_status(
     let name = policy.name_any();
     let next = shared.status_of(policy);
     shared.count_conflicts(&name, next.conflict_count, &ctx);
-    if policy.status.as_ref() == Some(&next) {
+    let legacy = &ctx.settings.field_manager;
+    let migrating = field_manager::holds_applied_fields(&policy.metadata, legacy, Some("status"));
+    if policy.status.as_ref() == Some(&next) && !migrating {
         return Ok(Action::await_change());
     }
     let api = Api::<NamespaceAccess>::all(ctx.client.clone());
@@ -259,10 +268,15 @@ async fn reconcile_status(
         "kind": NamespaceAccess::kind(&()),
         "status": next,
     });
-    let params = PatchParams::apply(&ctx.settings.field_manager).force();
+    let params = PatchParams::apply(&ctx.settings.field_manager_for(BINDING_CONTROLLER)).force();
     api.patch_status(&name, &params, &Patch::Apply(&patch))
         .await
         .map_err(|source| Error::WriteStatus { name: name.clone(), source })?;
+    if migrating {
+        field_manager::release(&api, &name, legacy, true)
+            .await
+            .map_err(|source| Error::WriteStatus { name: name.clone(), source })?;
+    }
     ctx.metrics.wrote(STATUS_CONTROLLER);
     let reference = policy.object_ref(&());
     for notice in notices(policy.status.as_ref(), &next) {

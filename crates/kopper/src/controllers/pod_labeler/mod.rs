@@ -108,7 +108,7 @@ async fn patch_label(ctx: &Context, pod: &PodMeta, label: &str, change: &LabelCh
     };
     let patch = Patch::Merge(json!({ "metadata": { "labels": { label: value } } }));
     let params =
-        PatchParams { field_manager: Some(ctx.settings.field_manager.clone()), ..PatchParams::default() };
+        PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..PatchParams::default() };
     match api.patch(&pod.name_any(), &params, &patch).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 404 => {

@@ -23,7 +23,7 @@ use super::desired::{
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
-use super::scoped::{MAX_NAME_WATCHES, Scope, ScopeNotReady};
+use super::scoped::{Scope, ScopeNotReady};
 use super::{RULE_CONTROLLER, controller_of};
 use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory};
@@ -187,7 +187,9 @@ impl Engine {
     pub async fn cleanup(&self, ctx: &Context, id: &RuleId, uid: &str) -> Result<Action, SyncError> {
         let labels = RuleLabels::of(id);
         let changes = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
-        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
+        let applied =
+            apply::execute(&ctx.client, &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME), &changes)
+                .await;
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller_of(id.kind)));
         ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), None);
         self.retire_scoped_watches(ctx);
@@ -210,7 +212,9 @@ impl Engine {
             return;
         }
         tracing::info!(copies = changes.len(), "deleting copies whose rule no longer exists");
-        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &changes).await;
+        let applied =
+            apply::execute(&ctx.client, &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME), &changes)
+                .await;
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(RULE_CONTROLLER));
         if let Some(error) = applied.failed.first() {
             tracing::warn!(%error, failed = applied.failed.len(), "could not delete every orphaned copy");
@@ -288,7 +292,12 @@ impl Engine {
     /// Makes one batch of a pass's changes and adds what happened to `tally`.
     async fn apply_batch(&self, ctx: &Context, rule: &Rule, plan: RulePlan, tally: &mut PassTally) {
         let kind = rule.kind;
-        let applied = apply::execute(&ctx.client, &ctx.settings.field_manager, &plan.changes).await;
+        let applied = apply::execute(
+            &ctx.client,
+            &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME),
+            &plan.changes,
+        )
+        .await;
         for key in &applied.unmanaged {
             // Watch that name, so kopper sees the object that holds the place go.
             self.caches.scoped.watch_name(kind, &key.name);
@@ -323,14 +332,7 @@ impl Engine {
                 }
             }
         }
-        // A cluster-wide watch that stands in for name watches stays while there are more
-        // source names than name watches may be open (see `Scoped::watch_name`).
-        let many_names = |kind| source_names.iter().filter(|(of, _)| *of == kind).count() > MAX_NAME_WATCHES;
-        self.caches.scoped.retain(|kind, scope| match scope {
-            Scope::Namespace(_) => needed.contains(&(kind, scope.clone())),
-            Scope::Cluster => needed.contains(&(kind, scope.clone())) || many_names(kind),
-            Scope::Name(name) => source_names.contains(&(kind, name.clone())),
-        });
+        self.caches.scoped.retire(&needed, |kind, name| source_names.contains(&(kind, name.to_owned())));
         self.router.memo.keep_sources(&ctx.metrics, &source_uids);
     }
 
@@ -409,9 +411,13 @@ impl Engine {
             }
         }
         let Some(status) = object.next_status(&outcome, Timestamp::now()) else { return Ok(()) };
+        let params = PatchParams {
+            field_manager: Some(ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME)),
+            ..PatchParams::default()
+        };
         object
             .api(ctx.client.clone())
-            .patch_status(&object.name_any(), &PatchParams::default(), &Patch::Merge(status))
+            .patch_status(&object.name_any(), &params, &Patch::Merge(status))
             .await
             .map(drop)
             .map_err(|source| SyncError::Status { rule: object.rule_id(), source })

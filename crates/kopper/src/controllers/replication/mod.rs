@@ -61,9 +61,11 @@ use crate::runtime::controller::run_controller;
 use crate::runtime::{Context, ErrorCategory};
 
 pub use self::engine::{SOURCE_TO_COPY_SECONDS, register_metrics};
-pub use self::plan::plan;
 
 /// Controller names, as they appear in metrics and logs.
+/// The controller name in kopper's field manager (`kopper/replication`): one engine writes
+/// the copies of both kinds of rule.
+pub const FIELD_MANAGER_NAME: &str = "replication";
 pub const RULE_CONTROLLER: &str = "replication-rule";
 pub const SYNC_CONTROLLER: &str = "config-map-sync";
 
@@ -235,7 +237,9 @@ async fn reconcile_rule<R: RuleObject>(
 ) -> Result<Action, Error> {
     let api = object.api(ctx.client.clone());
     if object.meta().deletion_timestamp.is_none() && !object.finalizers().iter().any(|f| f == FINALIZER) {
-        add_finalizer(&api, object.as_ref()).await.map_err(Error::AddFinalizer)?;
+        add_finalizer(&api, object.as_ref(), &ctx.settings.field_manager_for(FIELD_MANAGER_NAME))
+            .await
+            .map_err(Error::AddFinalizer)?;
         // The write comes back as a watch event, which starts the first real pass.
         return Ok(Action::await_change());
     }
@@ -280,7 +284,9 @@ async fn reconcile_unreadable<R: RuleObject>(
         .cleanup(ctx, &R::id_of(meta), meta.uid.as_deref().unwrap_or_default())
         .await
         .map_err(|error| Error::Finalizer(Box::new(finalizer::Error::CleanupFailed(error))))?;
-    remove_finalizer::<R>(&ctx.client, meta).await.map_err(Error::RemoveFinalizer)?;
+    remove_finalizer::<R>(&ctx.client, meta, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME))
+        .await
+        .map_err(Error::RemoveFinalizer)?;
     Ok(Action::await_change())
 }
 
@@ -289,6 +295,7 @@ async fn reconcile_unreadable<R: RuleObject>(
 async fn remove_finalizer<R: RuleObject>(
     client: &kube::Client,
     meta: &ObjectMeta,
+    field_manager: &str,
 ) -> Result<(), kube::Error> {
     let resource = ApiResource::erase::<R>(&());
     let api: Api<DynamicObject> = match &meta.namespace {
@@ -300,17 +307,23 @@ async fn remove_finalizer<R: RuleObject>(
         "metadata": { "finalizers": finalizers, "resourceVersion": meta.resource_version }
     });
     let name = meta.name.as_deref().unwrap_or_default();
-    api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+    let params = PatchParams { field_manager: Some(field_manager.to_owned()), ..PatchParams::default() };
+    api.patch(name, &params, &Patch::Merge(patch)).await.map(drop)
 }
 
 /// Adds kopper's finalizer with a merge patch that fails if the object changed since it was
 /// read. (kube-runtime's helper adds it with a JSON patch whose `test` of an absent list is
 /// not accepted by every API server.)
-async fn add_finalizer<R: RuleObject>(api: &Api<R>, object: &R) -> Result<(), kube::Error> {
+async fn add_finalizer<R: RuleObject>(
+    api: &Api<R>,
+    object: &R,
+    field_manager: &str,
+) -> Result<(), kube::Error> {
     let mut finalizers = object.finalizers().to_vec();
     finalizers.push(FINALIZER.to_owned());
     let patch = serde_json::json!({
         "metadata": { "finalizers": finalizers, "resourceVersion": object.resource_version() }
     });
-    api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+    let params = PatchParams { field_manager: Some(field_manager.to_owned()), ..PatchParams::default() };
+    api.patch(&object.name_any(), &params, &Patch::Merge(patch)).await.map(drop)
 }

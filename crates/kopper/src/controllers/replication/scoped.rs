@@ -4,7 +4,7 @@
 //! start and stop as rules change, so memory follows what is replicated, not what the
 //! cluster holds.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -120,6 +120,10 @@ pub struct Scoped {
     metrics: Arc<crate::runtime::Metrics>,
     shutdown: Shutdown,
     watches: Mutex<HashMap<(ObjectKind, Scope), Running>>,
+    /// Names found blocking a copy, per kind, while some rule still copies under them: what
+    /// the name watches (or the cluster-wide watch standing in for them) are for. Locked
+    /// after `watches`.
+    blocked: Mutex<HashMap<ObjectKind, BTreeSet<String>>>,
 }
 
 /// A view of the scoped watches of one kind, taken once per pass.
@@ -175,7 +179,14 @@ impl Scoped {
         metrics: Arc<crate::runtime::Metrics>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
-        Self { client, router, metrics, shutdown: shutdown.boxed().shared(), watches: Mutex::default() }
+        Self {
+            client,
+            router,
+            metrics,
+            shutdown: shutdown.boxed().shared(),
+            watches: Mutex::default(),
+            blocked: Mutex::default(),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<(ObjectKind, Scope), Running>> {
@@ -242,26 +253,64 @@ impl Scoped {
         }
     }
 
+    fn lock_blocked(&self) -> MutexGuard<'_, HashMap<ObjectKind, BTreeSet<String>>> {
+        self.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Watches objects named `name` in every namespace, so that kopper sees an object that
-    /// blocks a copy go. Past [`MAX_NAME_WATCHES`] names of a kind, one cluster-wide watch
-    /// covers them all and the name watches stop.
+    /// blocks a copy go. Past [`MAX_NAME_WATCHES`] blocked names of a kind, one cluster-wide
+    /// watch covers them all and the name watches stop.
     pub fn watch_name(&self, kind: ObjectKind, name: &str) {
         // One lock from counting to starting, so concurrent passes cannot exceed the cap.
         let mut watches = self.lock();
+        let mut blocked = self.lock_blocked();
+        let names = blocked.entry(kind).or_default();
+        names.insert(name.to_owned());
+        let blocked_names = names.len();
+        drop(blocked);
         let covered = watches.contains_key(&(kind, Scope::Cluster))
             || watches.contains_key(&(kind, Scope::Name(name.to_owned())));
         if covered {
             return;
         }
-        let names =
-            watches.keys().filter(|(of, scope)| *of == kind && matches!(scope, Scope::Name(_))).count();
-        if names < MAX_NAME_WATCHES {
+        if blocked_names <= MAX_NAME_WATCHES {
             self.start(&mut watches, kind, Scope::Name(name.to_owned()));
         } else {
-            tracing::info!(%kind, names, "more blocked names than name watches may be open; one cluster-wide watch covers them");
+            tracing::info!(%kind, blocked_names, "more blocked names than name watches may be open; one cluster-wide watch covers them");
             self.start(&mut watches, kind, Scope::Cluster);
             Self::stop_where(&mut watches, |of, scope| of == kind && matches!(scope, Scope::Name(_)));
         }
+        self.count_watches(&watches);
+    }
+
+    /// Stops the watches no rule needs: namespace and cluster-wide watches `needed` does not
+    /// name, and the watches of blocked names no rule copies under any more (`copied` says
+    /// which names still are). The cluster-wide watch that stood in for name watches stays
+    /// while more names are blocked than name watches may be open; once fewer are, the
+    /// names still blocked get their own watches again.
+    pub fn retire(&self, needed: &HashSet<(ObjectKind, Scope)>, copied: impl Fn(ObjectKind, &str) -> bool) {
+        let mut watches = self.lock();
+        let mut blocked = self.lock_blocked();
+        for (kind, names) in blocked.iter_mut() {
+            names.retain(|name| copied(*kind, name));
+        }
+        let count = |kind: ObjectKind| blocked.get(&kind).map_or(0, BTreeSet::len);
+        let is_blocked =
+            |kind: ObjectKind, name: &str| blocked.get(&kind).is_some_and(|names| names.contains(name));
+        Self::stop_where(&mut watches, |kind, scope| match scope {
+            Scope::Namespace(_) => !needed.contains(&(kind, scope.clone())),
+            Scope::Cluster => !needed.contains(&(kind, Scope::Cluster)) && count(kind) <= MAX_NAME_WATCHES,
+            Scope::Name(name) => !is_blocked(kind, name),
+        });
+        for kind in ObjectKind::ALL {
+            if watches.contains_key(&(kind, Scope::Cluster)) {
+                continue;
+            }
+            for name in blocked.get(&kind).into_iter().flatten() {
+                self.start(&mut watches, kind, Scope::Name(name.clone()));
+            }
+        }
+        drop(blocked);
         self.count_watches(&watches);
     }
 

@@ -1,0 +1,210 @@
+//! Rules read from files for `kopper plan -f`: the same YAML `kubectl apply -f` takes.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::controllers::config_map_sync::types::ConfigMapSync;
+use crate::controllers::namespace_access::NamespaceAccess;
+use crate::controllers::replication_rule::types::ReplicationRule;
+
+/// A rule's identity across files and the cluster: kind, namespace (namespaced kinds) and name.
+pub type RuleKey = (String, Option<String>, String);
+
+/// The kopper rules found in the files, and where each came from.
+#[derive(Debug, Default)]
+pub struct FileRules {
+    pub replication_rules: Vec<ReplicationRule>,
+    pub config_map_syncs: Vec<ConfigMapSync>,
+    pub namespace_accesses: Vec<NamespaceAccess>,
+    pub origins: BTreeMap<RuleKey, PathBuf>,
+    /// Documents that are not kopper rules (a Namespace next to a rule, say), by kind.
+    pub skipped: Vec<String>,
+}
+
+/// The key of any object, file or cluster.
+pub fn key_of<K: Resource<DynamicType = ()>>(object: &K) -> RuleKey {
+    let meta = object.meta();
+    (K::kind(&()).into_owned(), meta.namespace.clone(), meta.name.clone().unwrap_or_default())
+}
+
+impl FileRules {
+    /// Reads every file (`-` is standard input). Namespaced rules without a namespace get
+    /// `default_namespace`, as with kubectl.
+    pub fn read(paths: &[PathBuf], default_namespace: &str) -> anyhow::Result<Self> {
+        let mut rules = Self::default();
+        for path in paths {
+            let text = read_text(path)?;
+            rules
+                .add(&text, path, default_namespace)
+                .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+        }
+        Ok(rules)
+    }
+
+    fn add(&mut self, text: &str, path: &Path, default_namespace: &str) -> Result<(), String> {
+        let documents = crate::samples::documents(text).map_err(|error| format!("not YAML: {error}"))?;
+        for (index, document) in documents.into_iter().enumerate() {
+            let at = |problem: String| format!("document {}: {problem}", index + 1);
+            let kind = document["kind"].as_str().unwrap_or_default().to_owned();
+            let is_kopper = document["apiVersion"].as_str().is_some_and(|api| api.starts_with("kopper.dev/"));
+            match (is_kopper, kind.as_str()) {
+                (true, "ReplicationRule") => {
+                    let rule: ReplicationRule = typed(document, None).map_err(at)?;
+                    self.origin(&rule, path)?;
+                    self.replication_rules.push(rule);
+                }
+                (true, "ConfigMapSync") => {
+                    let sync: ConfigMapSync = typed(document, Some(default_namespace)).map_err(at)?;
+                    self.origin(&sync, path)?;
+                    self.config_map_syncs.push(sync);
+                }
+                (true, "NamespaceAccess") => {
+                    let policy: NamespaceAccess = typed(document, None).map_err(at)?;
+                    self.origin(&policy, path)?;
+                    self.namespace_accesses.push(policy);
+                }
+                (true, other) => {
+                    return Err(at(format!("kopper.dev has no kind {other:?} that plan covers")));
+                }
+                (false, other) => {
+                    self.skipped.push(if other.is_empty() { "(no kind)".into() } else { other.into() })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records where a rule came from; the same rule twice is a mistake worth stopping on.
+    fn origin<K: Resource<DynamicType = ()>>(&mut self, object: &K, path: &Path) -> Result<(), String> {
+        let key = key_of(object);
+        if let Some(first) = self.origins.insert(key.clone(), path.to_owned()) {
+            let (kind, namespace, name) = key;
+            let namespace = namespace.map(|namespace| format!("{namespace}/")).unwrap_or_default();
+            return Err(format!("{kind} {namespace}{name} is given twice (also in {})", first.display()));
+        }
+        Ok(())
+    }
+}
+
+fn read_text(path: &Path) -> anyhow::Result<String> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).map_err(|error| anyhow::anyhow!("cannot read {}: {error}", path.display()))
+}
+
+/// The document as a typed object, named in the error when it does not fit the kind.
+fn typed<K: DeserializeOwned + Resource<DynamicType = ()>>(
+    mut document: Value,
+    default_namespace: Option<&str>,
+) -> Result<K, String> {
+    let name = document["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    if name.is_empty() {
+        return Err(format!("{} without metadata.name", K::kind(&())));
+    }
+    if let Some(namespace) = default_namespace
+        && document["metadata"]["namespace"].is_null()
+    {
+        document["metadata"]["namespace"] = Value::from(namespace);
+    }
+    serde_json::from_value(document).map_err(|error| format!("{} {name}: {error}", K::kind(&())))
+}
+
+/// The rules to plan: the cluster's, with each rule a file also holds replaced by the file's
+/// version (keeping the cluster object's uid and age, as `kubectl apply` would), plus the
+/// files' new rules. New rules are the newest, for the precedence between policies.
+pub fn merged<K: Resource<DynamicType = ()> + Clone>(cluster: &[K], files: &[K]) -> Vec<K> {
+    let mut merged: BTreeMap<RuleKey, K> =
+        cluster.iter().map(|object| (key_of(object), object.clone())).collect();
+    for object in files {
+        let key = key_of(object);
+        let mut object = object.clone();
+        let meta = object.meta_mut();
+        match merged.get(&key) {
+            Some(existing) => {
+                meta.uid = existing.meta().uid.clone();
+                meta.creation_timestamp = existing.meta().creation_timestamp.clone();
+                meta.generation = existing.meta().generation.map(|generation| generation + 1);
+            }
+            None => {
+                let (kind, namespace, name) = &key;
+                meta.uid =
+                    Some(format!("planned-{kind}-{}-{name}", namespace.as_deref().unwrap_or_default()));
+                meta.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ));
+                meta.generation = Some(1);
+            }
+        }
+        merged.insert(key, object);
+    }
+    merged.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULES: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: kopper.dev/v1alpha1
+kind: ConfigMapSync
+metadata: {name: settings}
+spec: {sourceNamespace: apps, configMapName: settings, destinationNamespaces: [team-a]}
+---
+apiVersion: kopper.dev/v1alpha1
+kind: ReplicationRule
+metadata: {name: shared}
+spec:
+  kind: ConfigMap
+  namespaces: [apps]
+  selector: {matchLabels: {share: "true"}}
+"#;
+
+    #[test]
+    fn rules_are_read_with_their_file_and_other_kinds_skipped() {
+        let mut rules = FileRules::default();
+        rules.add(RULES, Path::new("rules.yaml"), "apps").unwrap();
+        assert_eq!(rules.replication_rules.len(), 1);
+        assert_eq!(rules.config_map_syncs[0].metadata.namespace.as_deref(), Some("apps"));
+        assert_eq!(rules.skipped, ["Namespace"]);
+        let key = ("ConfigMapSync".to_owned(), Some("apps".to_owned()), "settings".to_owned());
+        assert_eq!(rules.origins[&key], Path::new("rules.yaml"));
+    }
+
+    #[test]
+    fn a_document_that_does_not_fit_its_kind_is_named_in_the_error() {
+        let text = "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: r}\nspec: {selectr: {}}\n";
+        let error = FileRules::default().add(text, Path::new("f.yaml"), "default").unwrap_err();
+        assert!(error.contains("document 1") && error.contains("ReplicationRule r"), "{error}");
+        let twice = format!("{RULES}---\n{}", RULES.split("---").last().unwrap());
+        let error = FileRules::default().add(&twice, Path::new("f.yaml"), "default").unwrap_err();
+        assert!(error.contains("ReplicationRule shared is given twice"), "{error}");
+    }
+
+    #[test]
+    fn a_file_rule_replaces_the_cluster_rule_of_that_name_and_keeps_its_uid() {
+        let mut rules = FileRules::default();
+        rules.add(RULES, Path::new("rules.yaml"), "apps").unwrap();
+        let mut in_cluster = rules.replication_rules[0].clone();
+        in_cluster.metadata.uid = Some("uid-1".into());
+        in_cluster.spec.namespaces = vec!["old".into()];
+        let mut other = in_cluster.clone();
+        other.metadata.name = Some("other".into());
+        let merged = merged(&[in_cluster, other], &rules.replication_rules);
+        assert_eq!(merged.len(), 2);
+        let shared = merged.iter().find(|rule| rule.metadata.name.as_deref() == Some("shared")).unwrap();
+        assert_eq!(shared.metadata.uid.as_deref(), Some("uid-1"));
+        assert_eq!(shared.spec.namespaces, ["apps"], "the file's spec wins");
+    }
+}

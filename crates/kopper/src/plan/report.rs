@@ -1,0 +1,287 @@
+//! What `kopper plan` found, as lines for people or JSON for scripts, and the exit status a
+//! CI pipeline gates on.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::controllers::namespace_access::diff::Action;
+use crate::controllers::namespace_access::plan::PolicyPlan;
+use crate::controllers::replication::desired::{Change, RuleId, RuleKind};
+use crate::controllers::replication::plan::RulePlan;
+
+/// The exit status when the plan finds conflicts or refused rules (1 is an error, 2 a bad
+/// flag), so that a pipeline can tell "this would not work" from "plan could not run".
+pub const FINDINGS_EXIT_CODE: u8 = 3;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    pub rules: Vec<RuleReport>,
+    pub summary: Summary,
+}
+
+/// One rule (ReplicationRule, ConfigMapSync or NamespaceAccess) and what it would do.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleReport {
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The file the rule was read from; absent for rules read from the cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// Why the rule cannot be used at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    pub changes: Vec<ChangeReport>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    Create,
+    Update,
+    Replace,
+    Delete,
+    /// Not a write: the rule asks for an object it would not get.
+    Conflict,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChangeReport {
+    pub action: Verb,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// `namespace/name` of the object a copy is made from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Why a conflict is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub create: usize,
+    pub update: usize,
+    pub replace: usize,
+    pub delete: usize,
+    pub conflicts: usize,
+    pub refused: usize,
+}
+
+impl Report {
+    /// Adds a rule and counts its changes.
+    pub fn push(&mut self, rule: RuleReport) {
+        for change in &rule.changes {
+            match change.action {
+                Verb::Create => self.summary.create += 1,
+                Verb::Update => self.summary.update += 1,
+                Verb::Replace => self.summary.replace += 1,
+                Verb::Delete => self.summary.delete += 1,
+                Verb::Conflict => self.summary.conflicts += 1,
+            }
+        }
+        if rule.refused.is_some() {
+            self.summary.refused += 1;
+        }
+        self.rules.push(rule);
+    }
+
+    /// Whether a pipeline should stop: some rule would not get what it asks for.
+    pub fn has_findings(&self) -> bool {
+        self.summary.conflicts > 0 || self.summary.refused > 0
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for rule in &self.rules {
+            render_rule(&mut out, rule);
+        }
+        let s = &self.summary;
+        let _ = writeln!(
+            out,
+            "Plan: {} to create, {} to update, {} to replace, {} to delete, {}, {}.",
+            s.create,
+            s.update,
+            s.replace,
+            s.delete,
+            counted(s.conflicts, "conflict", "conflicts"),
+            counted(s.refused, "refused rule", "refused rules"),
+        );
+        out
+    }
+}
+
+fn counted(count: usize, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
+}
+
+fn render_rule(out: &mut String, rule: &RuleReport) {
+    let name = match &rule.namespace {
+        Some(namespace) => format!("{namespace}/{}", rule.name),
+        None => rule.name.clone(),
+    };
+    let file = rule.file.as_ref().map(|file| format!(" (from {})", file.display())).unwrap_or_default();
+    let _ = write!(out, "{} {name}{file}:", rule.kind);
+    if let Some(refused) = &rule.refused {
+        let _ = writeln!(out, " refused: {refused}");
+        return;
+    }
+    let _ = writeln!(out);
+    if rule.changes.is_empty() {
+        let _ = writeln!(out, "  no changes");
+    }
+    for change in &rule.changes {
+        let target = format!("{} {}/{}", change.kind, change.namespace, change.name);
+        let from = change.source.as_ref().map(|source| format!(" (from {source})")).unwrap_or_default();
+        let line = match change.action {
+            Verb::Create => format!("  + create  {target}{from}"),
+            Verb::Update => format!("  ~ update  {target}{from}"),
+            Verb::Replace => format!("  ± replace {target}{from}"),
+            Verb::Delete => format!("  - delete  {target}"),
+            Verb::Conflict => {
+                format!("  ! conflict {target}: {}", change.reason.as_deref().unwrap_or_default())
+            }
+        };
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// The custom resource kind behind a replication rule.
+pub fn rule_kind(kind: &RuleKind) -> &'static str {
+    match kind {
+        RuleKind::ReplicationRule => "ReplicationRule",
+        RuleKind::ConfigMapSync => "ConfigMapSync",
+    }
+}
+
+/// A ReplicationRule's or ConfigMapSync's plan.
+pub fn replication_rule(plan: &RulePlan, file: Option<PathBuf>) -> RuleReport {
+    let RuleId { kind, name, namespace } = &plan.id;
+    RuleReport {
+        kind: rule_kind(kind),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        file,
+        refused: plan.refused.clone(),
+        changes: plan.changes.iter().map(copy_change).collect(),
+    }
+}
+
+fn copy_change(change: &Change) -> ChangeReport {
+    let (action, key, source, reason) = match change {
+        Change::Create(copy) | Change::CreateIfAbsent(copy) => (Verb::Create, &copy.key, Some(copy), None),
+        Change::Update { copy, .. } => (Verb::Update, &copy.key, Some(copy), None),
+        Change::Replace { copy, .. } => (Verb::Replace, &copy.key, Some(copy), None),
+        Change::Delete { key, .. } => (Verb::Delete, key, None, None),
+        Change::Conflict { key, reason } => (Verb::Conflict, key, None, Some(reason.message(key))),
+    };
+    ChangeReport {
+        action,
+        kind: key.kind.to_string(),
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        source: source.map(|copy| format!("{}/{}", copy.source.namespace, copy.source.name)),
+        reason,
+    }
+}
+
+/// A NamespaceAccess policy's plan.
+pub fn namespace_access(plan: &PolicyPlan, file: Option<PathBuf>) -> RuleReport {
+    let writes = plan.actions.iter().map(|(namespace, action)| ChangeReport {
+        action: match action {
+            Action::Create(_) => Verb::Create,
+            Action::Update(_) => Verb::Update,
+            Action::Replace { .. } => Verb::Replace,
+            Action::Delete { .. } => Verb::Delete,
+        },
+        kind: "RoleBinding".into(),
+        namespace: namespace.clone(),
+        name: action.binding_name().to_owned(),
+        source: None,
+        reason: None,
+    });
+    let problems = plan.problems.iter().map(|problem| ChangeReport {
+        action: Verb::Conflict,
+        kind: "RoleBinding".into(),
+        namespace: problem.namespace.clone(),
+        name: problem.name.clone(),
+        source: None,
+        reason: Some(format!("{}: {}", problem.kind.as_str(), problem.message)),
+    });
+    RuleReport {
+        kind: "NamespaceAccess",
+        namespace: None,
+        name: plan.policy.clone(),
+        file,
+        refused: plan.refused.clone(),
+        changes: writes.chain(problems).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(action: Verb, name: &str) -> ChangeReport {
+        ChangeReport {
+            action,
+            kind: "ConfigMap".into(),
+            namespace: "a".into(),
+            name: name.into(),
+            source: (action != Verb::Conflict).then(|| "src/cfg".into()),
+            reason: (action == Verb::Conflict).then(|| "not kopper's".into()),
+        }
+    }
+
+    fn rule(changes: Vec<ChangeReport>, refused: Option<&str>) -> RuleReport {
+        RuleReport {
+            kind: "ReplicationRule",
+            namespace: None,
+            name: "r".into(),
+            file: None,
+            refused: refused.map(str::to_owned),
+            changes,
+        }
+    }
+
+    #[test]
+    fn text_lists_each_change_and_totals() {
+        let mut report = Report::default();
+        report.push(rule(vec![change(Verb::Create, "cfg"), change(Verb::Conflict, "taken")], None));
+        let out = report.to_text();
+        assert!(out.contains("ReplicationRule r:\n  + create  ConfigMap a/cfg (from src/cfg)"), "{out}");
+        assert!(out.contains("  ! conflict ConfigMap a/taken: not kopper's"), "{out}");
+        assert!(out.ends_with(
+            "1 to create, 0 to update, 0 to replace, 0 to delete, 1 conflict, 0 refused rules.\n"
+        ));
+        assert!(report.has_findings());
+    }
+
+    #[test]
+    fn only_conflicts_and_refusals_are_findings() {
+        let mut clean = Report::default();
+        clean.push(rule(vec![change(Verb::Create, "cfg"), change(Verb::Delete, "old")], None));
+        assert!(!clean.has_findings());
+        let mut refused = Report::default();
+        refused.push(rule(Vec::new(), Some("spec.selector: bad")));
+        assert!(refused.has_findings());
+        assert!(refused.to_text().contains("ReplicationRule r: refused: spec.selector: bad"));
+    }
+
+    #[test]
+    fn json_names_every_field_a_script_reads() {
+        let mut report = Report::default();
+        report.push(rule(vec![change(Verb::Create, "cfg")], None));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["rules"][0]["kind"], "ReplicationRule");
+        assert_eq!(json["rules"][0]["changes"][0]["action"], "create");
+        assert_eq!(json["rules"][0]["changes"][0]["source"], "src/cfg");
+        assert_eq!(json["summary"]["create"], 1);
+        assert_eq!(json["summary"]["conflicts"], 0);
+    }
+}

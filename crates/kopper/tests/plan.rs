@@ -1,0 +1,157 @@
+//! `kopper plan` as a user and a CI pipeline run it: the binary against kubesim, rules from
+//! the cluster and from files, text and JSON, and the exit status.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::Cluster;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
+const ACCESS_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-group-per-namespace.yaml");
+
+/// kubesim with kopper's CRDs, two team namespaces, the sample's source ConfigMap and the
+/// NamespaceAccess sample applied.
+async fn cluster() -> Cluster {
+    let cluster = Cluster::start().await;
+    for crd in kopper::crds::all() {
+        Api::all(cluster.client.clone()).create(&PostParams::default(), &crd).await.unwrap();
+    }
+    for name in ["team-a", "team-b"] {
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::all(cluster.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    }
+    let source =
+        json!({"metadata": {"name": "shared-settings", "labels": {"copyrator": "true"}}, "data": {"a": "1"}});
+    config_map(&cluster, "default", source).await;
+    for document in common::manifests::yaml_documents(ACCESS_SAMPLE) {
+        common::manifests::create_document(&cluster.client, document).await;
+    }
+    cluster
+}
+
+async fn config_map(cluster: &Cluster, namespace: &str, object: serde_json::Value) {
+    let object: ConfigMap = serde_json::from_value(object).unwrap();
+    Api::namespaced(cluster.client.clone(), namespace).create(&PostParams::default(), &object).await.unwrap();
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn kopper_plan(cluster: &Cluster, args: &[&str]) -> Outcome {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
+        .arg("plan")
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    Outcome {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn write_file(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn writes(counts: &BTreeMap<(String, String), u64>) -> u64 {
+    counts
+        .iter()
+        .filter(|((verb, _), _)| !["get", "list", "watch"].contains(&verb.as_str()))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[tokio::test]
+async fn plan_shows_a_file_rule_next_to_the_cluster_rules_and_writes_nothing() {
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "rule.yaml", RULE_SAMPLE);
+    let before = cluster.sim.counters().snapshot();
+
+    let plan = kopper_plan(&cluster, &["-f", &file]).await;
+
+    assert_eq!(plan.code, Some(0), "{}{}", plan.stdout, plan.stderr);
+    let out = &plan.stdout;
+    assert!(out.contains(&format!("ReplicationRule main-rule (from {file}):")), "{out}");
+    assert!(
+        out.contains("+ create  ConfigMap team-a/shared-settings (from default/shared-settings)"),
+        "{out}"
+    );
+    assert!(out.contains("NamespaceAccess ad-kubernetes:\n"), "{out}");
+    assert!(out.contains("+ create  RoleBinding team-b/ad-kubernetes-team-b"), "{out}");
+    assert!(!out.contains("kube-system"), "protected namespaces get nothing: {out}");
+    assert!(
+        plan.stderr.contains("skipped 1 document(s) that are not kopper rules (ConfigMap)"),
+        "{}",
+        plan.stderr
+    );
+    assert_eq!(writes(&before), writes(&cluster.sim.counters().snapshot()), "plan wrote to the cluster");
+}
+
+#[tokio::test]
+async fn conflicts_give_exit_status_3_and_json_a_script_can_read() {
+    let cluster = cluster().await;
+    config_map(&cluster, "team-a", json!({"metadata": {"name": "shared-settings"}, "data": {"mine": "yes"}}))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "rule.yaml", RULE_SAMPLE);
+
+    let plan = kopper_plan(&cluster, &["-f", &file, "--files-only", "-o", "json"]).await;
+
+    assert_eq!(plan.code, Some(3), "{}{}", plan.stdout, plan.stderr);
+    let report: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    assert_eq!(report["summary"]["conflicts"], 1, "{report:#}");
+    let rules = report["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "--files-only leaves the cluster's NamespaceAccess out: {report:#}");
+    let conflict = rules[0]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|change| change["action"] == "conflict")
+        .unwrap_or_else(|| panic!("no conflict in {report:#}"));
+    assert_eq!(
+        (conflict["namespace"].as_str(), conflict["name"].as_str()),
+        (Some("team-a"), Some("shared-settings"))
+    );
+    assert!(conflict["reason"].as_str().is_some_and(|reason| !reason.is_empty()), "{conflict}");
+}
+
+#[tokio::test]
+async fn a_refused_rule_is_a_finding_and_a_broken_file_an_error_naming_it() {
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let refused = RULE_SAMPLE.replace(
+        "    matchLabels:\n      copyrator: \"true\"\n---",
+        "    matchExpressions: [{key: copyrator, operator: Maybe, values: [x]}]\n---",
+    );
+    assert_ne!(refused, RULE_SAMPLE);
+    let file = write_file(dir.path(), "refused.yaml", &refused);
+    let plan = kopper_plan(&cluster, &["-f", &file]).await;
+    assert_eq!(plan.code, Some(3), "{}{}", plan.stdout, plan.stderr);
+    assert!(plan.stdout.contains("ReplicationRule main-rule (from"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("refused:"), "{}", plan.stdout);
+
+    let broken = write_file(
+        dir.path(),
+        "broken.yaml",
+        "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: r}\n",
+    );
+    let plan = kopper_plan(&cluster, &["-f", &broken]).await;
+    assert_eq!(plan.code, Some(1), "{}{}", plan.stdout, plan.stderr);
+    assert!(plan.stderr.contains("broken.yaml: document 1: ReplicationRule r"), "{}", plan.stderr);
+}
