@@ -49,18 +49,72 @@ impl ReviewKind {
 /// The entries `/apis/authorization.k8s.io/v1` lists for the reviews, as kube-apiserver
 /// does: create is their only verb.
 pub fn discovery_resources() -> Vec<Value> {
-    ReviewKind::ALL
-        .into_iter()
-        .map(|kind| {
+    let kinds = ReviewKind::ALL.into_iter().map(|kind| (kind.resource(), kind.kind()));
+    kinds
+        .chain([(RULES_RESOURCE, "SelfSubjectRulesReview")])
+        .map(|(resource, kind)| {
             json!({
-                "name": kind.resource(),
-                "singularName": kind.kind().to_lowercase(),
+                "name": resource,
+                "singularName": kind.to_lowercase(),
                 "namespaced": false,
-                "kind": kind.kind(),
+                "kind": kind,
                 "verbs": ["create"],
             })
         })
         .collect()
+}
+
+/// SelfSubjectRulesReview (`kubectl auth can-i --list`): everything the requester may do in
+/// one namespace.
+pub const RULES_RESOURCE: &str = "selfsubjectrulesreviews";
+
+/// The namespace a SelfSubjectRulesReview asks about; kube-apiserver refuses one without.
+pub fn rules_namespace(body: &Value) -> ApiResult<String> {
+    match body.pointer("/spec/namespace").and_then(Value::as_str).unwrap_or_default() {
+        "" => Err(ApiError::bad_request("no namespace on request")),
+        namespace => Ok(namespace.to_owned()),
+    }
+}
+
+/// The SelfSubjectRulesReview kube-apiserver returns: the rules split into resource and
+/// non-resource rules, and, when some role could not be read, `incomplete` with the error.
+pub fn rules_answer(body: &Value, rules: &[Value], error: Option<&str>) -> Value {
+    let pick = |rule: &Value, keys: &[&str]| -> Value {
+        let mut picked = serde_json::Map::new();
+        for key in keys {
+            if let Some(values) = rule.get(*key).and_then(Value::as_array).filter(|v| !v.is_empty()) {
+                picked.insert((*key).to_owned(), Value::Array(values.clone()));
+            }
+        }
+        Value::Object(picked)
+    };
+    let has =
+        |rule: &Value, key: &str| rule.get(key).and_then(Value::as_array).is_some_and(|v| !v.is_empty());
+    let resource_rules: Vec<Value> = rules
+        .iter()
+        .filter(|rule| has(rule, "resources"))
+        .map(|rule| pick(rule, &["verbs", "apiGroups", "resources", "resourceNames"]))
+        .collect();
+    let non_resource_rules: Vec<Value> = rules
+        .iter()
+        .filter(|rule| has(rule, "nonResourceURLs"))
+        .map(|rule| pick(rule, &["verbs", "nonResourceURLs"]))
+        .collect();
+    let mut status = json!({
+        "resourceRules": resource_rules,
+        "nonResourceRules": non_resource_rules,
+        "incomplete": error.is_some(),
+    });
+    if let Some(error) = error {
+        status["evaluationError"] = json!(error);
+    }
+    json!({
+        "kind": "SelfSubjectRulesReview",
+        "apiVersion": format!("{GROUP}/{VERSION}"),
+        "metadata": {"creationTimestamp": null},
+        "spec": body.get("spec").cloned().unwrap_or_else(|| json!({})),
+        "status": status,
+    })
 }
 
 /// Who a review asks about and what it asks, read from its body.
@@ -268,6 +322,26 @@ mod tests {
         assert_eq!(answer["status"], json!({"allowed": true, "reason": "RBAC: allowed by x"}));
         let denied = Verdict { decision: Decision::Deny, reason: None };
         assert_eq!(answer_status(&body, &denied), json!({"allowed": false}));
+    }
+
+    #[test]
+    fn a_rules_review_splits_resource_and_non_resource_rules_and_reports_missing_roles() {
+        let body = json!({"spec": {"namespace": "dev"}});
+        let rules = [
+            json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": []}),
+            json!({"nonResourceURLs": ["/api"], "verbs": ["get"]}),
+        ];
+        let answer = rules_answer(&body, &rules, Some("role.rbac.authorization.k8s.io \"gone\" not found"));
+        assert_eq!(
+            answer["status"],
+            json!({
+                "resourceRules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"]}],
+                "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/api"]}],
+                "incomplete": true,
+                "evaluationError": "role.rbac.authorization.k8s.io \"gone\" not found",
+            })
+        );
+        assert_eq!(rules_namespace(&json!({"spec": {}})).unwrap_err().code, 400);
     }
 
     fn answer_status(body: &Value, verdict: &Verdict) -> Value {

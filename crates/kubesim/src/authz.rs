@@ -209,6 +209,12 @@ pub struct RbacSnapshot<'a> {
     pub cluster_role_bindings: &'a [Value],
 }
 
+impl RbacSnapshot<'static> {
+    /// No RBAC objects at all.
+    pub const EMPTY: RbacSnapshot<'static> =
+        RbacSnapshot { roles: &[], role_bindings: &[], cluster_roles: &[], cluster_role_bindings: &[] };
+}
+
 /// RBAC only ever allows; anything it does not allow is denied (403).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -241,14 +247,7 @@ pub fn evaluate(user: &UserInfo, attrs: &RequestAttributes, rbac: &RbacSnapshot)
         return Verdict { decision: Decision::Allow, reason: None };
     }
     let mut errors = Vec::new();
-    let namespace = attrs.namespace();
-    let mut bindings: Vec<(&Value, &str)> =
-        sorted_by_name(rbac.cluster_role_bindings.iter()).into_iter().map(|binding| (binding, "")).collect();
-    if !namespace.is_empty() {
-        let in_namespace = rbac.role_bindings.iter().filter(|binding| namespace_of(binding) == namespace);
-        bindings.extend(sorted_by_name(in_namespace).into_iter().map(|binding| (binding, namespace)));
-    }
-    for (binding, binding_namespace) in bindings {
+    for (binding, binding_namespace) in bindings_in_scope(rbac, attrs.namespace()) {
         let Some(subject) = applying_subject(binding, user, binding_namespace) else {
             continue;
         };
@@ -266,6 +265,41 @@ pub fn evaluate(user: &UserInfo, attrs: &RequestAttributes, rbac: &RbacSnapshot)
     }
     let reason = (!errors.is_empty()).then(|| format!("RBAC: {}", aggregate(errors)));
     Verdict { decision: Decision::Deny, reason }
+}
+
+/// Every ClusterRoleBinding, then every RoleBinding in `namespace` (none if empty), each in
+/// name order, with the namespace its roles apply in (empty for the cluster-wide ones).
+fn bindings_in_scope<'v>(rbac: &RbacSnapshot<'v>, namespace: &'v str) -> Vec<(&'v Value, &'v str)> {
+    let mut bindings: Vec<(&Value, &str)> =
+        sorted_by_name(rbac.cluster_role_bindings.iter()).into_iter().map(|binding| (binding, "")).collect();
+    if !namespace.is_empty() {
+        let in_namespace = rbac.role_bindings.iter().filter(|binding| namespace_of(binding) == namespace);
+        bindings.extend(sorted_by_name(in_namespace).into_iter().map(|binding| (binding, namespace)));
+    }
+    bindings
+}
+
+/// Everything `user` may do in `namespace`, as kube-apiserver's rule resolver lists it for a
+/// SelfSubjectRulesReview (`kubectl auth can-i --list`): the rules of every binding that
+/// applies, and the error for the roles those bindings name that are missing.
+/// `system:masters` may do anything.
+pub fn rules_for(user: &UserInfo, namespace: &str, rbac: &RbacSnapshot) -> (Vec<Value>, Option<String>) {
+    let mut rules = Vec::new();
+    if user.groups.iter().any(|group| group == SYSTEM_MASTERS) {
+        rules.push(rule(&["*"], &["*"], &["*"]));
+        rules.push(json!({"nonResourceURLs": ["*"], "verbs": ["*"]}));
+    }
+    let mut errors = Vec::new();
+    for (binding, binding_namespace) in bindings_in_scope(rbac, namespace) {
+        if applying_subject(binding, user, binding_namespace).is_none() {
+            continue;
+        }
+        match role_reference_rules(rbac, binding.get("roleRef").unwrap_or(&Value::Null), binding_namespace) {
+            Ok(granted) => rules.extend(granted),
+            Err(error) => errors.push(error),
+        }
+    }
+    (rules, (!errors.is_empty()).then(|| aggregate(errors)))
 }
 
 /// Whether `user` may write a binding in `binding_namespace` (empty for a ClusterRoleBinding)
@@ -1195,6 +1229,26 @@ mod tests {
             impersonation.user_info(),
             user_from_token(&token_for_service_account("ops", "kopper")).unwrap()
         );
+    }
+
+    #[test]
+    fn rules_for_lists_the_rules_of_every_applying_binding_and_missing_roles() {
+        let objects = Objects {
+            roles: vec![role("dev", "reader", vec![read_configmaps()])],
+            role_bindings: vec![
+                binding(Some("dev"), "alice-reads", "Role", "reader", user_subject("alice")),
+                binding(Some("dev"), "alice-gone", "Role", "gone", user_subject("alice")),
+                binding(Some("prod"), "alice-prod", "Role", "reader", user_subject("alice")),
+            ],
+            cluster_roles: default_cluster_roles(),
+            cluster_role_bindings: default_cluster_role_bindings(),
+        };
+        let (rules, error) = rules_for(&alice(), "dev", &objects.snapshot());
+        assert!(rules.contains(&read_configmaps()));
+        assert!(rules.iter().any(|rule| strings(rule, "nonResourceURLs").any(|url| url == "/api")));
+        assert_eq!(error.as_deref(), Some("role.rbac.authorization.k8s.io \"gone\" not found"));
+        let (in_prod_only, _) = rules_for(&alice(), "other", &objects.snapshot());
+        assert!(!in_prod_only.contains(&read_configmaps()));
     }
 
     #[test]

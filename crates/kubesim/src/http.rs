@@ -94,6 +94,11 @@ async fn route(app: &App, req: &Request) -> ApiResult<Response> {
     {
         return review_access(app, req, kind);
     }
+    if let ["apis", access_review::GROUP, access_review::VERSION, access_review::RULES_RESOURCE] =
+        segments.as_slice()
+    {
+        return review_rules(app, req);
+    }
     if let ["apis", self_subject_review::GROUP, self_subject_review::VERSION, self_subject_review::RESOURCE] =
         segments.as_slice()
     {
@@ -128,6 +133,21 @@ fn review_access(app: &App, req: &Request, kind: ReviewKind) -> ApiResult<Respon
     let question = access_review::question(kind, &body, &requester)?;
     let verdict = decide(app, &question.user, &question.attrs);
     Ok(json_response(StatusCode::CREATED, &access_review::answer(kind, &body, &verdict)))
+}
+
+/// Creates a SelfSubjectRulesReview: what the requester may do in one namespace, from the
+/// same bindings that authorize requests. Without RBAC, anything.
+fn review_rules(app: &App, req: &Request) -> ApiResult<Response> {
+    let requester = review_requester(app, req, access_review::GROUP, access_review::RULES_RESOURCE)?;
+    let body = decode_body(req)?;
+    let namespace = access_review::rules_namespace(&body)?;
+    let (rules, error) = match app.sim.config.authorization {
+        Authorization::Rbac => authz::rules_for(&requester, &namespace, &RbacObjects::load(app).snapshot()),
+        Authorization::AlwaysAllow => {
+            authz::rules_for(&authz::UserInfo::admin(), &namespace, &authz::RbacSnapshot::EMPTY)
+        }
+    };
+    Ok(json_response(StatusCode::CREATED, &access_review::rules_answer(&body, &rules, error.as_deref())))
 }
 
 /// Creates a SelfSubjectReview: the request is authorized like any create (every

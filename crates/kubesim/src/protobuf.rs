@@ -98,6 +98,7 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         // kubectl auth can-i and client-go's typed authorization client.
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
         ("authorization.k8s.io/v1", "SubjectAccessReview") => SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
         // kubectl auth whoami: nothing but (empty) metadata.
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         // Sent with the group version of the object being deleted.
@@ -359,6 +360,9 @@ const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
 ];
 
 const SELF_SUBJECT_REVIEW: &[Field] = &[one(1, "metadata", Message(OBJECT_META))];
+
+const SELF_SUBJECT_RULES_REVIEW: &[Field] =
+    &[one(1, "metadata", Message(OBJECT_META)), one(2, "spec", Message(&[one(1, "namespace", Str)]))];
 
 /// Without `spec.extra`, which RBAC never consults.
 const SUBJECT_ACCESS_REVIEW: &[Field] = &[

@@ -562,12 +562,22 @@ async fn a_user_over_tls_is_refused_until_bound_and_can_i_agrees() {
     let admin = k.home.path().join("kubeconfig");
     let as_alice = ["list", "configmaps", "-n", "team", "--as", "alice"];
     assert_eq!(can_i(&k, &admin, &as_alice).await, ("no".to_owned(), false));
+    let listed = expect_success(
+        &["auth", "can-i", "--list"],
+        k.run_as(&alice, &["auth", "can-i", "--list", "-n", "team"]).await,
+    );
+    assert!(!listed.lines().any(|line| line.starts_with("configmaps ")), "{listed}");
 
     k.ok(&["create", "rolebinding", "alice-views", "--clusterrole=view", "--user=alice", "-n", "team"]).await;
     let allowed = k.run_as(&alice, &["get", "configmaps", "-n", "team"]).await;
     assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));
     assert_eq!(can_i(&k, &alice, &["list", "configmaps", "-n", "team"]).await, ("yes".to_owned(), true));
     assert_eq!(can_i(&k, &admin, &as_alice).await, ("yes".to_owned(), true));
+    let listed = expect_success(
+        &["auth", "can-i", "--list"],
+        k.run_as(&alice, &["auth", "can-i", "--list", "-n", "team"]).await,
+    );
+    assert_eq!(row(&listed, "configmaps"), ["configmaps", "[]", "[]", "[get", "list", "watch]"], "{listed}");
 
     // view grants no writes, and both kubectl and can-i say so.
     assert_eq!(can_i(&k, &alice, &["create", "configmaps", "-n", "team"]).await, ("no".to_owned(), false));

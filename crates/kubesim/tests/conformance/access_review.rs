@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
-    SelfSubjectAccessReview, SubjectAccessReview, SubjectAccessReviewStatus,
+    SelfSubjectAccessReview, SelfSubjectRulesReview, SubjectAccessReview, SubjectAccessReviewStatus,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
@@ -212,4 +212,28 @@ async fn self_subject_review_names_the_token_user_and_groups() {
     let (name, groups) = whoami(sim.client_for_service_account("team-a", "builder")).await;
     assert_eq!(name, "system:serviceaccount:team-a:builder");
     assert!(groups.contains(&"system:serviceaccounts:team-a".to_owned()), "{groups:?}");
+}
+
+#[tokio::test]
+async fn self_rules_review_lists_what_the_bindings_in_the_namespace_grant() {
+    let mut cluster = TestCluster::with_config(rbac_config()).await;
+    let ns = cluster.namespace("rules").await;
+    let Some(sim) = cluster.sim() else { return };
+    let alice = sim.client_for_user("alice", &[]);
+    let grants_configmaps = |alice: kube::Client, ns: String| async move {
+        let review: SelfSubjectRulesReview =
+            serde_json::from_value(json!({"spec": {"namespace": ns}})).unwrap();
+        let created =
+            Api::<SelfSubjectRulesReview>::all(alice).create(&PostParams::default(), &review).await.unwrap();
+        let status = created.status.expect("status");
+        assert!(!status.incomplete, "{:?}", status.evaluation_error);
+        status.resource_rules.iter().any(|rule| {
+            rule.resources.as_ref().is_some_and(|r| r.contains(&"configmaps".to_owned()))
+                && rule.verbs.contains(&"list".to_owned())
+        })
+    };
+    assert!(!grants_configmaps(alice.clone(), ns.clone()).await);
+    grant(&cluster.client, &ns, "alice", read_configmaps()).await;
+    assert!(grants_configmaps(alice.clone(), ns.clone()).await);
+    assert!(!grants_configmaps(alice, "elsewhere".to_owned()).await);
 }
