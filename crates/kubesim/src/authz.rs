@@ -103,6 +103,57 @@ fn unescape_token_part(part: &str) -> String {
     part.replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
 }
 
+/// Whom a request asks to act as (`Impersonate-User`, `Impersonate-Group`), as `kubectl --as`
+/// and kube-rs' `impersonate` send it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Impersonation {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl Impersonation {
+    /// What kube-apiserver authorizes before letting a request act as someone else:
+    /// `impersonate` on the user (on the ServiceAccount, for a ServiceAccount's user name),
+    /// then on each group.
+    pub fn checks(&self) -> Vec<RequestAttributes> {
+        let impersonate = |resource: &str, namespace: Option<&str>, name: &str| RequestAttributes {
+            verb: "impersonate".to_owned(),
+            resource: resource.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            name: Some(name.to_owned()),
+            is_resource_request: true,
+            ..RequestAttributes::default()
+        };
+        let user = match service_account_of(&self.user) {
+            Some((namespace, name)) => impersonate("serviceaccounts", Some(namespace), name),
+            None => impersonate("users", None, &self.user),
+        };
+        let groups = self.groups.iter().map(|group| impersonate("groups", None, group));
+        std::iter::once(user).chain(groups).collect()
+    }
+
+    /// The user the request then acts as: in the groups asked for (a ServiceAccount's own
+    /// groups when none are), plus `system:authenticated` unless `system:authenticated` or
+    /// `system:unauthenticated` was asked for.
+    pub fn user_info(&self) -> UserInfo {
+        let mut groups = self.groups.clone();
+        if let (true, Some((namespace, _))) = (groups.is_empty(), service_account_of(&self.user)) {
+            groups = vec!["system:serviceaccounts".to_owned(), format!("system:serviceaccounts:{namespace}")];
+        }
+        let explicit = groups.iter().any(|g| g == SYSTEM_AUTHENTICATED || g == "system:unauthenticated");
+        if !explicit && self.user != "system:anonymous" {
+            groups.push(SYSTEM_AUTHENTICATED.to_owned());
+        }
+        UserInfo { name: self.user.clone(), groups }
+    }
+}
+
+/// `(namespace, name)` of a `system:serviceaccount:<namespace>:<name>` user name.
+fn service_account_of(user: &str) -> Option<(&str, &str)> {
+    let (namespace, name) = user.strip_prefix(SERVICE_ACCOUNT_USER_PREFIX)?.split_once(':')?;
+    (!namespace.is_empty() && !name.is_empty()).then_some((namespace, name))
+}
+
 /// The message of the 401 Status kube-apiserver sends for a missing or unknown token.
 pub fn unauthorized_message() -> &'static str {
     "Unauthorized"
@@ -158,6 +209,12 @@ pub struct RbacSnapshot<'a> {
     pub cluster_role_bindings: &'a [Value],
 }
 
+impl RbacSnapshot<'static> {
+    /// No RBAC objects at all.
+    pub const EMPTY: RbacSnapshot<'static> =
+        RbacSnapshot { roles: &[], role_bindings: &[], cluster_roles: &[], cluster_role_bindings: &[] };
+}
+
 /// RBAC only ever allows; anything it does not allow is denied (403).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -165,9 +222,10 @@ pub enum Decision {
     Deny,
 }
 
-/// A decision and, for a denial, RBAC's explanation (`RBAC: role.rbac.authorization.k8s.io
-/// "x" not found` when a binding that applies names a missing role), which
-/// kube-apiserver appends to the 403 message.
+/// A decision and RBAC's explanation: for a denial, the roles that bindings name but that
+/// are missing (`RBAC: role.rbac.authorization.k8s.io "x" not found`), which kube-apiserver
+/// appends to the 403 message; for an allow, the binding that granted it (`RBAC: allowed by
+/// RoleBinding "b/ns" of Role "r" to User "alice"`), which access reviews report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub decision: Decision,
@@ -189,20 +247,17 @@ pub fn evaluate(user: &UserInfo, attrs: &RequestAttributes, rbac: &RbacSnapshot)
         return Verdict { decision: Decision::Allow, reason: None };
     }
     let mut errors = Vec::new();
-    let namespace = attrs.namespace();
-    let mut bindings: Vec<(&Value, &str)> =
-        sorted_by_name(rbac.cluster_role_bindings.iter()).into_iter().map(|binding| (binding, "")).collect();
-    if !namespace.is_empty() {
-        let in_namespace = rbac.role_bindings.iter().filter(|binding| namespace_of(binding) == namespace);
-        bindings.extend(sorted_by_name(in_namespace).into_iter().map(|binding| (binding, namespace)));
-    }
-    for (binding, binding_namespace) in bindings {
-        if !binding_applies_to(binding, user, binding_namespace) {
+    for (binding, binding_namespace) in bindings_in_scope(rbac, attrs.namespace()) {
+        let Some(subject) = applying_subject(binding, user, binding_namespace) else {
             continue;
-        }
+        };
         match role_reference_rules(rbac, binding.get("roleRef").unwrap_or(&Value::Null), binding_namespace) {
             Ok(rules) if rules.iter().any(|rule| rule_allows(attrs, rule)) => {
-                return Verdict { decision: Decision::Allow, reason: None };
+                let grant = describe_grant(binding, binding_namespace, subject);
+                return Verdict {
+                    decision: Decision::Allow,
+                    reason: Some(format!("RBAC: allowed by {grant}")),
+                };
             }
             Ok(_) => {}
             Err(error) => errors.push(error),
@@ -210,6 +265,41 @@ pub fn evaluate(user: &UserInfo, attrs: &RequestAttributes, rbac: &RbacSnapshot)
     }
     let reason = (!errors.is_empty()).then(|| format!("RBAC: {}", aggregate(errors)));
     Verdict { decision: Decision::Deny, reason }
+}
+
+/// Every ClusterRoleBinding, then every RoleBinding in `namespace` (none if empty), each in
+/// name order, with the namespace its roles apply in (empty for the cluster-wide ones).
+fn bindings_in_scope<'v>(rbac: &RbacSnapshot<'v>, namespace: &'v str) -> Vec<(&'v Value, &'v str)> {
+    let mut bindings: Vec<(&Value, &str)> =
+        sorted_by_name(rbac.cluster_role_bindings.iter()).into_iter().map(|binding| (binding, "")).collect();
+    if !namespace.is_empty() {
+        let in_namespace = rbac.role_bindings.iter().filter(|binding| namespace_of(binding) == namespace);
+        bindings.extend(sorted_by_name(in_namespace).into_iter().map(|binding| (binding, namespace)));
+    }
+    bindings
+}
+
+/// Everything `user` may do in `namespace`, as kube-apiserver's rule resolver lists it for a
+/// SelfSubjectRulesReview (`kubectl auth can-i --list`): the rules of every binding that
+/// applies, and the error for the roles those bindings name that are missing.
+/// `system:masters` may do anything.
+pub fn rules_for(user: &UserInfo, namespace: &str, rbac: &RbacSnapshot) -> (Vec<Value>, Option<String>) {
+    let mut rules = Vec::new();
+    if user.groups.iter().any(|group| group == SYSTEM_MASTERS) {
+        rules.push(rule(&["*"], &["*"], &["*"]));
+        rules.push(json!({"nonResourceURLs": ["*"], "verbs": ["*"]}));
+    }
+    let mut errors = Vec::new();
+    for (binding, binding_namespace) in bindings_in_scope(rbac, namespace) {
+        if applying_subject(binding, user, binding_namespace).is_none() {
+            continue;
+        }
+        match role_reference_rules(rbac, binding.get("roleRef").unwrap_or(&Value::Null), binding_namespace) {
+            Ok(granted) => rules.extend(granted),
+            Err(error) => errors.push(error),
+        }
+    }
+    (rules, (!errors.is_empty()).then(|| aggregate(errors)))
 }
 
 /// Whether `user` may write a binding in `binding_namespace` (empty for a ClusterRoleBinding)
@@ -374,9 +464,39 @@ fn strings<'v>(value: &'v Value, key: &str) -> impl Iterator<Item = &'v str> {
     value.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
 }
 
-fn binding_applies_to(binding: &Value, user: &UserInfo, namespace: &str) -> bool {
+/// The first of the binding's subjects that is `user`, if any.
+fn applying_subject<'v>(binding: &'v Value, user: &UserInfo, namespace: &str) -> Option<&'v Value> {
     let mut subjects = binding.get("subjects").and_then(Value::as_array).into_iter().flatten();
-    subjects.any(|subject| subject_applies_to(subject, user, namespace))
+    subjects.find(|subject| subject_applies_to(subject, user, namespace))
+}
+
+/// How kube-apiserver's RBAC authorizer names the grant that allowed a request
+/// (`clusterRoleBindingDescriber`, `roleBindingDescriber`).
+fn describe_grant(binding: &Value, binding_namespace: &str, subject: &Value) -> String {
+    let role = format!("{} {}", str_at(binding, "/roleRef/kind"), go_quote(str_at(binding, "/roleRef/name")));
+    let subject = describe_subject(subject, binding_namespace);
+    match binding_namespace {
+        "" => format!("ClusterRoleBinding {} of {role} to {subject}", go_quote(name_of(binding))),
+        namespace => {
+            format!(
+                "RoleBinding {} of {role} to {subject}",
+                go_quote(&format!("{}/{namespace}", name_of(binding)))
+            )
+        }
+    }
+}
+
+/// `describeSubject`: a ServiceAccount as `name/namespace`, anyone else by name.
+fn describe_subject(subject: &Value, binding_namespace: &str) -> String {
+    let (kind, name) = (str_at(subject, "/kind"), str_at(subject, "/name"));
+    if kind != "ServiceAccount" {
+        return format!("{kind} {}", go_quote(name));
+    }
+    let namespace = match str_at(subject, "/namespace") {
+        "" => binding_namespace,
+        explicit => explicit,
+    };
+    format!("{kind} {}", go_quote(&format!("{name}/{namespace}")))
 }
 
 /// `rbac.appliesToUser`: a ServiceAccount subject without a namespace means the
@@ -1040,6 +1160,95 @@ mod tests {
             objects.decide(&alice(), &resource_request("list", "", "configmaps", None)),
             Decision::Allow
         );
+    }
+
+    #[test]
+    fn an_allow_names_the_binding_role_and_subject_that_granted_it() {
+        let objects = Objects {
+            roles: vec![role("dev", "reader", vec![read_configmaps()])],
+            role_bindings: vec![
+                binding(Some("dev"), "alice-reads", "Role", "reader", user_subject("alice")),
+                binding(
+                    Some("dev"),
+                    "builder-reads",
+                    "Role",
+                    "reader",
+                    json!([{"kind": "ServiceAccount", "name": "builder"}]),
+                ),
+            ],
+            cluster_roles: default_cluster_roles(),
+            cluster_role_bindings: default_cluster_role_bindings(),
+        };
+        let reason =
+            |user: &UserInfo, attrs: RequestAttributes| evaluate(user, &attrs, &objects.snapshot()).reason;
+        assert_eq!(
+            reason(&alice(), resource_request("get", "", "configmaps", Some("dev"))).as_deref(),
+            Some("RBAC: allowed by RoleBinding \"alice-reads/dev\" of Role \"reader\" to User \"alice\"")
+        );
+        let builder = user_from_token(&token_for_service_account("dev", "builder")).unwrap();
+        assert_eq!(
+            reason(&builder, resource_request("get", "", "configmaps", Some("dev"))).as_deref(),
+            Some(
+                "RBAC: allowed by RoleBinding \"builder-reads/dev\" of Role \"reader\" to ServiceAccount \
+                 \"builder/dev\""
+            )
+        );
+        assert_eq!(
+            reason(&alice(), path_request("get", "/api")).as_deref(),
+            Some(
+                "RBAC: allowed by ClusterRoleBinding \"system:discovery\" of ClusterRole \"system:discovery\" \
+                 to Group \"system:authenticated\""
+            )
+        );
+    }
+
+    #[test]
+    fn impersonating_a_user_checks_the_user_and_each_group_and_adds_authenticated() {
+        let impersonation = Impersonation { user: "bob".into(), groups: vec!["devs".into()] };
+        let checks: Vec<(String, String)> = impersonation
+            .checks()
+            .into_iter()
+            .map(|attrs| (attrs.resource, attrs.name.unwrap_or_default()))
+            .collect();
+        assert_eq!(checks, [("users".into(), "bob".into()), ("groups".into(), "devs".into())]);
+        assert_eq!(
+            impersonation.user_info(),
+            UserInfo { name: "bob".into(), groups: vec!["devs".into(), SYSTEM_AUTHENTICATED.into()] }
+        );
+    }
+
+    #[test]
+    fn impersonating_a_service_account_checks_it_in_its_namespace_and_gives_its_groups() {
+        let impersonation = Impersonation { user: "system:serviceaccount:ops:kopper".into(), groups: vec![] };
+        let check = &impersonation.checks()[0];
+        assert_eq!(
+            (check.resource.as_str(), check.namespace.as_deref(), check.name.as_deref()),
+            ("serviceaccounts", Some("ops"), Some("kopper"))
+        );
+        assert_eq!(
+            impersonation.user_info(),
+            user_from_token(&token_for_service_account("ops", "kopper")).unwrap()
+        );
+    }
+
+    #[test]
+    fn rules_for_lists_the_rules_of_every_applying_binding_and_missing_roles() {
+        let objects = Objects {
+            roles: vec![role("dev", "reader", vec![read_configmaps()])],
+            role_bindings: vec![
+                binding(Some("dev"), "alice-reads", "Role", "reader", user_subject("alice")),
+                binding(Some("dev"), "alice-gone", "Role", "gone", user_subject("alice")),
+                binding(Some("prod"), "alice-prod", "Role", "reader", user_subject("alice")),
+            ],
+            cluster_roles: default_cluster_roles(),
+            cluster_role_bindings: default_cluster_role_bindings(),
+        };
+        let (rules, error) = rules_for(&alice(), "dev", &objects.snapshot());
+        assert!(rules.contains(&read_configmaps()));
+        assert!(rules.iter().any(|rule| strings(rule, "nonResourceURLs").any(|url| url == "/api")));
+        assert_eq!(error.as_deref(), Some("role.rbac.authorization.k8s.io \"gone\" not found"));
+        let (in_prod_only, _) = rules_for(&alice(), "other", &objects.snapshot());
+        assert!(!in_prod_only.contains(&read_configmaps()));
     }
 
     #[test]

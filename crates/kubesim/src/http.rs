@@ -14,11 +14,13 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::access_review::{self, ReviewKind};
 use crate::api::{self, DeleteOptions, ListOptions, Target, WriteOptions};
 use crate::authz::{self, RequestAttributes};
 use crate::error::{ApiError, ApiResult};
 use crate::patch::PatchType;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::self_subject_review;
 use crate::server::{Authorization, Sim};
 use crate::watch;
 
@@ -87,6 +89,21 @@ async fn route(app: &App, req: &Request) -> ApiResult<Response> {
     if let Some(response) = non_resource(app, req, &segments)? {
         return Ok(response);
     }
+    if let ["apis", access_review::GROUP, access_review::VERSION, resource] = segments.as_slice()
+        && let Some(kind) = ReviewKind::from_resource(resource)
+    {
+        return review_access(app, req, kind);
+    }
+    if let ["apis", access_review::GROUP, access_review::VERSION, access_review::RULES_RESOURCE] =
+        segments.as_slice()
+    {
+        return review_rules(app, req);
+    }
+    if let ["apis", self_subject_review::GROUP, self_subject_review::VERSION, self_subject_review::RESOURCE] =
+        segments.as_slice()
+    {
+        return review_self(app, req);
+    }
     let (group, version, rest) = match segments.as_slice() {
         ["api", version, rest @ ..] => ("", *version, rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
@@ -105,6 +122,75 @@ async fn route(app: &App, req: &Request) -> ApiResult<Response> {
         return Err(injected(status, &target));
     }
     dispatch(app, req, &target, verb).await
+}
+
+/// Creates a SelfSubjectAccessReview or SubjectAccessReview: the request itself is
+/// authorized like any create, then the question it asks goes to the authorizer that
+/// decides every other request.
+fn review_access(app: &App, req: &Request, kind: ReviewKind) -> ApiResult<Response> {
+    let requester = review_requester(app, req, access_review::GROUP, kind.resource())?;
+    let body = decode_body(req)?;
+    let question = access_review::question(kind, &body, &requester)?;
+    let verdict = decide(app, &question.user, &question.attrs);
+    Ok(json_response(StatusCode::CREATED, &access_review::answer(kind, &body, &verdict)))
+}
+
+/// Creates a SelfSubjectRulesReview: what the requester may do in one namespace, from the
+/// same bindings that authorize requests. Without RBAC, anything.
+fn review_rules(app: &App, req: &Request) -> ApiResult<Response> {
+    let requester = review_requester(app, req, access_review::GROUP, access_review::RULES_RESOURCE)?;
+    let body = decode_body(req)?;
+    let namespace = access_review::rules_namespace(&body)?;
+    let (rules, error) = match app.sim.config.authorization {
+        Authorization::Rbac => authz::rules_for(&requester, &namespace, &RbacObjects::load(app).snapshot()),
+        Authorization::AlwaysAllow => {
+            authz::rules_for(&authz::UserInfo::admin(), &namespace, &authz::RbacSnapshot::EMPTY)
+        }
+    };
+    Ok(json_response(StatusCode::CREATED, &access_review::rules_answer(&body, &rules, error.as_deref())))
+}
+
+/// Creates a SelfSubjectReview: the request is authorized like any create (every
+/// authenticated user may, through `system:basic-user`), and answered with who made it.
+fn review_self(app: &App, req: &Request) -> ApiResult<Response> {
+    let requester = review_requester(app, req, self_subject_review::GROUP, self_subject_review::RESOURCE)?;
+    decode_body(req)?;
+    Ok(json_response(StatusCode::CREATED, &self_subject_review::answer(&requester)))
+}
+
+/// Who creates a review, which is only ever answered, never stored: with RBAC, a user allowed
+/// to `create` it; without, the token's user, or the admin for a request without one.
+fn review_requester(app: &App, req: &Request, group: &str, resource: &str) -> ApiResult<authz::UserInfo> {
+    if req.method != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let requester = match app.sim.config.authorization {
+        Authorization::Rbac => {
+            let create = RequestAttributes {
+                verb: "create".to_owned(),
+                api_group: group.to_owned(),
+                resource: resource.to_owned(),
+                path: req.path.clone(),
+                is_resource_request: true,
+                ..RequestAttributes::default()
+            };
+            check(app, req, &create, None)?;
+            authenticate(app, req)?
+        }
+        Authorization::AlwaysAllow => authenticate(app, req).unwrap_or_else(|_| authz::UserInfo::admin()),
+    };
+    app.sim.counters.record("create", resource);
+    Ok(requester)
+}
+
+/// What the configured authorizer says about `user` doing `attrs`.
+fn decide(app: &App, user: &authz::UserInfo, attrs: &RequestAttributes) -> authz::Verdict {
+    match app.sim.config.authorization {
+        Authorization::Rbac => authz::evaluate(user, attrs, &RbacObjects::load(app).snapshot()),
+        Authorization::AlwaysAllow => authz::Verdict { decision: authz::Decision::Allow, reason: None },
+    }
 }
 
 /// Discovery, version and health endpoints. `Ok(None)` for resource paths.
@@ -528,24 +614,61 @@ fn authorize_path(app: &App, req: &Request) -> ApiResult<()> {
 
 /// Authenticates the bearer token and asks RBAC, answering 401 or 403 as kube-apiserver does.
 fn check(app: &App, req: &Request, attrs: &RequestAttributes, t: Option<&Target>) -> ApiResult<()> {
-    let user = authenticate(req)?;
-    let objects = RbacObjects::load(app);
-    let verdict = authz::evaluate(&user, attrs, &objects.snapshot());
+    let user = authenticate(app, req)?;
+    allowed(app, &user, attrs, t)
+}
+
+/// `Ok` if the authorizer allows `user` to do `attrs`, else kube-apiserver's 403.
+fn allowed(
+    app: &App,
+    user: &authz::UserInfo,
+    attrs: &RequestAttributes,
+    t: Option<&Target>,
+) -> ApiResult<()> {
+    let verdict = decide(app, user, attrs);
     if matches!(verdict.decision, authz::Decision::Allow) {
         return Ok(());
     }
-    let message = authz::forbidden_message_with_reason(&user, attrs, verdict.reason.as_deref());
+    let message = authz::forbidden_message_with_reason(user, attrs, verdict.reason.as_deref());
     Err(match t {
         Some(t) => {
             ApiError::forbidden(&t.rt.group, &t.rt.resource, t.name.as_deref().unwrap_or_default(), message)
         }
+        None if attrs.is_resource_request => ApiError::forbidden(
+            &attrs.api_group,
+            &attrs.resource,
+            attrs.name.as_deref().unwrap_or_default(),
+            message,
+        ),
         None => ApiError::new(403, "Forbidden", message).with_details(crate::error::Details::default()),
     })
 }
 
-fn authenticate(req: &Request) -> ApiResult<authz::UserInfo> {
+/// The user a request acts as: the bearer token's, or whom it impersonates if that user may.
+fn authenticate(app: &App, req: &Request) -> ApiResult<authz::UserInfo> {
     let token = req.header(header::AUTHORIZATION).strip_prefix("Bearer ").unwrap_or_default().trim();
-    authz::user_from_token(token).ok_or_else(ApiError::unauthorized)
+    let user = authz::user_from_token(token).ok_or_else(ApiError::unauthorized)?;
+    let Some(impersonation) = impersonation(req)? else { return Ok(user) };
+    for attrs in impersonation.checks() {
+        allowed(app, &user, &attrs, None)?;
+    }
+    Ok(impersonation.user_info())
+}
+
+/// The `Impersonate-User` and `Impersonate-Group` headers, if any.
+fn impersonation(req: &Request) -> ApiResult<Option<authz::Impersonation>> {
+    let text = |value: &header::HeaderValue| value.to_str().unwrap_or_default().to_owned();
+    let groups: Vec<String> = req.headers.get_all("impersonate-group").iter().map(text).collect();
+    let user = req.headers.get("impersonate-user").map(text).unwrap_or_default();
+    if user.is_empty() {
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        return Err(ApiError::bad_request(format!(
+            "requested impersonation of groups {groups:?} without impersonating a user"
+        )));
+    }
+    Ok(Some(authz::Impersonation { user, groups }))
 }
 
 /// The stored RBAC objects, copied out so that no lock is held while deciding.
@@ -604,7 +727,7 @@ fn authorize_binding(app: &App, req: &Request, t: &Target, verb: &str) -> ApiRes
     if stored.is_some_and(|binding| binding.value().get("roleRef") == Some(role_ref)) {
         return Ok(());
     }
-    let user = authenticate(req)?;
+    let user = authenticate(app, req)?;
     if authz::may_bind(&user, role_ref, &namespace, &RbacObjects::load(app).snapshot()) {
         return Ok(());
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use kubesim::identity::{self, Identity};
 use kubesim::{Authorization, Config, Server};
 
 #[derive(Parser)]
@@ -42,6 +43,25 @@ struct ServeArgs {
     /// real cluster's namespace controller takes a while (`500ms`, `5s`, `1m`; 0: at once).
     #[arg(long, env = "KUBESIM_NAMESPACE_DELETION_DELAY", default_value = "0", value_parser = parse_duration)]
     namespace_deletion_delay: Duration,
+    /// Serve HTTPS with a CA and certificate generated at start (`--tls`, `--tls=false`).
+    /// On by default with `--authorization rbac`, because kubectl sends bearer tokens only
+    /// over TLS; off by default otherwise.
+    #[arg(long, env = "KUBESIM_TLS", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    tls: Option<bool>,
+    /// Write a kubeconfig for this user into --kubeconfig-dir (`alice`, or `bob:devs,ops` for
+    /// a user in groups); repeat for more users.
+    #[arg(long = "user", value_name = "NAME[:GROUP,...]", requires = "kubeconfig_dir",
+          value_parser = Identity::parse_user)]
+    users: Vec<Identity>,
+    /// Write a kubeconfig for this ServiceAccount into --kubeconfig-dir; repeat for more.
+    #[arg(long = "service-account", value_name = "NAMESPACE/NAME", requires = "kubeconfig_dir",
+          value_parser = Identity::parse_service_account)]
+    service_accounts: Vec<Identity>,
+    /// Write admin.kubeconfig, plus <user>.kubeconfig and <namespace>-<name>.kubeconfig for
+    /// each --user and --service-account, into this directory.
+    #[arg(long, env = "KUBESIM_KUBECONFIG_DIR")]
+    kubeconfig_dir: Option<PathBuf>,
     /// Keep the objects and resource versions in this directory across restarts (written every
     /// second while they change and on SIGINT/SIGTERM); without it, everything is in memory.
     #[arg(long, env = "KUBESIM_DATA_DIR")]
@@ -60,6 +80,15 @@ enum AuthzMode {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let Command::Serve(args) = Cli::parse().command;
+    let identities: Vec<Identity> = args.users.iter().chain(&args.service_accounts).cloned().collect();
+    if let Err(problem) = identity::check_distinct(&identities) {
+        clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!("--user/--service-account: {problem}\n"),
+        )
+        .exit();
+    }
+    let rbac = matches!(args.authorization, AuthzMode::Rbac);
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(&args.log)).init();
     let config = Config {
         addr: SocketAddr::new(args.bind, args.port),
@@ -70,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
         watch_history: args.watch_history,
         bookmark_interval: Duration::from_secs(1),
         namespace_deletion_delay: args.namespace_deletion_delay,
+        tls: args.tls.unwrap_or(rbac),
         data_dir: args.data_dir,
         ..Config::default()
     };
@@ -78,6 +108,14 @@ async fn main() -> anyhow::Result<()> {
     if let Some(path) = &args.kubeconfig_out {
         server.write_kubeconfig(path)?;
         println!("kubeconfig written to {}", path.display());
+    }
+    if let Some(dir) = &args.kubeconfig_dir {
+        for path in identity::write_kubeconfigs(&server, dir, &identities)? {
+            println!("kubeconfig written to {}", path.display());
+        }
+    }
+    if rbac && args.tls == Some(false) {
+        println!("warning: kubectl sends bearer tokens only over TLS; with --tls=false its requests get 401");
     }
     shutdown_signal().await?;
     println!("kubesim stopping");

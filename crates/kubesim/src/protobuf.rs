@@ -95,6 +95,12 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
+        // kubectl auth can-i and client-go's typed authorization client.
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview") => SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
+        // kubectl auth whoami: nothing but (empty) metadata.
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         // Sent with the group version of the object being deleted.
         (_, "DeleteOptions") => DELETE_OPTIONS,
         _ => return None,
@@ -327,6 +333,53 @@ const ROLE_BINDING: &[Field] = &[
     one(3, "roleRef", Message(&[one(1, "apiGroup", Str), one(2, "kind", Str), one(3, "name", Str)])),
 ];
 
+/// `ResourceAttributes` without the field and label selectors, which kubesim's RBAC ignores
+/// as kube-apiserver's does.
+const RESOURCE_ATTRIBUTES: &[Field] = &[
+    one(1, "namespace", Str),
+    one(2, "verb", Str),
+    one(3, "group", Str),
+    one(4, "version", Str),
+    one(5, "resource", Str),
+    one(6, "subresource", Str),
+    one(7, "name", Str),
+];
+
+const NON_RESOURCE_ATTRIBUTES: &[Field] = &[one(1, "path", Str), one(2, "verb", Str)];
+
+const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    one(1, "metadata", Message(OBJECT_META)),
+    one(
+        2,
+        "spec",
+        Message(&[
+            one(1, "resourceAttributes", Message(RESOURCE_ATTRIBUTES)),
+            one(2, "nonResourceAttributes", Message(NON_RESOURCE_ATTRIBUTES)),
+        ]),
+    ),
+];
+
+const SELF_SUBJECT_REVIEW: &[Field] = &[one(1, "metadata", Message(OBJECT_META))];
+
+const SELF_SUBJECT_RULES_REVIEW: &[Field] =
+    &[one(1, "metadata", Message(OBJECT_META)), one(2, "spec", Message(&[one(1, "namespace", Str)]))];
+
+/// Without `spec.extra`, which RBAC never consults.
+const SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    one(1, "metadata", Message(OBJECT_META)),
+    one(
+        2,
+        "spec",
+        Message(&[
+            one(1, "resourceAttributes", Message(RESOURCE_ATTRIBUTES)),
+            one(2, "nonResourceAttributes", Message(NON_RESOURCE_ATTRIBUTES)),
+            one(3, "user", Str),
+            list(4, "groups", Str),
+            one(6, "uid", Str),
+        ]),
+    ),
+];
+
 /// Decodes one message by its schema. Fields the schema does not name are skipped, as
 /// protobuf decoders do.
 ///
@@ -546,6 +599,8 @@ mod tests {
         pub const ROLE_BINDING: &[u8] = b"k8s\x00\x0a+\x0a\x1crbac.authorization.k8s.io/v1\x12\x0bRoleBinding\x12\xb8\x01\x0a\x13\x0a\x03rb1\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12&\x0a\x04User\x12\x19rbac.authorization.k8s.io\x1a\x01u\"\x00\x12'\x0a\x05Group\x12\x19rbac.authorization.k8s.io\x1a\x01g\"\x00\x12 \x0a\x0eServiceAccount\x12\x00\x1a\x03sa1\"\x07default\x1a.\x0a\x19rbac.authorization.k8s.io\x12\x0bClusterRole\x1a\x04edit\x1a\x00\"\x00";
         /// `kubectl create clusterrolebinding crb1 --clusterrole=edit --group=g`
         pub const CLUSTER_ROLE_BINDING: &[u8] = b"k8s\x00\x0a2\x0a\x1crbac.authorization.k8s.io/v1\x12\x12ClusterRoleBinding\x12o\x0a\x14\x0a\x04crb1\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12'\x0a\x05Group\x12\x19rbac.authorization.k8s.io\x1a\x01g\"\x00\x1a.\x0a\x19rbac.authorization.k8s.io\x12\x0bClusterRole\x1a\x04edit\x1a\x00\"\x00";
+        /// `kubectl auth can-i update deployments.apps/web -n team --subresource=scale`
+        pub const SELF_SUBJECT_ACCESS_REVIEW: &[u8] = b"k8s\x00\x0a2\x0a\x17authorization.k8s.io/v1\x12\x17SelfSubjectAccessReview\x12O\x0a\x10\x0a\x00\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x121\x0a/\x0a\x04team\x12\x06update\x1a\x04apps\"\x00*\x0bdeployments2\x05scale:\x03web\x1a\x08\x08\x00\x12\x00\x1a\x00 \x00\x1a\x00\"\x00";
     }
 
     const RBAC: &str = "rbac.authorization.k8s.io/v1";
@@ -637,6 +692,41 @@ mod tests {
         assert_eq!(
             decode(kubectl::SERVICE_ACCOUNT).unwrap(),
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa1"}})
+        );
+    }
+
+    #[test]
+    fn can_i_review_decodes_every_resource_attribute_and_drops_the_unset_status() {
+        assert_eq!(
+            decode(kubectl::SELF_SUBJECT_ACCESS_REVIEW).unwrap(),
+            json!({
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": {},
+                "spec": {"resourceAttributes": {
+                    "namespace": "team", "verb": "update", "group": "apps", "resource": "deployments",
+                    "subresource": "scale", "name": "web",
+                }},
+            })
+        );
+    }
+
+    #[test]
+    fn subject_access_review_decodes_the_user_and_groups() {
+        let non_resource = [delimited_field(1, b"/healthz"), delimited_field(2, b"get")].concat();
+        let spec = [
+            delimited_field(2, &non_resource),
+            delimited_field(3, b"bob"),
+            delimited_field(4, b"devs"),
+            delimited_field(4, b"ops"),
+        ]
+        .concat();
+        let raw = delimited_field(2, &spec);
+        assert_eq!(
+            decode(&envelope("authorization.k8s.io/v1", "SubjectAccessReview", &raw)).unwrap(),
+            json!({
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"nonResourceAttributes": {"path": "/healthz", "verb": "get"},
+                         "user": "bob", "groups": ["devs", "ops"]},
+            })
         );
     }
 

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::{access_review, self_subject_review};
+
 /// Where objects of a resource are stored. Two served resources may share one storage
 /// (core `events` and `events.k8s.io` events), as they do in kube-apiserver.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -534,6 +536,9 @@ impl Registry {
     /// `(group, versions sorted by preference)` for every served group but the core one.
     pub fn groups(&self) -> Vec<(String, Vec<String>)> {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (group, version) in CREATE_ONLY_GROUP_VERSIONS {
+            groups.insert(group.to_owned(), vec![version.to_owned()]);
+        }
         for (g, v, _) in self.served.keys() {
             if g.is_empty() {
                 continue;
@@ -553,7 +558,8 @@ impl Registry {
     }
 
     pub fn group_version_served(&self, group: &str, version: &str) -> bool {
-        self.served.keys().any(|(g, v, _)| g == group && v == version)
+        create_only_resources(group, version).is_some()
+            || self.served.keys().any(|(g, v, _)| g == group && v == version)
     }
 
     /// `/api` or `/apis/{group}/{version}`'s APIResourceList.
@@ -589,6 +595,7 @@ impl Registry {
                 }));
             }
         }
+        resources.extend(create_only_resources(group, version).unwrap_or_default());
         let group_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
     }
@@ -607,6 +614,25 @@ impl Registry {
             doc["apiVersion"] = "v1".into();
             doc
         })
+    }
+}
+
+/// The group versions of the reviews, which are served but never stored (created, answered,
+/// forgotten), so they are not in `served`.
+const CREATE_ONLY_GROUP_VERSIONS: [(&str, &str); 2] = [
+    (access_review::GROUP, access_review::VERSION),
+    (self_subject_review::GROUP, self_subject_review::VERSION),
+];
+
+/// The reviews' discovery entries: listed like any resource, as `kubectl auth can-i` and
+/// `kubectl auth whoami` look for them there.
+fn create_only_resources(group: &str, version: &str) -> Option<Vec<Value>> {
+    match (group, version) {
+        (access_review::GROUP, access_review::VERSION) => Some(access_review::discovery_resources()),
+        (self_subject_review::GROUP, self_subject_review::VERSION) => {
+            Some(vec![self_subject_review::discovery_resource()])
+        }
+        _ => None,
     }
 }
 

@@ -39,6 +39,11 @@ pub struct Config {
     /// How long a terminating namespace keeps its contents before the namespace controller
     /// deletes them (zero: at once). A real cluster's namespace controller takes seconds.
     pub namespace_deletion_delay: Duration,
+    /// Serve HTTPS with a CA and serving certificate generated at start (for `localhost`,
+    /// the loopback addresses and the bind address), instead of plain HTTP. Kubeconfigs and
+    /// clients from [`Server`] trust that CA. kubectl sends bearer tokens only over TLS, so
+    /// per-user kubeconfigs need this to work from kubectl.
+    pub tls: bool,
     /// Where the store is kept across restarts (see [`crate::persist`]); in memory only if
     /// `None`.
     pub data_dir: Option<PathBuf>,
@@ -54,6 +59,7 @@ impl Default for Config {
             max_body_bytes: 3 * 1024 * 1024,
             default_namespaces: true,
             namespace_deletion_delay: Duration::ZERO,
+            tls: false,
             data_dir: None,
         }
     }
@@ -296,6 +302,8 @@ impl Sim {
 pub struct Server {
     sim: Arc<Sim>,
     addr: SocketAddr,
+    /// Present when serving HTTPS.
+    certificates: Option<Arc<crate::tls::Certificates>>,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -305,34 +313,62 @@ impl Server {
     pub async fn start(config: Config) -> std::io::Result<Self> {
         let listener = TcpListener::bind(config.addr).await?;
         let addr = listener.local_addr()?;
+        let certificates =
+            if config.tls { Some(Arc::new(crate::tls::Certificates::generate(addr.ip())?)) } else { None };
         let sim = Sim::open(config)?;
         let shutdown = CancellationToken::new();
         let app = crate::http::router(sim.clone(), shutdown.clone());
-        // Watch events are small writes on long-lived connections: without TCP_NODELAY,
-        // Nagle's algorithm and delayed ACKs hold some of them back by tens of milliseconds.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        let http = match &certificates {
+            Some(certificates) => {
+                let listener = crate::tls::TlsListener::new(listener, certificates, shutdown.clone())?;
+                spawn_serving(listener, app, shutdown.clone())
             }
-        });
-        let serve_shutdown = shutdown.clone();
-        let http = tokio::spawn(async move {
-            let served =
-                axum::serve(listener, app).with_graceful_shutdown(serve_shutdown.cancelled_owned()).await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "kubesim HTTP server stopped");
+            None => {
+                // Watch events are small writes on long-lived connections: without TCP_NODELAY,
+                // Nagle's algorithm and delayed ACKs hold some of them back by tens of milliseconds.
+                let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                    }
+                });
+                spawn_serving(listener, app, shutdown.clone())
             }
-        });
+        };
         let controllers = tokio::spawn(crate::controllers::run(sim.clone(), shutdown.clone()));
         let mut tasks = vec![http, controllers];
         if let Some(dir) = sim.config.data_dir.clone() {
             tasks.push(tokio::spawn(crate::persist::run(sim.clone(), dir, shutdown.clone())));
         }
-        Ok(Self { sim, addr, shutdown, tasks })
+        Ok(Self { sim, addr, certificates, shutdown, tasks })
     }
 
+    /// `https://…` when serving TLS ([`Config::tls`]), `http://…` otherwise.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.certificates.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The PEM of the CA that signed the serving certificate, when serving TLS: what a client
+    /// other than the ones [`Server`] builds must trust.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.certificates.as_deref().map(|c| c.ca_pem.as_str())
+    }
+
+    fn kubeconfig_for_token(&self, user: &str, token: &str) -> kube::config::Kubeconfig {
+        crate::kubeconfig::for_token(self.endpoint(&self.url()), user, token)
+    }
+
+    fn client_for_token(&self, token: &str) -> kube::Client {
+        crate::kubeconfig::client(self.endpoint(&self.url()), token)
+    }
+
+    fn endpoint<'a>(&'a self, url: &'a str) -> crate::kubeconfig::Endpoint<'a> {
+        let certificates = self.certificates.as_deref();
+        crate::kubeconfig::Endpoint {
+            url,
+            ca_pem: certificates.map(|c| c.ca_pem.as_str()),
+            ca_der: certificates.map(|c| c.ca_der.as_slice()),
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -341,43 +377,54 @@ impl Server {
 
     /// A kubeconfig for the admin user, which kubectl and kube-rs both accept.
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
-        crate::kubeconfig::for_token(&self.url(), crate::authz::ADMIN_USER, crate::authz::ADMIN_TOKEN)
+        self.kubeconfig_for_token(crate::authz::ADMIN_USER, crate::authz::ADMIN_TOKEN)
     }
 
     /// A kubeconfig that authenticates as `user` in `groups` (for `Authorization::Rbac`).
     pub fn kubeconfig_for_user(&self, user: &str, groups: &[&str]) -> kube::config::Kubeconfig {
-        crate::kubeconfig::for_token(&self.url(), user, &crate::authz::token_for_user(user, groups))
+        self.kubeconfig_for_token(user, &crate::authz::token_for_user(user, groups))
     }
 
     pub fn kubeconfig_for_service_account(&self, namespace: &str, name: &str) -> kube::config::Kubeconfig {
         let token = crate::authz::token_for_service_account(namespace, name);
-        crate::kubeconfig::for_token(
-            &self.url(),
-            &format!("system:serviceaccount:{namespace}:{name}"),
-            &token,
-        )
+        self.kubeconfig_for_token(&format!("system:serviceaccount:{namespace}:{name}"), &token)
     }
 
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         crate::kubeconfig::write(&self.kubeconfig(), path)
     }
 
+    /// Writes [`Server::kubeconfig_for_user`] to `path`, for kubectl as that user.
+    pub fn write_kubeconfig_for_user(&self, path: &Path, user: &str, groups: &[&str]) -> std::io::Result<()> {
+        crate::kubeconfig::write(&self.kubeconfig_for_user(user, groups), path)
+    }
+
+    /// Writes [`Server::kubeconfig_for_service_account`] to `path`.
+    pub fn write_kubeconfig_for_service_account(
+        &self,
+        path: &Path,
+        namespace: &str,
+        name: &str,
+    ) -> std::io::Result<()> {
+        crate::kubeconfig::write(&self.kubeconfig_for_service_account(namespace, name), path)
+    }
+
     /// An admin client.
     pub fn client(&self) -> kube::Client {
-        crate::kubeconfig::client(&self.url(), crate::authz::ADMIN_TOKEN)
+        self.client_for_token(crate::authz::ADMIN_TOKEN)
     }
 
     /// The admin client's configuration, for tests that need to change it.
     pub fn client_config(&self) -> kube::Config {
-        crate::kubeconfig::client_config(&self.url(), crate::authz::ADMIN_TOKEN)
+        crate::kubeconfig::client_config(self.endpoint(&self.url()), crate::authz::ADMIN_TOKEN)
     }
 
     pub fn client_for_user(&self, user: &str, groups: &[&str]) -> kube::Client {
-        crate::kubeconfig::client(&self.url(), &crate::authz::token_for_user(user, groups))
+        self.client_for_token(&crate::authz::token_for_user(user, groups))
     }
 
     pub fn client_for_service_account(&self, namespace: &str, name: &str) -> kube::Client {
-        crate::kubeconfig::client(&self.url(), &crate::authz::token_for_service_account(namespace, name))
+        self.client_for_token(&crate::authz::token_for_service_account(namespace, name))
     }
 
     pub fn faults(&self) -> &Faults {
@@ -429,6 +476,20 @@ impl Server {
             tracing::error!(error = %e, dir = %dir.display(), "could not save the store on shutdown");
         }
     }
+}
+
+/// Serves `app` on `listener` until `shutdown`, letting open requests finish.
+fn spawn_serving<L>(listener: L, app: axum::Router, shutdown: CancellationToken) -> JoinHandle<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "kubesim HTTP server stopped");
+        }
+    })
 }
 
 impl Drop for Server {

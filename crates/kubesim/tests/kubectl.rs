@@ -65,23 +65,32 @@ spec:
 struct Kubectl {
     binary: PathBuf,
     home: TempDir,
-    _sim: kubesim::Server,
+    sim: kubesim::Server,
 }
 
 impl Kubectl {
     /// `None` (after saying why) when there is no kubectl to run.
     async fn start() -> Option<Self> {
+        Self::start_with(kubesim::Config::default()).await
+    }
+
+    /// [`Kubectl::start`] on a kubesim started with `config`; kubectl acts as the admin.
+    async fn start_with(config: kubesim::Config) -> Option<Self> {
         let Some(binary) = find_on_path("kubectl") else {
             eprintln!("SKIPPED: kubectl is not on PATH");
             return None;
         };
-        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+        let sim = kubesim::Server::start(config).await.unwrap();
         let home = tempfile::tempdir().unwrap();
         sim.write_kubeconfig(&home.path().join("kubeconfig")).unwrap();
-        Some(Self { binary, home, _sim: sim })
+        Some(Self { binary, home, sim })
     }
 
     fn command(&self, args: &[&str]) -> Command {
+        self.command_with(&self.home.path().join("kubeconfig"), args)
+    }
+
+    fn command_with(&self, kubeconfig: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(&self.binary);
         command
             .args(args)
@@ -90,7 +99,7 @@ impl Kubectl {
             // the real binary through it.
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.home.path())
-            .env("KUBECONFIG", self.home.path().join("kubeconfig"))
+            .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())
             .kill_on_drop(true);
         command
@@ -98,6 +107,11 @@ impl Kubectl {
 
     async fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().await.unwrap()
+    }
+
+    /// Runs kubectl with another kubeconfig, such as a user's.
+    async fn run_as(&self, kubeconfig: &Path, args: &[&str]) -> Output {
+        self.command_with(kubeconfig, args).output().await.unwrap()
     }
 
     /// Runs kubectl, fails the test if it fails, and returns its stdout.
@@ -504,4 +518,101 @@ async fn the_built_in_workload_kinds_are_served_to_kubectl() {
     let wrong = DEPLOYMENT.replace("replicas: 2", "replicas: two");
     let refused = k.piped(&["apply", "-f", "-"], &wrong).await;
     assert!(!refused.status.success(), "a wrong field type is refused");
+}
+
+/// What `kubectl auth can-i` printed and whether it exited 0 (it exits 1 for "no").
+async fn can_i(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> (String, bool) {
+    let mut all = vec!["auth", "can-i"];
+    all.extend_from_slice(args);
+    let output = k.run_as(kubeconfig, &all).await;
+    let answer = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    assert!(
+        matches!(answer.as_str(), "yes" | "no"),
+        "kubectl {} printed {answer:?}, stderr: {}",
+        all.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (answer, output.status.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_over_tls_is_refused_until_bound_and_can_i_agrees() {
+    let config = kubesim::Config {
+        authorization: kubesim::Authorization::Rbac,
+        tls: true,
+        ..kubesim::Config::default()
+    };
+    let Some(k) = Kubectl::start_with(config).await else { return };
+    assert!(k.sim.url().starts_with("https://"), "{}", k.sim.url());
+    let alice = k.home.path().join("alice.kubeconfig");
+    k.sim.write_kubeconfig_for_user(&alice, "alice", &[]).unwrap();
+    k.ok(&["create", "namespace", "team"]).await;
+
+    let refused = k.run_as(&alice, &["get", "configmaps", "-n", "team"]).await;
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains(
+            "Error from server (Forbidden): configmaps is forbidden: User \"alice\" cannot list resource \
+             \"configmaps\" in API group \"\" in the namespace \"team\""
+        ),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(can_i(&k, &alice, &["list", "configmaps", "-n", "team"]).await, ("no".to_owned(), false));
+    let admin = k.home.path().join("kubeconfig");
+    let as_alice = ["list", "configmaps", "-n", "team", "--as", "alice"];
+    assert_eq!(can_i(&k, &admin, &as_alice).await, ("no".to_owned(), false));
+    let listed = expect_success(
+        &["auth", "can-i", "--list"],
+        k.run_as(&alice, &["auth", "can-i", "--list", "-n", "team"]).await,
+    );
+    assert!(!listed.lines().any(|line| line.starts_with("configmaps ")), "{listed}");
+
+    k.ok(&["create", "rolebinding", "alice-views", "--clusterrole=view", "--user=alice", "-n", "team"]).await;
+    let allowed = k.run_as(&alice, &["get", "configmaps", "-n", "team"]).await;
+    assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));
+    assert_eq!(can_i(&k, &alice, &["list", "configmaps", "-n", "team"]).await, ("yes".to_owned(), true));
+    assert_eq!(can_i(&k, &admin, &as_alice).await, ("yes".to_owned(), true));
+    let listed = expect_success(
+        &["auth", "can-i", "--list"],
+        k.run_as(&alice, &["auth", "can-i", "--list", "-n", "team"]).await,
+    );
+    assert_eq!(row(&listed, "configmaps"), ["configmaps", "[]", "[]", "[get", "list", "watch]"], "{listed}");
+
+    // view grants no writes, and both kubectl and can-i say so.
+    assert_eq!(can_i(&k, &alice, &["create", "configmaps", "-n", "team"]).await, ("no".to_owned(), false));
+    let write = k.run_as(&alice, &["create", "configmap", "x", "-n", "team"]).await;
+    assert!(!write.status.success());
+    let refusal = "configmaps is forbidden: User \"alice\" cannot create resource \"configmaps\"";
+    assert!(String::from_utf8_lossy(&write.stderr).contains(refusal), "{write:?}");
+    assert_eq!(can_i(&k, &alice, &["list", "configmaps", "-n", "other"]).await, ("no".to_owned(), false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_account_kubeconfig_acts_as_the_service_account() {
+    let config = kubesim::Config {
+        authorization: kubesim::Authorization::Rbac,
+        tls: true,
+        ..kubesim::Config::default()
+    };
+    let Some(k) = Kubectl::start_with(config).await else { return };
+    let builder = k.home.path().join("team-a-builder.kubeconfig");
+    k.sim.write_kubeconfig_for_service_account(&builder, "team-a", "builder").unwrap();
+    k.ok(&["create", "namespace", "team-a"]).await;
+    let whoami = k.run_as(&builder, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]).await;
+    assert_eq!(expect_success(&["auth", "whoami"], whoami), "system:serviceaccount:team-a:builder");
+    assert_eq!(can_i(&k, &builder, &["get", "secrets", "-n", "team-a"]).await.0, "no");
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "builder-edits",
+        "--clusterrole=edit",
+        "--serviceaccount=team-a:builder",
+        "-n",
+        "team-a",
+    ])
+    .await;
+    assert_eq!(can_i(&k, &builder, &["get", "secrets", "-n", "team-a"]).await.0, "yes");
+    let created = k.run_as(&builder, &["create", "configmap", "built", "-n", "team-a"]).await;
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
 }

@@ -93,7 +93,7 @@ async fn unknown_token_is_unauthorized() {
 }
 
 /// A Role in `ns` granting `rules`, bound to user `user`.
-async fn grant(client: &kube::Client, ns: &str, user: &str, rules: serde_json::Value) {
+pub(crate) async fn grant(client: &kube::Client, ns: &str, user: &str, rules: serde_json::Value) {
     let role: Role = serde_json::from_value(json!({"metadata": {"name": user}, "rules": rules})).unwrap();
     Api::<Role>::namespaced(client.clone(), ns).create(&PostParams::default(), &role).await.unwrap();
     let binding: RoleBinding = serde_json::from_value(json!({

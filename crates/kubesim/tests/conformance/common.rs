@@ -77,6 +77,14 @@ impl TestCluster {
         Client::try_from(config).expect("client")
     }
 
+    /// The admin client acting as `user` (kubectl's `--as`): authorized as that user, in
+    /// `system:authenticated` only.
+    pub fn client_impersonating(&self, user: &str) -> Client {
+        let mut config = self.config.clone();
+        config.auth_info.impersonate = Some(user.to_owned());
+        Client::try_from(config).expect("client")
+    }
+
     /// kubesim's own hooks (faults, counters, history), or `None` on a real cluster: tests
     /// that need them say so and return.
     pub fn sim(&self) -> Option<&kubesim::Server> {

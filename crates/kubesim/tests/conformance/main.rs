@@ -3,6 +3,7 @@
 //! `KUBESIM_CONFORMANCE_KUBECONFIG` names a kubeconfig (tests needing kubesim's own hooks
 //! then skip themselves).
 
+mod access_review;
 mod authz;
 mod common;
 mod crd;
