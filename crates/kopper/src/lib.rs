@@ -42,10 +42,16 @@ pub async fn execute(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// Prints to stdout; a reader that went away (`kopper crds | head`) is not an error, and
-/// never a panic as with `print!`.
+/// never a panic as with `print!`. Any other failure (a full disk) is said on stderr.
 pub fn print_quiet(text: &str) {
     use std::io::Write as _;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            let _ = writeln!(std::io::stderr(), "kopper: cannot write the output: {error}");
+        }
+        _ => {}
+    }
 }
 
 fn print_crds(out_dir: Option<&std::path::Path>) -> anyhow::Result<()> {

@@ -145,8 +145,13 @@ async fn a_wrong_selector_is_refused_when_applied_naming_the_field() {
         let refused = rules.create(&PostParams::default(), &rule(expression)).await.unwrap_err();
         let kube::Error::Api(status) = refused else { panic!("{refused}") };
         assert_eq!(status.code, 422, "{status:?}");
-        let field =
-            format!("spec.selector.matchExpressions[0]{}{field}", if field.is_empty() { ":" } else { "." });
+        // Values that do not fit the operator fail the requirement's anyOf, which kube-openapi
+        // reports with the requirement's path quoted.
+        let field = if field.is_empty() {
+            "\"spec.selector.matchExpressions[0]\" must validate at least one schema (anyOf)".to_owned()
+        } else {
+            format!("spec.selector.matchExpressions[0].{field}")
+        };
         assert!(status.message.contains(&field), "{field}: {}", status.message);
     }
     let good = serde_json::json!({"key": "example.com/team", "operator": "In", "values": ["a-1"]});

@@ -889,20 +889,28 @@ fn apply(
 /// as it was sent, so what the round trip added is taken out again; what it dropped or
 /// converted stays as the type says.
 fn only_fields_sent(typed: &mut Value, sent: &Value) {
+    // The root's type and metadata are the request's own, filled in whether sent or not.
+    if let (Value::Object(typed), Value::Object(sent)) = (&mut *typed, sent) {
+        typed.retain(|key, _| {
+            sent.contains_key(key) || ["apiVersion", "kind", "metadata"].contains(&key.as_str())
+        });
+    }
+    fields_sent_below(typed, sent);
+}
+
+fn fields_sent_below(typed: &mut Value, sent: &Value) {
     match (typed, sent) {
         (Value::Object(typed), Value::Object(sent)) => {
-            typed.retain(|key, _| {
-                sent.contains_key(key) || ["apiVersion", "kind", "metadata"].contains(&key.as_str())
-            });
+            typed.retain(|key, _| sent.contains_key(key));
             for (key, value) in typed.iter_mut() {
                 if let Some(original) = sent.get(key) {
-                    only_fields_sent(value, original);
+                    fields_sent_below(value, original);
                 }
             }
         }
         (Value::Array(typed), Value::Array(sent)) if typed.len() == sent.len() => {
             for (value, original) in typed.iter_mut().zip(sent) {
-                only_fields_sent(value, original);
+                fields_sent_below(value, original);
             }
         }
         _ => {}

@@ -109,18 +109,29 @@ fn typed<K: DeserializeOwned + Resource<DynamicType = ()>>(
     if name.is_empty() {
         return Err(format!("{} without metadata.name", K::kind(&())));
     }
-    if let Some(namespace) = default_namespace
-        && document["metadata"]["namespace"].is_null()
-    {
-        document["metadata"]["namespace"] = Value::from(namespace);
+    match default_namespace {
+        Some(namespace) if document["metadata"]["namespace"].is_null() => {
+            document["metadata"]["namespace"] = Value::from(namespace);
+        }
+        Some(_) => {}
+        // The API server ignores a namespace on a cluster-scoped kind (kustomize adds one to
+        // kinds it does not know): so does plan, or the rule would not replace its namesake.
+        None => {
+            if let Some(metadata) = document["metadata"].as_object_mut() {
+                metadata.remove("namespace");
+            }
+        }
     }
     serde_json::from_value(document).map_err(|error| format!("{} {name}: {error}", K::kind(&())))
 }
 
 /// The rules to plan: the cluster's, with each rule a file also holds replaced by the file's
 /// version (keeping the cluster object's uid and age, as `kubectl apply` would), plus the
-/// files' new rules. New rules are the newest, for the precedence between policies.
+/// files' new rules. New rules are the newest, for the precedence between policies, and all
+/// created in the same second, as rules applied together are (the name then decides).
 pub fn merged<K: Resource<DynamicType = ()> + Clone>(cluster: &[K], files: &[K]) -> Vec<K> {
+    let now = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
+        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
     let mut merged: BTreeMap<RuleKey, K> =
         cluster.iter().map(|object| (key_of(object), object.clone())).collect();
     for object in files {
@@ -137,9 +148,7 @@ pub fn merged<K: Resource<DynamicType = ()> + Clone>(cluster: &[K], files: &[K])
                 let (kind, namespace, name) = &key;
                 meta.uid =
                     Some(format!("planned-{kind}-{}-{name}", namespace.as_deref().unwrap_or_default()));
-                meta.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    k8s_openapi::jiff::Timestamp::now(),
-                ));
+                meta.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
                 meta.generation = Some(1);
             }
         }
@@ -178,6 +187,10 @@ spec:
         assert_eq!(rules.replication_rules.len(), 1);
         assert_eq!(rules.config_map_syncs[0].metadata.namespace.as_deref(), Some("apps"));
         assert_eq!(rules.skipped, ["Namespace"]);
+        let namespaced = RULES.replace("metadata: {name: shared}", "metadata: {name: shared, namespace: x}");
+        let mut again = FileRules::default();
+        again.add(&namespaced, Path::new("rules.yaml"), "apps").unwrap();
+        assert_eq!(again.replication_rules[0].metadata.namespace, None, "cluster-scoped: no namespace");
         let key = ("ConfigMapSync".to_owned(), Some("apps".to_owned()), "settings".to_owned());
         assert_eq!(rules.origins[&key], Path::new("rules.yaml"));
     }

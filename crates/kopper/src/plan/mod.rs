@@ -11,14 +11,16 @@ use std::process::ExitCode;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::ListParams;
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 
 use self::files::{FileRules, merged};
 use self::report::Report;
 use crate::cli::{PlanArgs, PlanOutput};
 use crate::controllers::namespace_access::NamespaceAccess;
+use crate::controllers::namespace_access::diff::managing_policy;
 use crate::controllers::namespace_access::plan::plan_policies;
 use crate::controllers::replication::plan::{ClusterObjects, plan_rules};
+use crate::controllers::replication_rule::types::ReplicatedKind;
 
 /// Reads the cluster (and the files), prints the plan, and says how to exit.
 pub async fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
@@ -43,7 +45,9 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
         PlanOutput::Json => serde_json::to_string_pretty(&report)? + "\n",
     };
     crate::print_quiet(&text);
-    Ok(if report.has_findings() { ExitCode::from(report::FINDINGS_EXIT_CODE) } else { ExitCode::SUCCESS })
+    // With files, the pipeline gates on the rules it is about to apply, not on others' rules.
+    let gate = if args.files.is_empty() { report::Gate::All } else { report::Gate::FileRules };
+    Ok(if report.has_findings(gate) { ExitCode::from(report::FINDINGS_EXIT_CODE) } else { ExitCode::SUCCESS })
 }
 
 /// The plan of every rule kind against what the cluster holds now.
@@ -53,12 +57,18 @@ pub async fn plan(client: &Client, args: &PlanArgs, files: &FileRules) -> anyhow
     let config_map_syncs = merged(&rules_in_cluster(client, args).await?, &files.config_map_syncs);
     let policies = merged(&rules_in_cluster(client, args).await?, &files.namespace_accesses);
     let namespaces = list_all::<Namespace>(client).await?;
-    let cluster = ClusterObjects::new(
-        &namespaces,
-        &list_all::<ConfigMap>(client).await?,
-        &list_all::<Secret>(client).await?,
-    );
-    let bindings = list_all::<RoleBinding>(client).await?;
+    // Secrets are read only when a rule copies Secrets: plan needs no more access than that.
+    let copies_secrets = replication_rules.iter().any(|rule| rule.spec.kind == ReplicatedKind::Secret);
+    let secrets = if copies_secrets { list_all::<Secret>(client).await? } else { Vec::new() };
+    let cluster = ClusterObjects::new(&namespaces, &list_all::<ConfigMap>(client).await?, &secrets);
+    let mut bindings = list_all::<RoleBinding>(client).await?;
+    if args.files_only {
+        // The cluster's other policies are left out, not deleted: their bindings stay theirs.
+        let planned: Vec<String> = policies.iter().map(|policy| policy.name_any()).collect();
+        bindings.retain(|binding| {
+            managing_policy(binding).is_none_or(|policy| planned.iter().any(|p| p == policy))
+        });
+    }
 
     let origin = |key| files.origins.get(&key).cloned();
     let mut report = Report::default();

@@ -15,6 +15,15 @@ use crate::controllers::replication::plan::RulePlan;
 /// flag), so that a pipeline can tell "this would not work" from "plan could not run".
 pub const FINDINGS_EXIT_CODE: u8 = 3;
 
+/// Which rules' findings decide the exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Every rule planned (plain `kopper plan`).
+    All,
+    /// Only the rules read from files (`kopper plan -f`).
+    FileRules,
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
     pub rules: Vec<RuleReport>,
@@ -91,9 +100,11 @@ impl Report {
         self.rules.push(rule);
     }
 
-    /// Whether a pipeline should stop: some rule would not get what it asks for.
-    pub fn has_findings(&self) -> bool {
-        self.summary.conflicts > 0 || self.summary.refused > 0
+    /// Whether a pipeline should stop: some rule `gate` covers would not get what it asks for.
+    pub fn has_findings(&self, gate: Gate) -> bool {
+        self.rules.iter().filter(|rule| gate == Gate::All || rule.file.is_some()).any(|rule| {
+            rule.refused.is_some() || rule.changes.iter().any(|change| change.action == Verb::Conflict)
+        })
     }
 
     pub fn to_text(&self) -> String {
@@ -259,17 +270,18 @@ mod tests {
         assert!(out.ends_with(
             "1 to create, 0 to update, 0 to replace, 0 to delete, 1 conflict, 0 refused rules.\n"
         ));
-        assert!(report.has_findings());
+        assert!(report.has_findings(Gate::All));
+        assert!(!report.has_findings(Gate::FileRules), "a cluster rule's conflict does not gate files");
     }
 
     #[test]
     fn only_conflicts_and_refusals_are_findings() {
         let mut clean = Report::default();
         clean.push(rule(vec![change(Verb::Create, "cfg"), change(Verb::Delete, "old")], None));
-        assert!(!clean.has_findings());
+        assert!(!clean.has_findings(Gate::All));
         let mut refused = Report::default();
         refused.push(rule(Vec::new(), Some("spec.selector: bad")));
-        assert!(refused.has_findings());
+        assert!(refused.has_findings(Gate::All));
         assert!(refused.to_text().contains("ReplicationRule r: refused: spec.selector: bad"));
     }
 

@@ -21,12 +21,21 @@ pub fn for_controller(base: &str, controller: &str) -> String {
 }
 
 /// Whether `manager` (the name of earlier releases) still owns applied fields of the object,
-/// on the main resource (`subresource` `None`) or on a subresource such as `status`.
+/// on the main resource (`subresource` `None`) or on a subresource such as `status`. API
+/// servers before v1.22 record no subresource: there an entry holds status fields when its
+/// field set has `f:status`.
 pub fn holds_applied_fields(meta: &ObjectMeta, manager: &str, subresource: Option<&str>) -> bool {
     meta.managed_fields.iter().flatten().any(|entry| {
+        let recorded = entry.subresource.as_deref().filter(|s| !s.is_empty());
+        let on_subresource = match (recorded, subresource) {
+            (None, Some(wanted)) => {
+                entry.fields_v1.as_ref().is_some_and(|fields| fields.0.get(format!("f:{wanted}")).is_some())
+            }
+            (recorded, wanted) => recorded == wanted,
+        };
         entry.manager.as_deref() == Some(manager)
             && entry.operation.as_deref() == Some("Apply")
-            && entry.subresource.as_deref().filter(|s| !s.is_empty()) == subresource
+            && on_subresource
     })
 }
 
@@ -78,6 +87,13 @@ mod tests {
         assert!(holds_applied_fields(&meta, "kopper", Some("status")));
         assert!(holds_applied_fields(&meta, "kopper/namespace-access", None));
         assert!(!holds_applied_fields(&ObjectMeta::default(), "kopper", None));
+        // Before v1.22 a status apply records no subresource; its fields say where it applied.
+        let mut old_server = entry("kopper", "Apply", None);
+        old_server.fields_v1 = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+            serde_json::json!({"f:status": {"f:observedGeneration": {}}}),
+        ));
+        let meta = ObjectMeta { managed_fields: Some(vec![old_server]), ..ObjectMeta::default() };
+        assert!(holds_applied_fields(&meta, "kopper", Some("status")));
         assert_eq!(for_controller("kopper", "bucket"), "kopper/bucket");
     }
 }

@@ -72,6 +72,9 @@ where
 {
     let kind_info = K::DynamicType::default();
     let (kind, group, plural) = (K::kind(&kind_info), K::group(&kind_info), K::plural(&kind_info));
+    if group.is_empty() {
+        return format!("the API server does not serve {kind} ({plural})");
+    }
     let crd = format!("{plural}.{group}");
     let install = if group == crate::crds::GROUP {
         format!(

@@ -344,16 +344,17 @@ fn validate_combinators(value: &Value, node: Node, path: &str, causes: &mut Vec<
             })
             .collect()
     };
-    let composite = |what: &str| {
-        let subject = if path.is_empty() { "." } else { path };
-        Cause::invalid(path, &json!(""), &format!("{subject} in body {what}"))
-    };
+    // kube-openapi makes these errors without a field path (`errors.New`), so they read
+    // `<nil>: Invalid value: "": "<path>" must ...`, with the path quoted in the message.
+    let composite = |what: &str| Cause::invalid("<nil>", &json!(""), &format!("{} {what}", go_quote(path)));
     let fewest = |outcomes: Vec<Vec<Cause>>| outcomes.into_iter().min_by_key(Vec::len).unwrap_or_default();
 
     let all_of = outcomes("allOf");
-    if all_of.iter().any(|inner| !inner.is_empty()) {
-        causes.push(composite("must validate all the schemas (allOf)"));
+    let failed = all_of.iter().filter(|inner| !inner.is_empty()).count();
+    if failed > 0 {
+        let none = if failed == all_of.len() { ". None validated" } else { "" };
         causes.extend(all_of.into_iter().flatten());
+        causes.push(composite(&format!("must validate all the schemas (allOf){none}")));
     }
     let any_of = outcomes("anyOf");
     if !any_of.is_empty() && any_of.iter().all(|inner| !inner.is_empty()) {
@@ -363,7 +364,7 @@ fn validate_combinators(value: &Value, node: Node, path: &str, causes: &mut Vec<
     let one_of = outcomes("oneOf");
     let valid = one_of.iter().filter(|inner| inner.is_empty()).count();
     if !one_of.is_empty() && valid == 0 {
-        causes.push(composite("must validate one and only one schema (oneOf)"));
+        causes.push(composite("must validate one and only one schema (oneOf). Found none valid"));
         causes.extend(fewest(one_of));
     } else if valid > 1 {
         causes.push(composite(&format!(
@@ -1000,16 +1001,13 @@ mod tests {
         assert_eq!(
             messages(&prune_default_validate(&schema, &mut obj)),
             vec![
-                r#"req: Invalid value: "": req in body must validate at least one schema (anyOf)"#,
+                r#"<nil>: Invalid value: "": "req" must validate at least one schema (anyOf)"#,
                 "req.values: Required value",
             ]
         );
         let mut obj = json!({"req": {"operator": "Exists", "values": ["a"]}});
         let causes = messages(&prune_default_validate(&schema, &mut obj));
-        assert_eq!(
-            causes[0],
-            r#"req: Invalid value: "": req in body must validate at least one schema (anyOf)"#
-        );
+        assert_eq!(causes[0], r#"<nil>: Invalid value: "": "req" must validate at least one schema (anyOf)"#);
     }
 
     #[test]
@@ -1020,7 +1018,7 @@ mod tests {
         let mut both = json!({"a": "x", "b": "y"});
         assert_eq!(
             messages(&prune_default_validate(&schema, &mut both)),
-            vec![r#": Invalid value: "": . in body must not validate the schema (not)"#]
+            vec![r#"<nil>: Invalid value: "": "" must not validate the schema (not)"#]
         );
         let mut one = json!({"a": "x"});
         assert!(prune_default_validate(&schema, &mut one).is_empty());

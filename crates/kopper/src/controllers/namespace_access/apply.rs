@@ -60,9 +60,19 @@ pub async fn execute(
     for action in actions {
         let (verb, name, policy) = (action.verb(), action.binding_name().to_owned(), action.policy());
         let release = matches!(action, Action::Update(_)) && managers.migrating.contains(&name);
-        let mut result = perform(&api, managers.own, action).await;
-        if release && result.is_ok() {
-            result = field_manager::release(&api, &name, managers.legacy, false).await;
+        let result = perform(&api, managers.own, action).await;
+        if release
+            && result.is_ok()
+            && let Err(source) = field_manager::release(&api, &name, managers.legacy, false).await
+            && !is_nothing_to_release(&source)
+        {
+            // Not a refusal of the binding: the next pass releases it again.
+            applied.retry.get_or_insert(WriteError {
+                verb: "release",
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+                source,
+            });
         }
         match (result, policy) {
             (Ok(()), _) => {
@@ -86,6 +96,12 @@ pub async fn execute(
         }
     }
     applied
+}
+
+/// The binding went (404), changed under the release (409), or is gone and the empty apply
+/// would create it (422): nothing of the old manager is left to release.
+fn is_nothing_to_release(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if matches!(status.code, 404 | 409 | 422))
 }
 
 /// 403 (kopper may not grant that role, or may not write there) and 422 (the object is

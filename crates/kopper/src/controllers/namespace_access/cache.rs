@@ -55,11 +55,13 @@ where
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         let (store, writer) = reflector::store();
+        // Managed fields are never read from these caches and can be most of an object's
+        // size (the status controller and the binding writes read them elsewhere).
         let events = reflector::reflector(
             writer,
             crate::runtime::watch::watcher(api, watcher::Config::default())
                 .default_backoff()
-                .modify(|object: &mut K| keep_apply_managers(object)),
+                .modify(|object: &mut K| object.managed_fields_mut().clear()),
         )
         .take_until(shutdown);
         let reader = store.clone();
@@ -85,17 +87,6 @@ where
             }
         });
         Self { store, task }
-    }
-}
-
-/// Managed fields can be most of an object's size and only one thing is read from them:
-/// which managers applied fields (see [`crate::runtime::field_manager`]). Kept: the Apply
-/// entries, without their field sets.
-fn keep_apply_managers<K: Resource>(object: &mut K) {
-    let entries = object.managed_fields_mut();
-    entries.retain(|entry| entry.operation.as_deref() == Some("Apply"));
-    for entry in entries.iter_mut() {
-        entry.fields_v1 = None;
     }
 }
 

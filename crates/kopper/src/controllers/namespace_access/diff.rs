@@ -149,7 +149,8 @@ pub fn with_migrations(
     let mut migrating = BTreeSet::new();
     for binding in existing {
         let name = binding.name_any();
-        let held = crate::runtime::field_manager::holds_applied_fields(&binding.metadata, legacy, None);
+        let held = crate::runtime::field_manager::holds_applied_fields(&binding.metadata, legacy, None)
+            && binding.metadata.deletion_timestamp.is_none();
         let Some(wanted) = desired.bindings.get(&name).filter(|_| held && managing_policy(binding).is_some())
         else {
             continue;
