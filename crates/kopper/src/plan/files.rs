@@ -68,6 +68,8 @@ impl FileRules {
                     self.origin(&policy, path)?;
                     self.namespace_accesses.push(policy);
                 }
+                // A kopper kind plan does not cover (Bucket) is skipped like any other kind.
+                (true, "Bucket") => self.skipped.push("Bucket".into()),
                 (true, other) => {
                     return Err(at(format!("kopper.dev has no kind {other:?} that plan covers")));
                 }
@@ -122,7 +124,64 @@ fn typed<K: DeserializeOwned + Resource<DynamicType = ()>>(
             }
         }
     }
-    serde_json::from_value(document).map_err(|error| format!("{} {name}: {error}", K::kind(&())))
+    let kind = K::kind(&());
+    if let Some(unknown) = unknown_fields(&kind, &document).first() {
+        let explain = format!("{}.spec", kind.to_lowercase());
+        return Err(format!(
+            "{kind} {name}: unknown field {unknown} (the API server would drop or refuse it; `kubectl explain {explain}` lists the fields)"
+        ));
+    }
+    serde_json::from_value(document).map_err(|error| format!("{kind} {name}: {error}"))
+}
+
+/// Fields of `document` that the kind's CRD schema does not have, as dotted paths: a typo
+/// would otherwise vanish from the plan while `kubectl apply` refuses it (or drops it).
+fn unknown_fields(kind: &str, document: &Value) -> Vec<String> {
+    let crd = crate::crds::all().into_iter().find(|crd| crd.spec.names.kind == kind);
+    let schema = crd
+        .and_then(|crd| crd.spec.versions.into_iter().next())
+        .and_then(|version| version.schema?.open_api_v3_schema)
+        .and_then(|schema| serde_json::to_value(schema).ok());
+    let mut unknown = Vec::new();
+    if let (Some(schema), Value::Object(fields)) = (schema, document) {
+        for (key, value) in
+            fields.iter().filter(|(key, _)| !["apiVersion", "kind", "metadata"].contains(&key.as_str()))
+        {
+            match schema["properties"].get(key) {
+                Some(field) => collect_unknown(value, field, key, &mut unknown),
+                None => unknown.push(key.clone()),
+            }
+        }
+    }
+    unknown
+}
+
+fn collect_unknown(value: &Value, schema: &Value, path: &str, unknown: &mut Vec<String>) {
+    if schema["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true) {
+        return;
+    }
+    match value {
+        Value::Object(fields) => {
+            for (key, child) in fields {
+                let child_path = format!("{path}.{key}");
+                match (schema["properties"].get(key), schema.get("additionalProperties")) {
+                    (Some(field), _) => collect_unknown(child, field, &child_path, unknown),
+                    (None, Some(additional)) if additional.is_object() => {
+                        collect_unknown(child, additional, &child_path, unknown)
+                    }
+                    (None, Some(Value::Bool(true))) => {}
+                    (None, _) if schema.get("properties").is_none() => {}
+                    (None, _) => unknown.push(child_path),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                collect_unknown(item, &schema["items"], &format!("{path}[{index}]"), unknown);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The rules to plan: the cluster's, with each rule a file also holds replaced by the file's
@@ -200,9 +259,28 @@ spec:
         let text = "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: r}\nspec: {selectr: {}}\n";
         let error = FileRules::default().add(text, Path::new("f.yaml"), "default").unwrap_err();
         assert!(error.contains("document 1") && error.contains("ReplicationRule r"), "{error}");
+        let typo = "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: r}\n\
+                    spec: {kind: ConfigMap, namespaces: [a], selector: {matchLabels: {a: b}}, namespaceSelectr: {}}\n";
+        let error = FileRules::default().add(typo, Path::new("f.yaml"), "default").unwrap_err();
+        assert!(error.contains("unknown field spec.namespaceSelectr"), "{error}");
         let twice = format!("{RULES}---\n{}", RULES.split("---").last().unwrap());
         let error = FileRules::default().add(&twice, Path::new("f.yaml"), "default").unwrap_err();
         assert!(error.contains("ReplicationRule shared is given twice"), "{error}");
+    }
+
+    #[test]
+    fn every_sample_rule_has_only_fields_its_crd_knows() {
+        for (name, text) in crate::samples::BUILT_IN {
+            for document in crate::samples::documents(text).unwrap() {
+                let kind = document["kind"].as_str().unwrap_or_default();
+                assert_eq!(unknown_fields(kind, &document), Vec::<String>::new(), "{name}");
+            }
+        }
+        let mut rules = FileRules::default();
+        for (name, text) in crate::samples::BUILT_IN {
+            rules.add(text, Path::new(name), "default").unwrap();
+        }
+        assert!(!rules.namespace_accesses.is_empty() && !rules.config_map_syncs.is_empty());
     }
 
     #[test]
