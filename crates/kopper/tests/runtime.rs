@@ -238,21 +238,15 @@ async fn unreachable_api_server_is_one_line_on_stderr_naming_the_server_and_demo
 async fn sigterm_stops_the_binary_with_exit_code_zero() {
     let cluster = Cluster::start().await;
     let admin = free_admin_addr();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
-        .args(["run", "--controllers", "pod-labeler", "--leader-elect", "false", "--admin-addr", &admin])
-        .arg("--kubeconfig")
-        .arg(&cluster.kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = kopper_process(
+        &cluster,
+        &["--controllers", "pod-labeler", "--leader-elect", "false", "--admin-addr", &admin],
+        Stdio::null(),
+    );
     create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
     wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
 
-    let pid = child.id().unwrap().to_string();
-    let killed = tokio::process::Command::new("kill").args(["-TERM", &pid]).status().await.unwrap();
-    assert!(killed.success());
+    signal(&child, "-TERM").await;
 
     let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0));
@@ -264,16 +258,9 @@ async fn sigterm_stops_the_binary_with_exit_code_zero() {
 async fn logging_into_a_closed_pipe_neither_stops_the_work_nor_the_shutdown() {
     let cluster = Cluster::start().await;
     let admin = free_admin_addr();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
-        .args(["run", "--controllers", "pod-labeler", "--leader-elect", "false", "--admin-addr", &admin])
-        .args(["--log-level", "debug"])
-        .arg("--kubeconfig")
-        .arg(&cluster.kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let flags = ["--controllers", "pod-labeler", "--leader-elect", "false", "--admin-addr", &admin];
+    let mut child =
+        kopper_process(&cluster, &[&flags[..], &["--log-level", "debug"]].concat(), Stdio::piped());
     drop(child.stderr.take());
 
     create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
@@ -291,15 +278,11 @@ async fn a_missing_crd_is_named_in_the_log_with_the_command_that_installs_it() {
     use tokio::io::AsyncBufReadExt as _;
     let cluster = Cluster::start().await;
     let admin = free_admin_addr();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
-        .args(["run", "--controllers", "replication-rule", "--leader-elect", "false", "--admin-addr", &admin])
-        .arg("--kubeconfig")
-        .arg(&cluster.kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = kopper_process(
+        &cluster,
+        &["--controllers", "replication-rule", "--leader-elect", "false", "--admin-addr", &admin],
+        Stdio::piped(),
+    );
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let named = async {
         while let Some(line) = lines.next_line().await.unwrap() {
@@ -324,18 +307,24 @@ fn bad_flag_is_a_one_line_error_and_a_failing_exit() {
     assert!(stderr.lines().next().unwrap_or_default().contains("--lease-duration"), "{stderr}");
 }
 
-/// One of two replicas as a process of its own, so that it can be paused.
-fn replica_process(cluster: &Cluster, label: &str, admin: &str) -> tokio::process::Child {
+/// `kopper run FLAGS` as a process of its own against `cluster` (so that it can be signalled
+/// or paused), its stdout discarded and its stderr as asked.
+fn kopper_process(cluster: &Cluster, flags: &[&str], stderr: Stdio) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
         .arg("run")
-        .args(replica_flags(label, admin))
+        .args(flags)
         .arg("--kubeconfig")
         .arg(&cluster.kubeconfig)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .unwrap()
+}
+
+/// One of two replicas as a process of its own, so that it can be paused.
+fn replica_process(cluster: &Cluster, label: &str, admin: &str) -> tokio::process::Child {
+    kopper_process(cluster, &replica_flags(label, admin), Stdio::null())
 }
 
 async fn signal(child: &tokio::process::Child, signal: &str) {
