@@ -228,6 +228,46 @@ async fn copy_is_deleted_when_its_source_stops_matching_and_when_the_rule_goes()
     );
 }
 
+/// New namespaces get their copies outside the rule's passes; none of those may land after
+/// the rule's cleanup looked for its copies, or it would stay behind until the orphan sweep
+/// (a minute later), or for ever if kopper stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_created_while_their_rule_is_deleted_keep_no_copy_of_it() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"k": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "k", "1").await;
+
+    let namespaces: Vec<String> = (0..40).map(|n| format!("burst-{n}")).collect();
+    let creating = async {
+        for (n, name) in namespaces.iter().enumerate() {
+            cluster.namespace(name, json!({})).await;
+            if n == 10 {
+                cluster.copy_has("burst-0", "app-config", "k", "1").await;
+            }
+        }
+    };
+    let deleting = async {
+        cluster.copy_has("burst-0", "app-config", "k", "1").await;
+        cluster.rules().delete("main-rule", &DeleteParams::default()).await.unwrap();
+    };
+    tokio::join!(creating, deleting);
+    eventually("the rule to be gone", || async {
+        cluster.rules().get_opt("main-rule").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let copies = Api::<ConfigMap>::all(cluster.client.clone());
+    let params = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kopper");
+    // Well within the orphan sweep's minute: only the cleanup can have removed them.
+    common::eventually_within(std::time::Duration::from_secs(10), "no copy to be left", || async {
+        let left = copies.list(&params).await.unwrap().items;
+        let live = left.iter().filter(|copy| copy.metadata.deletion_timestamp.is_none()).count();
+        (live == 0).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn unmanaged_object_is_left_byte_for_byte() {
     let cluster = Cluster::start().await;

@@ -88,6 +88,8 @@ async fn every_controller_runs_in_one_operator_and_readiness_waits_for_all() {
         http_get(&admin, "/readyz").await.filter(|(status, _)| *status == 200)
     })
     .await;
+    // NamespaceAccess and replication share one namespace cache: one list, not three.
+    assert_eq!(cluster.sim.counters().get("list", "namespaces"), 1);
     operator.stop().await.unwrap();
 }
 

@@ -18,6 +18,8 @@ pub struct Context {
     pub settings: Arc<Settings>,
     /// Which controllers have synced their caches; read by `/readyz`.
     pub readiness: Readiness,
+    /// The namespaces, one cache for every controller that follows them.
+    pub namespaces: Arc<super::namespaces::SharedNamespaces>,
     /// Whether this replica may write; the client checks it on every write to the API
     /// server, and writes outside the cluster (S3, IAM) must check it too.
     pub fence: Arc<super::fence::WriteFence>,
@@ -72,9 +74,11 @@ impl Context {
     pub fn new(client: kube::Client, metrics: Arc<Metrics>, settings: Settings) -> Self {
         let recorder =
             Recorder::new(client.clone(), Reporter { controller: "kopper".into(), instance: None });
+        let namespaces = Arc::new(super::namespaces::SharedNamespaces::new(client.clone(), metrics.clone()));
         Self {
             client,
             recorder,
+            namespaces,
             metrics,
             settings: Arc::new(settings),
             readiness: Readiness::default(),

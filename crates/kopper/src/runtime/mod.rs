@@ -9,6 +9,7 @@ pub mod fence;
 pub mod field_manager;
 pub mod leader;
 pub mod metrics;
+pub mod namespaces;
 pub mod process;
 pub mod shutdown;
 pub mod telemetry;

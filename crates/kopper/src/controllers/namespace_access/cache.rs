@@ -1,6 +1,6 @@
 //! Watch-fed caches shared by both controllers, and the wake-ups they send.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use super::BINDING_CONTROLLER;
 use crate::runtime::Metrics;
 use crate::runtime::metrics::CacheLabels;
+use crate::runtime::namespaces::{NamespaceEvent, NamespaceFeed, NamespaceMeta};
 
 /// Wakes a controller's `reconcile_all_on`. The channel holds one wake-up; while it is
 /// pending, further ones are dropped, so a burst of changes costs one pass.
@@ -117,6 +118,46 @@ pub fn spec_changed<K: Resource>() -> impl FnMut(&watcher::Event<K>) -> bool + S
             generations.remove(&object.uid().unwrap_or_default());
             true
         }
+    }
+}
+
+/// The namespaces the binding controller is to reconcile, from `feed`: each namespace whose
+/// name, labels or deletion changed (what its bindings depend on). A resync fires
+/// `resync` instead, for the controller's `reconcile_all_on`, which reads the store rather
+/// than having every namespace copied into the stream.
+pub fn namespace_changes(
+    feed: NamespaceFeed,
+    resync: Trigger,
+) -> impl Stream<Item = Result<NamespaceMeta, watcher::Error>> + Send + 'static {
+    futures::stream::unfold((feed, resync), |(mut feed, resync)| async move {
+        let changed = match feed.next().await {
+            NamespaceEvent::Resync => {
+                resync.fire();
+                None
+            }
+            NamespaceEvent::Changed { before, after: Some(after) } => {
+                let same =
+                    before.is_some_and(|before| bindings_depend_on(&before) == bindings_depend_on(&after));
+                (!same).then(|| Ok(NamespaceMeta::clone(&after)))
+            }
+            NamespaceEvent::Changed { after: None, .. } => None,
+        };
+        Some((changed, (feed, resync)))
+    })
+    .filter_map(std::future::ready)
+}
+
+/// What a namespace's bindings depend on: its labels and whether it is being deleted.
+fn bindings_depend_on(namespace: &NamespaceMeta) -> (Option<&BTreeMap<String, String>>, bool) {
+    (namespace.metadata.labels.as_ref(), namespace.metadata.deletion_timestamp.is_some())
+}
+
+/// Fires `trigger` on every namespace change (a policy's status counts namespaces), until
+/// the feed's owner stops awaiting it.
+pub async fn wake_on_namespace_changes(mut feed: NamespaceFeed, trigger: Trigger) {
+    loop {
+        feed.next().await;
+        trigger.fire();
     }
 }
 

@@ -1,6 +1,7 @@
 //! NamespaceAccess (seed 000): RoleBindings kept in every namespace a policy selects.
 //!
-//! Two controllers share three caches (policies, namespaces, RoleBindings):
+//! Two controllers share three caches (policies, RoleBindings, and the namespaces kopper's
+//! controllers share, [`crate::runtime::namespaces`]):
 //! - the binding controller reconciles each Namespace against every policy. It is woken by
 //!   namespace changes, by any RoleBinding change in the namespace (so edits and deletes are
 //!   undone) and by any policy spec change (which wakes every namespace);
@@ -27,7 +28,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::jiff::Timestamp;
@@ -40,6 +40,7 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::controller::run_controller;
+use crate::runtime::namespaces::NamespaceMeta;
 use crate::runtime::{Context, ErrorCategory};
 use crate::runtime::{field_manager, watch};
 use crate::tenancy::ProtectedNamespaces;
@@ -95,7 +96,7 @@ type GuardedPolicy = DeserializeGuard<NamespaceAccess>;
 
 struct Shared {
     policies: Store<GuardedPolicy>,
-    namespaces: Store<Namespace>,
+    namespaces: Store<NamespaceMeta>,
     bindings: Store<RoleBinding>,
     /// Bindings the API server refused, per namespace, from the binding controller's last pass.
     refused: Mutex<BTreeMap<String, Vec<Problem>>>,
@@ -123,13 +124,8 @@ pub async fn run(
         ctx.metrics.clone(),
         shutdown.clone(),
     );
-    let namespaces = Cache::spawn(
-        Api::<Namespace>::all(client.clone()),
-        cache::any_change,
-        vec![wake_status.clone()],
-        ctx.metrics.clone(),
-        shutdown.clone(),
-    );
+    let status_feed = ctx.namespaces.subscribe();
+    let binding_feed = ctx.namespaces.subscribe();
     let bindings = Cache::spawn(
         Api::<RoleBinding>::all(client.clone()),
         cache::any_change,
@@ -142,14 +138,14 @@ pub async fn run(
     tokio::select! {
         ready = async {
             policies.wait_until_ready().await?;
-            namespaces.wait_until_ready().await?;
+            status_feed.wait_until_ready().await;
             bindings.wait_until_ready().await
         } => ready?,
         () = shutdown.clone() => return Ok(()),
     }
     let shared = Arc::new(Shared {
         policies: policies.store.clone(),
-        namespaces: namespaces.store.clone(),
+        namespaces: status_feed.store(),
         bindings: bindings.store.clone(),
         refused: Mutex::default(),
         conflicts: Mutex::default(),
@@ -157,20 +153,19 @@ pub async fn run(
         protected: ctx.settings.destinations.protected.clone(),
     });
 
-    let (namespace_reader, namespace_writer) = kube::runtime::reflector::store();
-    let namespace_events = watch::watcher(Api::<Namespace>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(namespace_writer)
-        .applied_objects();
+    let namespace_reader = binding_feed.store();
+    let (resync_namespaces, namespace_resyncs) = Trigger::new();
+    let namespace_events = cache::namespace_changes(binding_feed, resync_namespaces);
     let binding_events = watch::watcher(Api::<RoleBinding>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .touched_objects();
     let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
         .with_config(crate::runtime::controller::config(&ctx))
         .watches_stream(binding_events, |binding| {
-            binding.namespace().map(|namespace| ObjectRef::<Namespace>::new(&namespace))
+            binding.namespace().map(|namespace| ObjectRef::<NamespaceMeta>::new(&namespace))
         })
         .reconcile_all_on(policy_changes)
+        .reconcile_all_on(namespace_resyncs)
         .graceful_shutdown_on(shutdown.clone());
     let (policy_reader, policy_writer) = kube::runtime::reflector::store();
     let policy_events = watch::watcher(Api::<GuardedPolicy>::all(client), watcher::Config::default())
@@ -182,9 +177,16 @@ pub async fn run(
         .reconcile_all_on(status_changes)
         .graceful_shutdown_on(shutdown.clone());
 
+    let status_wakes = cache::wake_on_namespace_changes(status_feed, shared.wake_status.clone());
     let for_bindings = shared.clone();
     let for_status = shared;
     tokio::join!(
+        async {
+            tokio::select! {
+                () = status_wakes => {}
+                () = shutdown.clone() => {}
+            }
+        },
         run_controller(BINDING_CONTROLLER, binding_controller, ctx.clone(), move |namespace, ctx| {
             reconcile_namespace(namespace, ctx, for_bindings.clone())
         }),
@@ -192,13 +194,13 @@ pub async fn run(
             reconcile_status(policy, ctx, for_status.clone())
         }),
     );
-    futures::future::join_all([policies.task, namespaces.task, bindings.task]).await;
+    futures::future::join_all([policies.task, bindings.task]).await;
     Ok(())
 }
 
 /// Makes one namespace hold exactly the bindings the policies ask for.
 async fn reconcile_namespace(
-    namespace: Arc<Namespace>,
+    namespace: Arc<NamespaceMeta>,
     ctx: Arc<Context>,
     shared: Arc<Shared>,
 ) -> Result<Action, Error> {

@@ -3,7 +3,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -14,6 +13,7 @@ use super::diff::{BindingState, foreign_conflict, state_of};
 use super::policy::FieldError;
 use super::template::NamespaceFacts;
 use super::types::{BindingConflict, NamespaceAccessStatus};
+use crate::runtime::namespaces::NamespaceMeta;
 
 /// Conflicts listed in status; the count covers the rest.
 pub const MAX_LISTED_CONFLICTS: usize = 20;
@@ -22,7 +22,7 @@ const READY: &str = "Ready";
 /// Everything kopper knows about the cluster, as the caches hold it.
 pub struct Observed<'a> {
     pub policies: &'a Policies,
-    pub namespaces: &'a [Arc<Namespace>],
+    pub namespaces: &'a [Arc<NamespaceMeta>],
     /// Every RoleBinding, keyed by (namespace, name).
     pub bindings: &'a HashMap<(String, String), Arc<RoleBinding>>,
     /// Bindings the API server refused on the last attempt.
@@ -233,13 +233,15 @@ pub fn notices(previous: Option<&NamespaceAccessStatus>, next: &NamespaceAccessS
 
 #[cfg(test)]
 mod tests {
+    use kube::core::PartialObjectMetaExt;
+
     use super::*;
     use crate::controllers::namespace_access::desired::ProblemKind;
     use crate::controllers::namespace_access::testing::{namespace, policy, policy_yaml};
 
     struct World {
         policies: Policies,
-        namespaces: Vec<Arc<Namespace>>,
+        namespaces: Vec<Arc<NamespaceMeta>>,
         bindings: HashMap<(String, String), Arc<RoleBinding>>,
         refused: Vec<Problem>,
     }
@@ -251,7 +253,10 @@ mod tests {
         ) -> Self {
             Self {
                 policies: Policies::compile(policies.iter().copied()),
-                namespaces: namespaces.iter().map(|name| Arc::new(namespace(name, &[]))).collect(),
+                namespaces: namespaces
+                    .iter()
+                    .map(|name| Arc::new(namespace(name, &[]).metadata.into_response_partial()))
+                    .collect(),
                 bindings: HashMap::new(),
                 refused: Vec::new(),
             }

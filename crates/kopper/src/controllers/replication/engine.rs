@@ -137,18 +137,50 @@ impl Memo {
 pub struct Engine {
     pub caches: Caches,
     pub router: Arc<Router>,
+    /// Keeps a rule's cleanup apart from copies written for it outside its passes.
+    pub(super) gates: RuleGates,
+}
+
+/// One gate per rule. A rule's passes are run one at a time by its controller, but
+/// [`super::namespaces`] writes copies for it outside them: it holds the gate shared while
+/// it checks the rule still stands and writes, and a cleanup holds it alone, so no copy is
+/// written for a rule after its cleanup looked for its copies.
+#[derive(Default)]
+pub(super) struct RuleGates(Mutex<HashMap<RuleId, Arc<tokio::sync::RwLock<()>>>>);
+
+impl RuleGates {
+    fn gate(&self, rule: &RuleId) -> Arc<tokio::sync::RwLock<()>> {
+        lock(&self.0).entry(rule.clone()).or_default().clone()
+    }
+
+    pub(super) async fn shared(&self, rule: &RuleId) -> tokio::sync::OwnedRwLockReadGuard<()> {
+        self.gate(rule).read_owned().await
+    }
+
+    async fn exclusive(&self, rule: &RuleId) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.gate(rule).write_owned().await
+    }
+
+    /// Forgets the gates of rules that are gone and that nobody holds.
+    fn retain(&self, rules: &HashSet<RuleId>) {
+        lock(&self.0).retain(|rule, gate| rules.contains(rule) || Arc::strong_count(gate) > 1);
+    }
 }
 
 /// What one pass did, summed over its batches.
 #[derive(Default)]
-struct PassTally {
+pub(super) struct PassTally {
     findings: Findings,
-    failed: Vec<WriteError>,
+    pub(super) failed: Vec<WriteError>,
     /// Sources whose copies were written, with the version written.
     written_sources: HashMap<String, String>,
 }
 
 impl Engine {
+    pub fn new(caches: Caches, router: Arc<Router>) -> Self {
+        Self { caches, router, gates: RuleGates::default() }
+    }
+
     /// Waits for every cache's first list: a pass on a partial cache would miss copies.
     pub async fn ready(&self) -> Result<(), CacheStopped> {
         self.caches.wait_until_ready().await?;
@@ -185,6 +217,7 @@ impl Engine {
     /// Removes every copy the rule `id` (whose object has uid `uid`) made; runs when it is
     /// deleted, refused or no longer allowed.
     pub async fn cleanup(&self, ctx: &Context, id: &RuleId, uid: &str) -> Result<Action, SyncError> {
+        let _alone = self.gates.exclusive(id).await;
         let labels = RuleLabels::of(id);
         let changes = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
         let applied =
@@ -290,7 +323,13 @@ impl Engine {
     }
 
     /// Makes one batch of a pass's changes and adds what happened to `tally`.
-    async fn apply_batch(&self, ctx: &Context, rule: &Rule, plan: RulePlan, tally: &mut PassTally) {
+    pub(super) async fn apply_batch(
+        &self,
+        ctx: &Context,
+        rule: &Rule,
+        plan: RulePlan,
+        tally: &mut PassTally,
+    ) {
         let kind = rule.kind;
         let applied = apply::execute(
             &ctx.client,
@@ -333,6 +372,7 @@ impl Engine {
             }
         }
         self.caches.scoped.retire(&needed, |kind, name| source_names.contains(&(kind, name.to_owned())));
+        self.gates.retain(&self.router.rules.all_ids().into_iter().collect());
         self.router.memo.keep_sources(&ctx.metrics, &source_uids);
     }
 
@@ -347,7 +387,7 @@ impl Engine {
     }
 
     /// The content of each source, read once per version.
-    async fn fetch_sources(
+    pub(super) async fn fetch_sources(
         &self,
         client: &Client,
         kind: ObjectKind,

@@ -9,22 +9,23 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::core::{DeserializeGuard, ObjectMeta, PartialObjectMeta};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
 use tokio::task::JoinHandle;
 
-use super::RULE_CONTROLLER;
 use super::copies::{self, CopyIndex};
 use super::desired::{
-    ObjectInfo, ObjectKind, Rule, RuleId, RuleKind, RuleLabels, rules_affected_by, wants_copy_at,
+    NamespaceInfo, ObjectInfo, ObjectKind, Rule, RuleId, RuleKind, RuleLabels, rules_affected_by,
+    wants_copy_at,
 };
 use super::engine::Memo;
+use super::namespaces::NamespaceChange;
 use super::rules::RuleObject;
 use super::scoped::{Scoped, ScopedView};
 use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::replication_rule::types::ReplicationRule;
-use crate::runtime::metrics::CacheLabels;
+use crate::runtime::namespaces::{NamespaceEvent, NamespaceFeed};
 use crate::runtime::{Metrics, Settings};
 
 pub type Meta<K> = PartialObjectMeta<K>;
@@ -128,20 +129,57 @@ pub struct RuleStores {
 impl RuleStores {
     /// Every rule in force: valid, and not being deleted.
     pub fn in_force(&self, settings: &Settings) -> Vec<Rule> {
+        self.rules_where(settings, |_| true)
+    }
+
+    /// The rules in force that hold kopper's finalizer: only those may get copies outside
+    /// their own pass, since only their cleanup is sure to run.
+    pub fn finalized(&self, settings: &Settings) -> Vec<Rule> {
+        self.rules_where(settings, holds_finalizer)
+    }
+
+    fn rules_where(&self, settings: &Settings, keep: impl Fn(&ObjectMeta) -> bool + Copy) -> Vec<Rule> {
         fn valid<R: RuleObject>(
             store: &Store<Guarded<R>>,
             settings: &Settings,
+            keep: impl Fn(&ObjectMeta) -> bool,
         ) -> impl Iterator<Item = Rule> {
             store
                 .state()
                 .iter()
                 .filter_map(|guarded| guarded.0.as_ref().ok())
-                .filter(|object| object.meta().deletion_timestamp.is_none())
+                .filter(|object| object.meta().deletion_timestamp.is_none() && keep(object.meta()))
                 .filter_map(|object| object.to_rule(settings).ok())
                 .collect::<Vec<_>>()
                 .into_iter()
         }
-        valid(&self.rules, settings).chain(valid(&self.syncs, settings)).collect()
+        valid(&self.rules, settings, keep).chain(valid(&self.syncs, settings, keep)).collect()
+    }
+
+    /// Whether the object `rule` was read from is still there, unchanged in identity, not
+    /// being deleted and holding kopper's finalizer: its cleanup has not run yet.
+    pub fn still_finalized(&self, rule: &Rule) -> bool {
+        fn current<R: RuleObject>(
+            store: &Store<Guarded<R>>,
+            reference: ObjectRef<Guarded<R>>,
+            uid: &str,
+        ) -> bool {
+            store.get(&reference).is_some_and(|guarded| {
+                guarded.0.as_ref().is_ok_and(|object| {
+                    let meta = object.meta();
+                    meta.uid.as_deref() == Some(uid)
+                        && meta.deletion_timestamp.is_none()
+                        && holds_finalizer(meta)
+                })
+            })
+        }
+        match (&rule.id.kind, &rule.id.namespace) {
+            (RuleKind::ReplicationRule, _) => current(&self.rules, ObjectRef::new(&rule.id.name), &rule.uid),
+            (RuleKind::ConfigMapSync, Some(namespace)) => {
+                current(&self.syncs, ObjectRef::new(&rule.id.name).within(namespace), &rule.uid)
+            }
+            (RuleKind::ConfigMapSync, None) => false,
+        }
     }
 
     pub fn all_ids(&self) -> Vec<RuleId> {
@@ -229,6 +267,10 @@ impl Router {
     }
 }
 
+fn holds_finalizer(meta: &ObjectMeta) -> bool {
+    meta.finalizers.iter().flatten().any(|finalizer| finalizer == super::FINALIZER)
+}
+
 /// A cache's task ended before its first list completed.
 #[derive(Debug, thiserror::Error)]
 #[error("the {0} cache stopped before its first list completed")]
@@ -247,18 +289,23 @@ pub struct Caches {
 }
 
 impl Caches {
+    /// Starts the caches; the namespace changes they see are sent to the receiver returned,
+    /// for [`super::namespaces::serve`].
     pub fn spawn(
         client: &Client,
+        namespace_feed: NamespaceFeed,
         router: Arc<Router>,
         metrics: Arc<Metrics>,
         shutdown: impl Future<Output = ()> + Clone + Send + 'static,
-    ) -> Self {
+    ) -> (Self, UnboundedReceiver<NamespaceChange>) {
         let namespaces_synced = Synced::default();
-        let (namespaces, namespace_task) = spawn_namespaces(
-            client,
+        let (changes, changes_received) = unbounded();
+        let namespaces = namespace_feed.store();
+        let namespace_task = follow_namespaces(
+            namespace_feed,
             namespaces_synced.clone(),
             router.clone(),
-            metrics.clone(),
+            changes,
             shutdown.clone(),
         );
         let config_maps = Arc::new(CopyIndex::new(ObjectKind::ConfigMap));
@@ -276,7 +323,7 @@ impl Caches {
             ),
             copies::spawn::<Secret>(client, secrets.clone(), router, metrics, shutdown),
         ];
-        Self { namespaces, namespaces_synced, config_maps, secrets, scoped, tasks }
+        (Self { namespaces, namespaces_synced, config_maps, secrets, scoped, tasks }, changes_received)
     }
 
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
@@ -306,58 +353,42 @@ impl Caches {
     }
 }
 
-/// kubectl's copy of the whole object it applied: never read, and as large as the content
-/// the cache is meant not to hold.
-const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Keeps a metadata-only cache of namespaces until shutdown; any change can make a
-/// namespace start or stop matching any rule, so each wakes them all. Managed fields and
-/// kubectl's last-applied annotation are dropped: they are never read.
-fn spawn_namespaces(
-    client: &Client,
+/// Follows the shared namespace cache until shutdown, sending each change that can matter
+/// to a rule (name, labels, consent, deletion), with the namespace as it was and as it is,
+/// to `changes` for [`super::namespaces`] to serve at once. A resync wakes every rule
+/// instead: what changed meanwhile is unknown.
+fn follow_namespaces(
+    mut feed: NamespaceFeed,
     synced: Synced,
     router: Arc<Router>,
-    metrics: Arc<Metrics>,
+    changes: UnboundedSender<NamespaceChange>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> (Store<Meta<Namespace>>, JoinHandle<()>) {
-    let (store, writer) = reflector::store();
-    let api = Api::<Meta<Namespace>>::all(client.clone());
-    let events = reflector::reflector(
-        writer,
-        crate::runtime::watch::watcher(api, watcher::Config::default()).default_backoff().modify(
-            |object: &mut Meta<Namespace>| {
-                object.managed_fields_mut().clear();
-                object.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
-            },
-        ),
-    )
-    .take_until(shutdown);
-    let reader = store.clone();
-    let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: "Namespace".to_owned() };
-    let task = tokio::spawn(async move {
-        let mut events = std::pin::pin!(events);
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(event) => {
-                    let size = i64::try_from(reader.len()).unwrap_or(i64::MAX);
-                    metrics.cached_objects.get_or_create(&labels).set(size);
-                    match event {
-                        watcher::Event::Init => metrics.relisted(&labels.controller, &labels.kind),
-                        watcher::Event::InitApply(_) => {}
-                        watcher::Event::InitDone => {
-                            synced.mark_ready();
-                            router.wake_all();
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let follow = async {
+            loop {
+                match feed.next().await {
+                    NamespaceEvent::Resync => {
+                        synced.mark_ready();
+                        router.wake_all();
+                    }
+                    NamespaceEvent::Changed { before, after } => {
+                        let info = |namespace: Option<Arc<Meta<Namespace>>>| {
+                            namespace.map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
+                        };
+                        let change = NamespaceChange { before: info(before), after: info(after) };
+                        // A closed channel means the engine is stopping.
+                        if change.matters() && changes.unbounded_send(change).is_err() {
+                            return;
                         }
-                        watcher::Event::Apply(_) | watcher::Event::Delete(_) => router.wake_all(),
                     }
                 }
-                Err(error) => {
-                    tracing::warn!(kind = %labels.kind, %error, "watch failed; retrying with backoff");
-                    metrics.watch_failed(&labels.controller, &labels.kind);
-                }
             }
+        };
+        tokio::select! {
+            () = follow => {}
+            () = shutdown => {}
         }
         synced.mark_stopped();
-    });
-    (store, task)
+    })
 }

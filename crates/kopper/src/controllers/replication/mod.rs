@@ -17,7 +17,10 @@
 //!   object kopper did not make blocks (to see it go; one cluster-wide watch instead past
 //!   [`scoped::MAX_NAME_WATCHES`] names). Elsewhere, before creating a copy kopper looks whether an
 //!   object is already there, and reports it as a conflict instead of touching it;
-//! - namespaces, metadata only ([`index`]).
+//! - namespaces, metadata only, from the cache every controller shares
+//!   ([`crate::runtime::namespaces`]). A namespace that a rule newly targets gets its copies
+//!   at once, decided for that namespace alone ([`mod@namespaces`]), so its wait does not grow
+//!   with the cluster; the rule's pass follows, debounced, for status and deletions.
 //!
 //! Sources' content is read once per version. A rule holds the finalizer [`FINALIZER`]
 //! until its copies are removed; copies whose rule vanished without it (a finalizer removed
@@ -31,6 +34,7 @@ pub mod copies;
 pub mod desired;
 pub mod engine;
 pub mod index;
+pub mod namespaces;
 pub mod plan;
 pub mod rules;
 pub mod scoped;
@@ -143,8 +147,15 @@ pub async fn run(
         memo: Arc::new(Memo::default()),
         scoped: std::sync::OnceLock::new(),
     });
-    let caches = Caches::spawn(&client, router.clone(), ctx.metrics.clone(), shutdown.clone());
-    let engine = Arc::new(Engine { caches, router });
+    let (caches, namespace_changes) = Caches::spawn(
+        &client,
+        ctx.namespaces.subscribe(),
+        router.clone(),
+        ctx.metrics.clone(),
+        shutdown.clone(),
+    );
+    let engine = Arc::new(Engine::new(caches, router));
+    let for_namespaces = engine.clone();
     let for_rules = engine.clone();
     let for_syncs = engine.clone();
     let for_orphans = engine.clone();
@@ -152,6 +163,7 @@ pub async fn run(
     let controllers = async {
         tokio::join!(
             collect_orphans(for_orphans, orphan_ctx, shutdown.clone()),
+            namespaces::serve(for_namespaces, ctx.clone(), namespace_changes),
             run_controller(RULE_CONTROLLER, rule_controller, ctx.clone(), move |rule, ctx| {
                 reconcile(rule, ctx, for_rules.clone())
             }),

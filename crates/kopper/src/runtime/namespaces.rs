@@ -1,0 +1,198 @@
+//! One cache of the cluster's namespaces for every controller that follows them.
+//!
+//! NamespaceAccess and the replication engine both follow every namespace. Each used to keep
+//! its own watches and its own copy of every Namespace (NamespaceAccess two, one of them with
+//! managed fields), so on a cluster of 10,000 namespaces kopper held them three times over.
+//! Here one watch keeps one store of namespace metadata, trimmed of what no controller reads
+//! (managed fields, kubectl's last-applied annotation), and each controller subscribes to its
+//! changes ([`NamespaceFeed`]).
+//!
+//! The watch starts with the first subscriber and stops with the last. A subscriber that
+//! falls more than [`BACKLOG`] changes behind is told to look at every namespace again
+//! ([`NamespaceEvent::Resync`]), as after a relist, so a slow controller costs a bounded
+//! buffer, never a growing one.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use tokio::sync::{broadcast, watch};
+
+use super::Metrics;
+use super::metrics::CacheLabels;
+
+/// What kopper keeps of a namespace: its metadata.
+pub type NamespaceMeta = PartialObjectMeta<Namespace>;
+
+/// The `controller` label of this cache's metrics: it belongs to no controller alone.
+pub const CACHE_OWNER: &str = "shared";
+
+/// Changes a subscriber may fall behind by before it is told to look at everything again.
+pub const BACKLOG: usize = 4096;
+
+/// kubectl's copy of the whole object it applied: never read, and often most of a
+/// namespace's metadata.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// What a subscriber hears.
+#[derive(Clone, Debug)]
+pub enum NamespaceEvent {
+    /// Which namespaces changed is not known: the first list completed, the watch listed
+    /// again, or this subscriber fell behind. Every namespace in the store is to be looked at.
+    Resync,
+    /// One namespace changed: as it was (`None`: it is new) and as it is (`None`: deleted).
+    Changed { before: Option<Arc<NamespaceMeta>>, after: Option<Arc<NamespaceMeta>> },
+}
+
+/// The shared cache, started by its first subscriber.
+pub struct SharedNamespaces {
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    running: Mutex<Weak<Running>>,
+}
+
+/// The watch and its store, alive while a subscriber holds them.
+struct Running {
+    store: Store<NamespaceMeta>,
+    synced: watch::Receiver<bool>,
+    events: broadcast::Sender<NamespaceEvent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl SharedNamespaces {
+    pub fn new(client: kube::Client, metrics: Arc<Metrics>) -> Self {
+        Self { client, metrics, running: Mutex::new(Weak::new()) }
+    }
+
+    /// A feed of namespace changes, starting the watch if nobody holds one. Must be called
+    /// within a Tokio runtime.
+    pub fn subscribe(&self) -> NamespaceFeed {
+        let mut slot = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = slot.upgrade().unwrap_or_else(|| {
+            let started = Arc::new(Running::start(&self.client, self.metrics.clone()));
+            *slot = Arc::downgrade(&started);
+            started
+        });
+        let receiver = running.events.subscribe();
+        // Subscribed after the first list: the Resync it sent was missed, so it comes first.
+        let resync_first = *running.synced.borrow();
+        NamespaceFeed { running, receiver, resync_first }
+    }
+}
+
+impl Running {
+    fn start(client: &kube::Client, metrics: Arc<Metrics>) -> Self {
+        let (store, writer) = reflector::store();
+        let (synced_sender, synced) = watch::channel(false);
+        let (events, _) = broadcast::channel(BACKLOG);
+        let api = Api::<NamespaceMeta>::all(client.clone());
+        let task = tokio::spawn(keep(api, writer, store.clone(), synced_sender, events.clone(), metrics));
+        Self { store, synced, events, task }
+    }
+}
+
+/// Keeps the store and tells subscribers what changed, until aborted.
+async fn keep(
+    api: Api<NamespaceMeta>,
+    mut writer: reflector::store::Writer<NamespaceMeta>,
+    store: Store<NamespaceMeta>,
+    synced: watch::Sender<bool>,
+    subscribers: broadcast::Sender<NamespaceEvent>,
+    metrics: Arc<Metrics>,
+) {
+    let labels = CacheLabels { controller: CACHE_OWNER.to_owned(), kind: "Namespace".to_owned() };
+    let events = super::watch::watcher(api, watcher::Config::default()).default_backoff().modify(trim);
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(kind = "Namespace", %error, "watch failed; retrying with backoff");
+                metrics.watch_failed(&labels.controller, &labels.kind);
+                continue;
+            }
+        };
+        let before = match &event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+                store.get(&ObjectRef::from_obj(object))
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => None,
+        };
+        writer.apply_watcher_event(&event);
+        metrics.cached_objects.get_or_create(&labels).set(i64::try_from(store.len()).unwrap_or(i64::MAX));
+        // A send fails only when nobody listens, and then there is nobody to tell.
+        match event {
+            watcher::Event::Init => metrics.relisted(&labels.controller, &labels.kind),
+            watcher::Event::InitApply(_) => {}
+            watcher::Event::InitDone => {
+                synced.send_replace(true);
+                let _ = subscribers.send(NamespaceEvent::Resync);
+            }
+            watcher::Event::Apply(object) => {
+                let after = store.get(&ObjectRef::from_obj(&object));
+                let _ = subscribers.send(NamespaceEvent::Changed { before, after });
+            }
+            watcher::Event::Delete(object) => {
+                let before = before.or_else(|| Some(Arc::new(object)));
+                let _ = subscribers.send(NamespaceEvent::Changed { before, after: None });
+            }
+        }
+    }
+}
+
+/// Drops what no controller reads from a namespace before it is stored.
+fn trim(namespace: &mut NamespaceMeta) {
+    namespace.managed_fields_mut().clear();
+    namespace.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
+}
+
+/// One subscriber's view: the shared store, and the changes since it subscribed.
+pub struct NamespaceFeed {
+    running: Arc<Running>,
+    receiver: broadcast::Receiver<NamespaceEvent>,
+    resync_first: bool,
+}
+
+impl NamespaceFeed {
+    /// The namespaces as the watch last saw them (shared by every subscriber).
+    pub fn store(&self) -> Store<NamespaceMeta> {
+        self.running.store.clone()
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.running.synced.borrow()
+    }
+
+    /// Waits for the first complete list.
+    pub async fn wait_until_ready(&self) {
+        let mut synced = self.running.synced.clone();
+        // The sender lives in the watch task, which outlives every feed.
+        let _ = synced.wait_for(|synced| *synced).await;
+    }
+
+    /// The next change; a [`NamespaceEvent::Resync`] when this feed fell behind.
+    pub async fn next(&mut self) -> NamespaceEvent {
+        if std::mem::take(&mut self.resync_first) {
+            return NamespaceEvent::Resync;
+        }
+        match self.receiver.recv().await {
+            Ok(event) => event,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::debug!(missed, "fell behind the namespace cache; looking at every namespace again");
+                NamespaceEvent::Resync
+            }
+            // The sender lives as long as this feed holds the watch.
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}
