@@ -3,9 +3,9 @@
 //! NamespaceAccess and the replication engine both follow every namespace. Each used to keep
 //! its own watches and its own copy of every Namespace (NamespaceAccess two, one of them with
 //! managed fields), so on a cluster of 10,000 namespaces kopper held them three times over.
-//! Here one watch keeps one store of namespace metadata, trimmed of what no controller reads
-//! (managed fields, kubectl's last-applied annotation), and each controller subscribes to its
-//! changes ([`NamespaceFeed`]).
+//! Here one watch keeps one store of namespaces' metadata alone (spec and status are never
+//! stored), trimmed of what no controller reads (managed fields, kubectl's last-applied
+//! annotation), and each controller subscribes to its changes ([`NamespaceFeed`]).
 //!
 //! The watch starts with the first subscriber and stops with the last. A subscriber that
 //! falls more than [`BACKLOG`] changes behind is told to look at every namespace again

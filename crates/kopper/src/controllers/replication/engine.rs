@@ -8,7 +8,8 @@ use std::time::Instant;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, ResourceExt};
@@ -18,8 +19,8 @@ use prometheus_client::registry::Registry;
 use super::apply::{self, WriteError};
 use super::copies::CopyIndex;
 use super::desired::{
-    Change, CopyState, Found, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, RuleLabels,
-    RulePass, RulePlan, Source, World, cleanup, source_namespaces,
+    Change, CopyKey, CopyState, Found, NamespaceInfo, ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL,
+    Rule, RuleId, RuleLabels, RulePass, RulePlan, Source, World, cleanup, source_namespaces,
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
@@ -219,7 +220,10 @@ impl Engine {
     pub async fn cleanup(&self, ctx: &Context, id: &RuleId, uid: &str) -> Result<Action, SyncError> {
         let _alone = self.gates.exclusive(id).await;
         let labels = RuleLabels::of(id);
-        let changes = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
+        let mut changes = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
+        let cached: HashSet<CopyKey> = changes.iter().map(|change| change.key().clone()).collect();
+        let listed = self.listed_copies(&ctx.client, &labels, uid).await?;
+        changes.extend(listed.into_iter().filter(|change| !cached.contains(change.key())));
         let applied =
             apply::execute(&ctx.client, &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME), &changes)
                 .await;
@@ -227,6 +231,50 @@ impl Engine {
         ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), None);
         self.retire_scoped_watches(ctx);
         failures(applied.failed)
+    }
+
+    /// Deletions of the copies of the rule labelled `labels` (whose object has uid `uid`) as
+    /// the API server lists them now, metadata only: the copies cache may not have seen the
+    /// last ones written yet (by the pass just before, or for a new namespace), and a copy it
+    /// missed would stay until the orphan sweep.
+    async fn listed_copies(
+        &self,
+        client: &Client,
+        labels: &RuleLabels,
+        uid: &str,
+    ) -> Result<Vec<Change>, SyncError> {
+        let params = ListParams::default().labels(&format!("{REPLICATED_BY_LABEL}={}", labels.current));
+        let mut changes = Vec::new();
+        for kind in ObjectKind::ALL {
+            let listed: Vec<ObjectMeta> = match kind {
+                ObjectKind::ConfigMap => Api::<ConfigMap>::all(client.clone())
+                    .list_metadata(&params)
+                    .await
+                    .map(|list| list.items.into_iter().map(|copy| copy.metadata).collect()),
+                ObjectKind::Secret => Api::<Secret>::all(client.clone())
+                    .list_metadata(&params)
+                    .await
+                    .map(|list| list.items.into_iter().map(|copy| copy.metadata).collect()),
+            }
+            .map_err(|source| SyncError::Read {
+                what: format!("the {kind} copies of a deleted rule"),
+                source,
+            })?;
+            let states: Vec<(String, String, CopyState)> = listed
+                .iter()
+                .map(|meta| {
+                    let (namespace, name) =
+                        (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+                    (namespace, name, CopyState::new(meta, &Payload::default()))
+                })
+                .filter(|(_, _, copy)| labels.marks(copy) && copy.deletable_by(uid))
+                .collect();
+            changes.extend(cleanup(
+                kind,
+                states.iter().map(|(namespace, name, copy)| (namespace.as_str(), name.as_str(), copy)),
+            ));
+        }
+        Ok(changes)
     }
 
     /// Deletes copies whose rule no longer exists: left behind when a rule's finalizer

@@ -20,7 +20,7 @@ use super::desired::{
     wants_copy_at,
 };
 use super::engine::Memo;
-use super::namespaces::NamespaceChange;
+use super::namespaces::{NamespaceChange, NamespaceChanges};
 use super::rules::RuleObject;
 use super::scoped::{Scoped, ScopedView};
 use crate::controllers::config_map_sync::types::ConfigMapSync;
@@ -157,12 +157,14 @@ impl RuleStores {
     }
 
     /// Whether the object `rule` was read from is still there, unchanged in identity, not
-    /// being deleted and holding kopper's finalizer: its cleanup has not run yet.
-    pub fn still_finalized(&self, rule: &Rule) -> bool {
+    /// being deleted, not refused, and holding kopper's finalizer: neither its cleanup nor
+    /// the one a refusal runs has happened since.
+    pub fn still_finalized(&self, rule: &Rule, settings: &Settings) -> bool {
         fn current<R: RuleObject>(
             store: &Store<Guarded<R>>,
             reference: ObjectRef<Guarded<R>>,
             uid: &str,
+            settings: &Settings,
         ) -> bool {
             store.get(&reference).is_some_and(|guarded| {
                 guarded.0.as_ref().is_ok_and(|object| {
@@ -170,13 +172,16 @@ impl RuleStores {
                     meta.uid.as_deref() == Some(uid)
                         && meta.deletion_timestamp.is_none()
                         && holds_finalizer(meta)
+                        && object.to_rule(settings).is_ok()
                 })
             })
         }
         match (&rule.id.kind, &rule.id.namespace) {
-            (RuleKind::ReplicationRule, _) => current(&self.rules, ObjectRef::new(&rule.id.name), &rule.uid),
+            (RuleKind::ReplicationRule, _) => {
+                current(&self.rules, ObjectRef::new(&rule.id.name), &rule.uid, settings)
+            }
             (RuleKind::ConfigMapSync, Some(namespace)) => {
-                current(&self.syncs, ObjectRef::new(&rule.id.name).within(namespace), &rule.uid)
+                current(&self.syncs, ObjectRef::new(&rule.id.name).within(namespace), &rule.uid, settings)
             }
             (RuleKind::ConfigMapSync, None) => false,
         }
@@ -289,23 +294,23 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Starts the caches; the namespace changes they see are sent to the receiver returned,
-    /// for [`super::namespaces::serve`].
+    /// Starts the caches; the namespace changes they see are gathered in the
+    /// [`NamespaceChanges`] returned, for [`super::namespaces::serve`].
     pub fn spawn(
         client: &Client,
         namespace_feed: NamespaceFeed,
         router: Arc<Router>,
         metrics: Arc<Metrics>,
         shutdown: impl Future<Output = ()> + Clone + Send + 'static,
-    ) -> (Self, UnboundedReceiver<NamespaceChange>) {
+    ) -> (Self, Arc<NamespaceChanges>) {
         let namespaces_synced = Synced::default();
-        let (changes, changes_received) = unbounded();
+        let changes = Arc::new(NamespaceChanges::default());
         let namespaces = namespace_feed.store();
         let namespace_task = follow_namespaces(
             namespace_feed,
             namespaces_synced.clone(),
             router.clone(),
-            changes,
+            changes.clone(),
             shutdown.clone(),
         );
         let config_maps = Arc::new(CopyIndex::new(ObjectKind::ConfigMap));
@@ -323,7 +328,7 @@ impl Caches {
             ),
             copies::spawn::<Secret>(client, secrets.clone(), router, metrics, shutdown),
         ];
-        (Self { namespaces, namespaces_synced, config_maps, secrets, scoped, tasks }, changes_received)
+        (Self { namespaces, namespaces_synced, config_maps, secrets, scoped, tasks }, changes)
     }
 
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
@@ -353,15 +358,15 @@ impl Caches {
     }
 }
 
-/// Follows the shared namespace cache until shutdown, sending each change that can matter
-/// to a rule (name, labels, consent, deletion), with the namespace as it was and as it is,
-/// to `changes` for [`super::namespaces`] to serve at once. A resync wakes every rule
-/// instead: what changed meanwhile is unknown.
+/// Follows the shared namespace cache until shutdown, adding each change that can matter to
+/// a rule (name, labels, consent, deletion), with the namespace as it was and as it is, to
+/// `changes` for [`super::namespaces`] to serve at once. A resync wakes every rule instead:
+/// what changed meanwhile is unknown.
 fn follow_namespaces(
     mut feed: NamespaceFeed,
     synced: Synced,
     router: Arc<Router>,
-    changes: UnboundedSender<NamespaceChange>,
+    changes: Arc<NamespaceChanges>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -376,11 +381,7 @@ fn follow_namespaces(
                         let info = |namespace: Option<Arc<Meta<Namespace>>>| {
                             namespace.map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
                         };
-                        let change = NamespaceChange { before: info(before), after: info(after) };
-                        // A closed channel means the engine is stopping.
-                        if change.matters() && changes.unbounded_send(change).is_err() {
-                            return;
-                        }
+                        changes.push(NamespaceChange { before: info(before), after: info(after) });
                     }
                 }
             }

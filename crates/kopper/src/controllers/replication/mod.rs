@@ -163,7 +163,7 @@ pub async fn run(
     let controllers = async {
         tokio::join!(
             collect_orphans(for_orphans, orphan_ctx, shutdown.clone()),
-            namespaces::serve(for_namespaces, ctx.clone(), namespace_changes),
+            namespaces::serve(for_namespaces, ctx.clone(), namespace_changes, shutdown.clone()),
             run_controller(RULE_CONTROLLER, rule_controller, ctx.clone(), move |rule, ctx| {
                 reconcile(rule, ctx, for_rules.clone())
             }),

@@ -8,15 +8,16 @@
 //! rules the change concerns are woken, so their passes (debounced, and the authority)
 //! delete what a namespace no longer wants and bring their status up to date.
 //!
-//! Changes that arrive while a batch is being served wait and are served together next,
-//! so a burst of namespaces costs a few batches, not one write round per namespace, and a
-//! lone namespace is served without waiting for anything.
+//! Changes that arrive while a batch is being served wait, merged by namespace, and are
+//! served together next: a burst of namespaces costs a few batches, not one write round per
+//! namespace, and a lone namespace waits for no timer. What waits is bounded by the number
+//! of namespaces, whatever the rate of changes.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::StreamExt;
-use futures::channel::mpsc::UnboundedReceiver;
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::Notify;
 
 use super::copies::CopyIndex;
 use super::desired::{Found, NamespaceInfo, ObjectKind, Rule, RulePass, RulePlan, World, source_namespaces};
@@ -41,12 +42,59 @@ impl NamespaceChange {
     fn name(&self) -> &str {
         self.after.as_ref().or(self.before.as_ref()).map_or("", |namespace| namespace.name.as_str())
     }
+}
 
-    /// Whether `rule` sends copies to the namespace, or did: its pass has work to do.
+/// States a namespace went through between two batches that are kept to wake the rules
+/// they concern; past this many, every rule is woken instead.
+const MAX_STATES_PASSED: usize = 8;
+
+/// How one namespace changed since it was last served.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Merged {
+    /// As it was, or `None` if it is new (or was deleted and created again meanwhile: the
+    /// new one holds nothing yet).
+    before: Option<NamespaceInfo>,
+    after: Option<NamespaceInfo>,
+    /// The states in between, and the one before a deletion: the rules they concern may
+    /// have acted on them and must look again.
+    passed: Vec<NamespaceInfo>,
+    /// More states passed than are kept.
+    many: bool,
+}
+
+impl Merged {
+    fn new(change: NamespaceChange) -> Self {
+        Self { before: change.before, after: change.after, ..Self::default() }
+    }
+
+    fn then(&mut self, change: NamespaceChange) {
+        let created_again = change.before.is_none();
+        let passed =
+            if created_again { [self.after.take(), self.before.take()] } else { [self.after.take(), None] };
+        for state in passed.into_iter().flatten() {
+            if !self.passed.contains(&state) {
+                self.passed.push(state);
+            }
+        }
+        if self.passed.len() > MAX_STATES_PASSED {
+            self.passed.clear();
+            self.many = true;
+        }
+        self.after = change.after;
+    }
+
+    fn matters(&self) -> bool {
+        self.before != self.after || !self.passed.is_empty() || self.many
+    }
+
+    /// Whether `rule` sends copies to the namespace, or did at some point: its pass has
+    /// work to do.
     fn concerns(&self, rule: &Rule) -> bool {
-        let targeted =
-            |namespace: &Option<NamespaceInfo>| namespace.as_ref().is_some_and(|n| rule.targets(n));
-        targeted(&self.before) || targeted(&self.after)
+        let targeted = |namespace: &NamespaceInfo| rule.targets(namespace);
+        self.many
+            || self.before.as_ref().is_some_and(targeted)
+            || self.after.as_ref().is_some_and(targeted)
+            || self.passed.iter().any(targeted)
     }
 
     /// The namespace as it is, if `rule` sends copies to it now and did not before.
@@ -56,79 +104,107 @@ impl NamespaceChange {
     }
 }
 
-/// Changes not served yet, one per namespace: a namespace changed twice meanwhile keeps
-/// how it was first and how it is last.
+/// Namespace changes waiting to be served, merged by namespace.
 #[derive(Default)]
-struct Pending(BTreeMap<String, NamespaceChange>);
+pub struct NamespaceChanges {
+    pending: Mutex<BTreeMap<String, Merged>>,
+    arrived: Notify,
+}
 
-impl Pending {
-    fn add(&mut self, change: NamespaceChange) {
-        match self.0.entry(change.name().to_owned()) {
-            std::collections::btree_map::Entry::Occupied(mut entry) => entry.get_mut().after = change.after,
-            std::collections::btree_map::Entry::Vacant(entry) => {
-                entry.insert(change);
+impl NamespaceChanges {
+    pub fn push(&self, change: NamespaceChange) {
+        if !change.matters() {
+            return;
+        }
+        {
+            // Every critical section here completes or changes nothing.
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            match pending.entry(change.name().to_owned()) {
+                std::collections::btree_map::Entry::Occupied(mut entry) => entry.get_mut().then(change),
+                std::collections::btree_map::Entry::Vacant(entry) => {
+                    entry.insert(Merged::new(change));
+                }
             }
+        }
+        self.arrived.notify_one();
+    }
+
+    /// Waits for changes and takes all that are waiting.
+    async fn next_batch(&self) -> Vec<Merged> {
+        loop {
+            let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+            let batch: Vec<Merged> = batch.into_values().filter(Merged::matters).collect();
+            if !batch.is_empty() {
+                return batch;
+            }
+            self.arrived.notified().await;
         }
     }
 }
 
-/// Serves namespace changes until the namespace cache stops sending them (at shutdown).
-/// Nothing is served before every cache is ready; what arrived meanwhile is served then.
-pub async fn serve(engine: Arc<Engine>, ctx: Arc<Context>, mut changes: UnboundedReceiver<NamespaceChange>) {
-    if engine.ready().await.is_err() {
-        return;
-    }
-    while let Some(first) = changes.next().await {
-        let mut pending = Pending::default();
-        pending.add(first);
-        while let Ok(more) = changes.try_recv() {
-            pending.add(more);
+/// Serves namespace changes until `shutdown`. Nothing is served before every cache is
+/// ready; what arrived meanwhile is served then.
+pub async fn serve(
+    engine: Arc<Engine>,
+    ctx: Arc<Context>,
+    changes: Arc<NamespaceChanges>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let serving = async {
+        if engine.ready().await.is_err() {
+            return;
         }
-        let changes: Vec<NamespaceChange> =
-            pending.0.into_values().filter(NamespaceChange::matters).collect();
-        if !changes.is_empty() {
-            engine.namespaces_changed(&ctx, changes).await;
+        loop {
+            let batch = changes.next_batch().await;
+            engine.namespaces_changed(&ctx, &batch).await;
         }
+    };
+    tokio::select! {
+        () = serving => {}
+        () = shutdown => {}
     }
 }
 
 impl Engine {
-    /// Writes the copies `changes` call for in their namespaces, then wakes the rules they
-    /// concern. A write that fails here is left to those rules' passes, which retry.
-    async fn namespaces_changed(&self, ctx: &Context, changes: Vec<NamespaceChange>) {
-        let rules = self.router.rules.finalized(&ctx.settings);
-        for kind in ObjectKind::ALL {
-            if let Err(error) = self.copy_into_new_targets(ctx, &rules, kind, &changes).await {
-                tracing::debug!(%error, %kind, "new namespaces left to the rules' passes");
-            }
+    /// Wakes the rules `changes` concern, then writes the copies they call for in their
+    /// namespaces. A write that fails here is left to those rules' passes, which retry.
+    async fn namespaces_changed(&self, ctx: &Context, changes: &[Merged]) {
+        // Who wins a copy two rules want is decided among all rules in force, as in a pass;
+        // copies are written only for those whose cleanup is sure to run.
+        let rules = self.router.rules.in_force(&ctx.settings);
+        for rule in rules.iter().filter(|rule| changes.iter().any(|change| change.concerns(rule))) {
+            self.router.wakers.wake(&rule.id);
         }
-        for rule in self.router.rules.in_force(&ctx.settings) {
-            if changes.iter().any(|change| change.concerns(&rule)) {
-                self.router.wakers.wake(&rule.id);
+        let finalized: Vec<Rule> = self.router.rules.finalized(&ctx.settings);
+        for kind in ObjectKind::ALL {
+            if let Err(error) = self.copy_into_new_targets(ctx, &rules, &finalized, kind, changes).await {
+                tracing::debug!(%error, %kind, "new namespaces left to the rules' passes");
             }
         }
     }
 
-    /// The copies of `kind` each rule wants in the namespaces it newly targets.
+    /// The copies of `kind` each of the `finalized` rules wants in the namespaces it newly
+    /// targets.
     async fn copy_into_new_targets(
         &self,
         ctx: &Context,
         rules: &[Rule],
+        finalized: &[Rule],
         kind: ObjectKind,
-        changes: &[NamespaceChange],
+        changes: &[Merged],
     ) -> Result<(), SyncError> {
-        let arrivals: Vec<(&Rule, BTreeMap<String, NamespaceInfo>)> = rules
+        let arrivals: Vec<(&Rule, Vec<&str>)> = finalized
             .iter()
             .filter(|rule| rule.kind == kind)
             .map(|rule| {
-                let namespaces = changes
+                let names = changes
                     .iter()
                     .filter_map(|change| change.newly_targeted_by(rule))
-                    .map(|namespace| (namespace.name.clone(), namespace.clone()))
+                    .map(|namespace| namespace.name.as_str())
                     .collect();
-                (rule, namespaces)
+                (rule, names)
             })
-            .filter(|(_, namespaces): &(_, BTreeMap<_, _>)| !namespaces.is_empty())
+            .filter(|(_, names): &(_, Vec<_>)| !names.is_empty())
             .collect();
         if arrivals.is_empty() {
             return Ok(());
@@ -138,13 +214,18 @@ impl Engine {
         self.caches.scoped.ensure_ready(kind, scopes).await?;
         let view = self.caches.scoped.view(kind);
         let candidates = view.objects_in(source_namespaces.iter().copied());
-        for (rule, namespaces) in arrivals {
-            // Who wins a copy two rules want is decided among all rules, as in a pass.
-            let world = World::new(rules, &namespaces, &candidates);
-            let _gate = self.gates.shared(&rule.id).await;
-            if !self.router.rules.still_finalized(rule) {
+        for (rule, names) in arrivals {
+            // Checked before waiting on its gate (a cleanup may hold it long) and after.
+            if !self.router.rules.still_finalized(rule, &ctx.settings) {
                 continue;
             }
+            let _gate = self.gates.shared(&rule.id).await;
+            if !self.router.rules.still_finalized(rule, &ctx.settings) {
+                continue;
+            }
+            // The namespaces as they are now, not as the change saw them.
+            let namespaces = self.current_namespaces(&names, rule);
+            let world = World::new(rules, &namespaces, &candidates);
             let sources = self.fetch_sources(&ctx.client, kind, world.matched_sources(rule)).await?;
             let pass = RulePass::new(rule, &world, &sources);
             let mut plan = RulePlan::default();
@@ -164,6 +245,17 @@ impl Engine {
         }
         Ok(())
     }
+
+    /// Those of the namespaces `names` that `rule` targets as the cache holds them now.
+    fn current_namespaces(&self, names: &[&str], rule: &Rule) -> BTreeMap<String, NamespaceInfo> {
+        names
+            .iter()
+            .filter_map(|name| self.caches.namespaces.get(&ObjectRef::new(name)))
+            .map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
+            .filter(|namespace| rule.targets(namespace))
+            .map(|namespace| (namespace.name.clone(), namespace))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -179,33 +271,75 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_namespace_changed_twice_keeps_how_it_was_first_and_how_it_is_last() {
-        let mut pending = Pending::default();
-        let first = namespace("team-a", &[]);
-        let second = namespace("team-a", &[("tier", "gold")]);
-        pending.add(NamespaceChange { before: None, after: Some(first.clone()) });
-        pending.add(NamespaceChange { before: Some(first), after: Some(second.clone()) });
-        pending.add(NamespaceChange { before: None, after: Some(namespace("team-b", &[])) });
-        assert_eq!(pending.0.len(), 2);
-        assert_eq!(pending.0["team-a"], NamespaceChange { before: None, after: Some(second) });
+    fn change(before: Option<&NamespaceInfo>, after: Option<&NamespaceInfo>) -> NamespaceChange {
+        NamespaceChange { before: before.cloned(), after: after.cloned() }
+    }
+
+    fn merged(changes: &[NamespaceChange]) -> Vec<Merged> {
+        let pending = NamespaceChanges::default();
+        changes.iter().cloned().for_each(|change| pending.push(change));
+        let batch = std::mem::take(&mut *pending.pending.lock().unwrap());
+        batch.into_values().filter(Merged::matters).collect()
     }
 
     #[test]
-    fn a_namespace_created_and_deleted_before_it_is_served_changes_nothing() {
-        let mut pending = Pending::default();
+    fn a_namespace_changed_twice_keeps_how_it_was_first_and_how_it_is_last() {
+        let first = namespace("team-a", &[]);
+        let second = namespace("team-a", &[("tier", "gold")]);
+        let other = namespace("team-b", &[]);
+        let batch = merged(&[
+            change(None, Some(&first)),
+            change(Some(&first), Some(&second)),
+            change(None, Some(&other)),
+        ]);
+        assert_eq!(batch.len(), 2);
+        assert_eq!((batch[0].before.as_ref(), batch[0].after.as_ref()), (None, Some(&second)));
+        assert_eq!(batch[0].passed, [first]);
+    }
+
+    #[test]
+    fn a_namespace_created_and_deleted_before_it_is_served_still_wakes_its_rules() {
         let created = namespace("team-a", &[]);
-        pending.add(NamespaceChange { before: None, after: Some(created.clone()) });
-        pending.add(NamespaceChange { before: Some(created), after: None });
-        assert!(!pending.0["team-a"].matters());
+        let batch = merged(&[change(None, Some(&created)), change(Some(&created), None)]);
+        assert_eq!(batch.len(), 1);
+        assert_eq!((batch[0].before.as_ref(), batch[0].after.as_ref()), (None, None));
+        assert_eq!(batch[0].passed, [created], "a pass may have copied into it meanwhile");
+    }
+
+    #[test]
+    fn a_namespace_deleted_and_created_again_is_new() {
+        let old = namespace("team-a", &[("tier", "gold")]);
+        let batch = merged(&[change(Some(&old), None), change(None, Some(&old))]);
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch[0].before, None, "the new namespace holds none of the old one's copies");
+        assert_eq!(batch[0].after.as_ref(), Some(&old));
+    }
+
+    #[test]
+    fn labels_that_flap_back_still_wake_the_rules_of_the_state_in_between() {
+        let gold = namespace("team-a", &[("tier", "gold")]);
+        let silver = namespace("team-a", &[("tier", "silver")]);
+        let batch = merged(&[change(Some(&gold), Some(&silver)), change(Some(&silver), Some(&gold))]);
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch[0].passed, [silver]);
+    }
+
+    #[test]
+    fn past_a_few_states_every_rule_is_woken_and_nothing_more_is_kept() {
+        let states: Vec<NamespaceInfo> =
+            (0..20).map(|n| namespace("team-a", &[("n", &n.to_string())])).collect();
+        let changes: Vec<NamespaceChange> =
+            states.windows(2).map(|pair| change(Some(&pair[0]), Some(&pair[1]))).collect();
+        let batch = merged(&changes);
+        assert!(batch[0].many);
+        assert!(batch[0].passed.len() <= MAX_STATES_PASSED);
     }
 
     #[test]
     fn only_changes_to_what_rules_read_matter() {
         let before = namespace("team-a", &[("tier", "gold")]);
-        let same = NamespaceChange { before: Some(before.clone()), after: Some(before.clone()) };
-        assert!(!same.matters());
-        let relabelled = NamespaceChange { before: Some(before), after: Some(namespace("team-a", &[])) };
-        assert!(relabelled.matters());
+        assert!(!change(Some(&before), Some(&before)).matters());
+        assert!(change(Some(&before), Some(&namespace("team-a", &[]))).matters());
+        assert!(merged(&[change(Some(&before), Some(&before))]).is_empty());
     }
 }
