@@ -268,6 +268,37 @@ async fn namespaces_created_while_their_rule_is_deleted_keep_no_copy_of_it() {
     .await;
 }
 
+/// A copy is rewritten without being read first when the watch shows all a rewrite needs;
+/// one that someone gave a finalizer or an owner is read first, so those are kept.
+#[tokio::test]
+async fn updating_a_copy_keeps_the_finalizers_and_owners_others_gave_it() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.namespace("team-b", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"k": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "k", "1").await;
+    cluster.copy_has("team-b", "app-config", "k", "1").await;
+    let held = json!({"metadata": {"finalizers": ["example.com/hold"]}});
+    cluster
+        .config_maps("team-a")
+        .patch("app-config", &PatchParams::default(), &Patch::Merge(&held))
+        .await
+        .unwrap();
+
+    cluster.config_map("default", "app-config", copyrator(), json!({"k": "2"})).await;
+    cluster.copy_has("team-a", "app-config", "k", "2").await;
+    cluster.copy_has("team-b", "app-config", "k", "2").await;
+    let copy = cluster.config_maps("team-a").get("app-config").await.unwrap();
+    assert_eq!(copy.finalizers(), ["example.com/hold"]);
+    let released = json!({"metadata": {"finalizers": null}});
+    cluster
+        .config_maps("team-a")
+        .patch("app-config", &PatchParams::default(), &Patch::Merge(&released))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn unmanaged_object_is_left_byte_for_byte() {
     let cluster = Cluster::start().await;

@@ -671,6 +671,9 @@ pub struct CopyState {
     pub secret_type: Option<Arc<str>>,
     /// Has a deletion timestamp.
     pub deleting: bool,
+    /// Its resourceVersion, when it carries no finalizers or owner references (which a
+    /// rewrite must keep, so must read first); `None` otherwise, or when not known.
+    pub plain_version: Option<Box<str>>,
 }
 
 impl CopyState {
@@ -680,7 +683,12 @@ impl CopyState {
         let labels = meta.labels.as_ref().unwrap_or(&empty);
         let annotations = meta.annotations.as_ref().unwrap_or(&empty);
         let uid = meta.uid.as_deref().unwrap_or_default();
-        Self::of(uid, labels, annotations, meta.deletion_timestamp.is_some(), payload)
+        let plain = meta.finalizers.as_ref().is_none_or(Vec::is_empty)
+            && meta.owner_references.as_ref().is_none_or(Vec::is_empty);
+        Self {
+            plain_version: meta.resource_version.as_deref().filter(|_| plain).map(Box::from),
+            ..Self::of(uid, labels, annotations, meta.deletion_timestamp.is_some(), payload)
+        }
     }
 
     /// The state of a copy known by its [`ObjectInfo`] and content.
@@ -704,6 +712,7 @@ impl CopyState {
             immutable: payload.immutable,
             secret_type: payload.secret_type.as_deref().map(Arc::from),
             deleting,
+            plain_version: None,
         }
     }
 
@@ -787,9 +796,13 @@ pub enum Change {
     /// instead if an object is there.
     CreateIfAbsent(DesiredCopy),
     /// Replace kopper's existing copy (uid `existing_uid`) with this content, on the
-    /// condition that it is still that copy, unchanged since it was read.
+    /// condition that it is still that copy, unchanged since it was read. `seen_version` is
+    /// the copy's resourceVersion as the watch saw it, when that is all the write needs (no
+    /// finalizers or owners of others to keep): the write is then conditioned on it, with
+    /// no read first.
     Update {
         existing_uid: String,
+        seen_version: Option<String>,
         copy: DesiredCopy,
     },
     /// The existing copy cannot be changed in place (immutable, or a Secret of another type):
@@ -1007,7 +1020,8 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
     if unchangeable {
         plan.changes.push(Change::Replace { existing_uid, copy });
     } else {
-        plan.changes.push(Change::Update { existing_uid, copy });
+        let seen_version = state.plain_version.as_deref().map(str::to_owned);
+        plan.changes.push(Change::Update { existing_uid, seen_version, copy });
     }
 }
 
