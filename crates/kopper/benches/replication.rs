@@ -26,7 +26,8 @@
 //!    kubesim runs in-process); then kopper restarted on the converged cluster: its memory,
 //!    how long its first pass takes, and its writes (aim: none).
 //!
-//! Run: `cargo bench -p kopper --bench replication` (prints figures; asserts nothing).
+//! Run: `cargo bench -p kopper --bench replication` (prints figures; asserts nothing; about
+//! 3.5 minutes at the defaults on 2 cores, 10,000 namespaces set up in under 2 s).
 //! Environment:
 //! - `REPLICATION_BENCH_SCALES`: the scales N, comma-separated (default `1000,10000`);
 //! - `REPLICATION_BENCH_NEW_NAMESPACES`: M, the new namespaces of figure 1 (default 50);
