@@ -1,21 +1,43 @@
 //! The replication engine at scale on kubesim, with the `kopper` binary as a child process
 //! running the seed-003 ReplicationRule sample. Each figure is printed next to a baseline
-//! measured in the same run:
-//! 1. time from creating the 1,000th namespace to its copies present (baseline: the
-//!    namespace's own watch event reaching a watcher, the earliest any controller can act);
-//! 2. p50/p99 time from a source update to all its copies updated across 1,000 namespaces
-//!    (baselines: the source's own watch event, and the first of its copies updated);
+//! measured in the same run and, where there is one, its aim; nothing is asserted.
+//!
+//! Once per scale N, each on a fresh kubesim and a fresh kopper, with N namespaces and 5
+//! sources replicated into all of them:
+//! 1. new-namespace latency: M more namespaces created one at a time, 50 ms apart, each
+//!    awaited until its 5 copies exist; p50/p99 from the namespace's watch event reaching
+//!    the bench's own watcher (the earliest any controller can act) to its last copy's watch
+//!    event (aim: p50 under 20 ms, and the same at 10,000 as at 1,000); baseline: that
+//!    namespace event's own delay after the create request;
+//! 2. fan-out: p50/p99 from a source's update event to the last of its N copies updated
+//!    (aim: within 1.5x the baseline at 10,000); baseline: kubesim taking the same N writes
+//!    (full replaces of same-sized ConfigMaps in the same namespaces) straight from the
+//!    bench, 16 at a time as kopper writes for one rule, before kopper starts; also the
+//!    first copy and the source's own event;
 //! 3. API writes per copy that changed, and writes when nothing a rule cares about changes
 //!    (aim: 1 and 0), from kubesim's request counters;
-//! 4. kopper's peak resident memory with 5,000 namespaces and 50 sources replicated
+//! 4. kopper's peak resident memory (VmHWM) after the fan-out, next to the same binary idle
+//!    on an empty cluster (aim: under 100 MiB at 10,000).
+//!
+//! A table then puts the scales side by side. Then, once:
+//! 5. kopper's peak resident memory with 5,000 namespaces and 50 sources replicated
 //!    (250,000 copies), next to the same binary idle on an empty cluster and to the heap
 //!    the same objects take in kubesim (counted by this process's global allocator, as
 //!    kubesim runs in-process); then kopper restarted on the converged cluster: its memory,
 //!    how long its first pass takes, and its writes (aim: none).
 //!
-//! Run: `cargo bench -p kopper --bench replication` (prints figures; asserts nothing).
-//! `REPLICATION_BENCH_NAMESPACES` sets the namespaces of figure 4 (default 5000) and
-//! `REPLICATION_BENCH_UPDATES` the source updates timed for figure 2 (default 20).
+//! Run: `cargo bench -p kopper --bench replication` (prints figures; asserts nothing; about
+//! 3.5 minutes at the defaults on 2 cores, 10,000 namespaces set up in under 2 s).
+//! Environment:
+//! - `REPLICATION_BENCH_SCALES`: the scales N, comma-separated (default `1000,10000`);
+//! - `REPLICATION_BENCH_NEW_NAMESPACES`: M, the new namespaces of figure 1 (default 50);
+//! - `REPLICATION_BENCH_UPDATES`: source updates timed for figure 2 at each scale
+//!   (default 20);
+//! - `REPLICATION_BENCH_NAMESPACES`: the namespaces of figure 5 (default 5000; 0 skips it).
+//!
+//! For a quick check: `REPLICATION_BENCH_SCALES=200 REPLICATION_BENCH_NEW_NAMESPACES=10
+//! REPLICATION_BENCH_UPDATES=3 REPLICATION_BENCH_NAMESPACES=0 cargo bench -p kopper --bench
+//! replication`.
 
 mod support;
 
@@ -73,17 +95,28 @@ static ALLOCATOR: Counting = Counting;
 const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
 const SOURCE_NAMESPACE: &str = "default";
 const SOURCE_LABEL: (&str, &str) = ("copyrator", "true");
-/// Figures 1 to 3: namespaces (the last one created while kopper runs) and sources.
-const LATENCY_NAMESPACES: usize = 1_000;
+/// Figures 1 to 4: sources, each copied into every namespace.
 const LATENCY_SOURCES: usize = 5;
-/// Figure 4: sources, each copied into every namespace.
+/// Keeps each new namespace of figure 1 a lone event rather than part of a burst: a burst
+/// lets an engine serve several namespaces with one pass (a debounce does), which would
+/// hide the latency one namespace sees when tenants arrive one by one.
+const NEW_NAMESPACE_GAP: Duration = Duration::from_millis(50);
+/// kopper's `CONCURRENT_WRITES` (controllers/replication/apply.rs, private there): the
+/// writes one rule has in flight at once, and so those of the fan-out baseline.
+const KOPPER_CONCURRENT_WRITES: usize = 16;
+/// The fan-out baseline's rounds; their median is printed.
+const BASELINE_ROUNDS: usize = 3;
+/// The ConfigMap in every namespace that the fan-out baseline rewrites.
+const BASELINE_NAME: &str = "bench-baseline";
+/// Figure 5: sources, each copied into every namespace.
 const MEMORY_SOURCES: usize = 50;
 /// Unlabelled ConfigMaps created and namespaces relabelled to check that kopper ignores them.
 const UNRELATED_CHANGES: usize = 100;
 const STEADY_PERIOD: Duration = Duration::from_secs(10);
 /// Each source (and so each copy) carries this much data, like kubesim's own benchmark.
 const PAYLOAD_BYTES: usize = 1024;
-const CREATE_WORKERS: usize = 8;
+/// Objects created at once while setting up: one at a time, 10,000 namespaces take long.
+const CREATE_WORKERS: usize = 16;
 const CONVERGENCE_LIMIT: Duration = Duration::from_secs(900);
 const EVENT_LIMIT: Duration = Duration::from_secs(120);
 
@@ -423,48 +456,91 @@ where
     })
 }
 
-/// Figure 1: the namespace's own watch event, and its last copy's.
-struct NewNamespace {
-    namespace_seen: Duration,
-    copies_present: Duration,
-    kopper_writes: u64,
+/// Figures 1 to 4 at one scale.
+#[derive(Clone, Copy)]
+struct Scale {
+    namespaces: usize,
+    new_namespaces: usize,
+    updates: usize,
 }
 
-async fn new_namespace(cluster: &Cluster, observer: &mut Observer) -> NewNamespace {
-    let name = namespace_name(LATENCY_NAMESPACES - 1);
-    let writes = cluster.writes();
+/// What a scale's run measured, kept for the closing comparison across scales.
+struct ScaleSummary {
+    namespaces: usize,
+    new_namespace_p50: Duration,
+    new_namespace_p99: Duration,
+    fan_out_p50: Duration,
+    fan_out_baseline: Duration,
+    idle_kib: u64,
+    peak_kib: u64,
+}
+
+/// Figure 1, per new namespace: its own watch event after the create request, and its last
+/// copy's watch event after that.
+struct NewNamespace {
+    namespace_seen: Duration,
+    copies_after_event: Duration,
+}
+
+/// Creates namespace `n` and waits until the bench has seen it and all its `sources` copies.
+async fn new_namespace(cluster: &Cluster, observer: &mut Observer, n: usize, sources: usize) -> NewNamespace {
+    let name = namespace_name(n);
     let started = Instant::now();
-    cluster.create_namespace(LATENCY_NAMESPACES - 1).await;
+    cluster.create_namespace(n).await;
     let deadline = started + EVENT_LIMIT;
     let mut namespace_seen = None;
     let mut copies = HashSet::new();
     loop {
         let observed = observer.next(deadline, "the new namespace's copies").await;
-        let at = observed.at - started;
         match observed.seen {
-            Seen::Namespace { name: seen } if seen == name => namespace_seen = Some(at),
+            Seen::Namespace { name: seen } if seen == name => {
+                namespace_seen.get_or_insert(observed.at);
+            }
             Seen::Copy { namespace, name: copy, .. } if namespace == name => {
                 copies.insert(copy);
             }
             _ => continue,
         }
         if let Some(namespace_seen) = namespace_seen
-            && copies.len() == LATENCY_SOURCES
+            && copies.len() == sources
         {
             return NewNamespace {
-                namespace_seen,
-                copies_present: at,
-                kopper_writes: cluster.writes() - writes,
+                namespace_seen: namespace_seen - started,
+                copies_after_event: observed.at.saturating_duration_since(namespace_seen),
             };
         }
     }
 }
 
-/// Figure 2, per update: the source's own watch event, its first and its last copy updated.
+/// Figure 1: `count` namespaces after the first `first`, one at a time, each awaited, with
+/// a gap between them.
+async fn new_namespaces(
+    cluster: &Cluster,
+    observer: &mut Observer,
+    first: usize,
+    count: usize,
+) -> Vec<NewNamespace> {
+    let mut samples = Vec::with_capacity(count);
+    for n in first..first + count {
+        samples.push(new_namespace(cluster, observer, n, LATENCY_SOURCES).await);
+        tokio::time::sleep(NEW_NAMESPACE_GAP).await;
+    }
+    samples
+}
+
+/// Figure 2, per update, from the update request: the source's own watch event, its first
+/// and its last copy updated.
 struct Update {
     source_seen: Duration,
     first_copy: Duration,
     last_copy: Duration,
+}
+
+impl Update {
+    /// The fan-out: from the source's update event (what kopper acts on) to its last copy.
+    fn fan_out(&self) -> Duration {
+        self.last_copy.saturating_sub(self.source_seen)
+    }
 }
 
 /// Updates one source and times its copies; `namespaces` copies are expected.
@@ -504,6 +580,55 @@ async fn timed_update(
     }
 }
 
+/// Runs `task(n)` for every `n` in `items`, `limit` at a time, in this task: the way kopper
+/// runs its writes (a buffered stream), so the fan-out baseline is written alike.
+async fn concurrently<F, Fut>(items: Range<usize>, limit: usize, task: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    futures::stream::iter(items).map(task).buffer_unordered(limit).collect::<Vec<()>>().await;
+}
+
+/// The ConfigMap the fan-out baseline writes in namespace `n`: as big as a copy, but
+/// unlabelled, so no rule copies it and kopper never watches or writes it.
+fn baseline_config_map(n: usize, revision: usize) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": BASELINE_NAME, "namespace": namespace_name(n)},
+        "data": {"payload": "x".repeat(PAYLOAD_BYTES), "revision": revision.to_string()},
+    }))
+    .unwrap()
+}
+
+/// Creates namespaces `range` and the fan-out baseline's ConfigMap in each, `CREATE_WORKERS`
+/// at a time (one at a time, 10,000 namespaces take long).
+async fn create_tenants(cluster: &Cluster, range: Range<usize>) {
+    concurrently(range, CREATE_WORKERS, |n| async move {
+        cluster.create_namespace(n).await;
+        let config_map = baseline_config_map(n, 0);
+        cluster.config_maps(&namespace_name(n)).create(&PostParams::default(), &config_map).await.unwrap();
+    })
+    .await;
+}
+
+/// Figure 2's baseline: kubesim taking the fan-out's writes straight from the bench, one
+/// full replace per namespace, as many at once as kopper has in flight for one rule.
+/// Made before kopper starts, so neither slows the other. The median of a few rounds.
+async fn direct_fan_out(cluster: &Cluster, namespaces: usize) -> Duration {
+    let mut rounds = Vec::with_capacity(BASELINE_ROUNDS);
+    for round in 1..=BASELINE_ROUNDS {
+        let started = Instant::now();
+        concurrently(0..namespaces, KOPPER_CONCURRENT_WRITES, |n| async move {
+            let config_map = baseline_config_map(n, round);
+            let api = cluster.config_maps(&namespace_name(n));
+            api.replace(BASELINE_NAME, &PostParams::default(), &config_map).await.unwrap();
+        })
+        .await;
+        rounds.push(started.elapsed());
+    }
+    percentile(&mut rounds, 0.5)
+}
+
 /// Figure 3 besides updates: unrelated changes, then a period with no changes at all.
 struct Quiet {
     unrelated_kopper_writes: u64,
@@ -514,21 +639,21 @@ struct Quiet {
 
 /// Creates unlabelled ConfigMaps and relabels namespaces (nothing a rule copies), then
 /// updates a source as a fence: once its copies are written, kopper has seen the changes
-/// before it. Then counts requests over a period with no changes.
-async fn quiet_periods(cluster: &Cluster, observer: &mut Observer) -> Quiet {
+/// before it. Then counts requests over a period with no changes. `namespaces` exist.
+async fn quiet_periods(cluster: &Cluster, observer: &mut Observer, namespaces: usize) -> Quiet {
     let writes = cluster.writes();
-    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let namespace_api: Api<Namespace> = Api::all(cluster.client.clone());
     for n in 0..UNRELATED_CHANGES {
-        let namespace = namespace_name(n % (LATENCY_NAMESPACES - 1));
+        let namespace = namespace_name(n % namespaces);
         let unrelated: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": "unrelated"}, "data": {"payload": "not replicated"},
+            "metadata": {"name": format!("unrelated-{n}")}, "data": {"payload": "not replicated"},
         }))
         .unwrap();
         cluster.config_maps(&namespace).create(&PostParams::default(), &unrelated).await.unwrap();
         let relabel = Patch::Merge(json!({"metadata": {"labels": {"bench.kopper.dev/touched": "true"}}}));
-        namespaces.patch(&namespace, &PatchParams::default(), &relabel).await.unwrap();
+        namespace_api.patch(&namespace, &PatchParams::default(), &relabel).await.unwrap();
     }
-    timed_update(cluster, observer, &source_name(0), usize::MAX, LATENCY_NAMESPACES).await;
+    timed_update(cluster, observer, &source_name(0), usize::MAX, namespaces).await;
     let bench_writes = UNRELATED_CHANGES as u64 + 1;
     let unrelated_kopper_writes = (cluster.writes() - writes).saturating_sub(bench_writes);
 
@@ -536,43 +661,66 @@ async fn quiet_periods(cluster: &Cluster, observer: &mut Observer) -> Quiet {
     tokio::time::sleep(STEADY_PERIOD).await;
     Quiet {
         unrelated_kopper_writes,
-        fence_copies: LATENCY_NAMESPACES,
+        fence_copies: namespaces,
         steady_writes: cluster.writes() - writes,
         steady_lists: cluster.lists() - lists,
     }
 }
 
-/// Figures 1 to 3 on 1,000 namespaces and 5 sources.
-async fn latency_figures(updates: usize) {
+/// kopper's resident memory (VmRSS, KiB) once ready on a cluster with nothing to replicate.
+async fn idle_kopper_kib(cluster: &Cluster) -> u64 {
+    let idle = Kopper::start(&cluster.kubeconfig);
+    idle.wait_ready().await;
+    idle.memory_kib().0
+}
+
+/// Figures 1 to 4 at one scale, on a fresh kubesim and a fresh kopper.
+async fn scale_figures(scale: &Scale) -> ScaleSummary {
+    let Scale { namespaces, new_namespaces: new_count, updates } = *scale;
     let cluster = Cluster::start().await;
-    cluster.create_namespaces(0..LATENCY_NAMESPACES - 1).await;
+    let idle_kib = idle_kopper_kib(&cluster).await;
+
+    let setup_started = Instant::now();
+    create_tenants(&cluster, 0..namespaces).await;
     cluster.create_sources(LATENCY_SOURCES).await;
     cluster.apply_rule().await;
+    let setup = setup_started.elapsed();
+    let baseline = direct_fan_out(&cluster, namespaces).await;
+
     let (writes, reads) = (cluster.writes(), cluster.reads());
     let kopper = Kopper::start(&cluster.kubeconfig);
-    let initial_copies = (LATENCY_NAMESPACES - 1) * LATENCY_SOURCES;
+    let initial_copies = namespaces * LATENCY_SOURCES;
     let initial = cluster.wait_for_copies(initial_copies).await;
     let initial_writes = cluster.writes() - writes;
     let initial_reads = cluster.reads() - reads;
     let mut observer = Observer::start(&cluster.client).await;
 
-    let namespace = new_namespace(&cluster, &mut observer).await;
-
     let writes = cluster.writes();
     let mut samples = Vec::with_capacity(updates);
     for revision in 1..=updates {
         let source = source_name(revision % LATENCY_SOURCES);
-        samples.push(timed_update(&cluster, &mut observer, &source, revision, LATENCY_NAMESPACES).await);
+        samples.push(timed_update(&cluster, &mut observer, &source, revision, namespaces).await);
     }
     let update_writes = (cluster.writes() - writes).saturating_sub(updates as u64);
+    let (_, peak_kib) = kopper.memory_kib();
 
-    let quiet = quiet_periods(&cluster, &mut observer).await;
+    let writes = cluster.writes();
+    let mut arrivals = new_namespaces(&cluster, &mut observer, namespaces, new_count).await;
+    let new_namespace_writes = cluster.writes() - writes;
+
+    let quiet = quiet_periods(&cluster, &mut observer, namespaces + new_count).await;
     drop(observer);
     drop(kopper);
+    cluster.sim.shutdown().await;
 
     println!(
-        "replication latency and writes ({LATENCY_NAMESPACES} namespaces, {LATENCY_SOURCES} sources of \
-         {PAYLOAD_BYTES} B, 1 ReplicationRule; kopper as a child process)"
+        "replication at {namespaces} namespaces ({LATENCY_SOURCES} sources of {PAYLOAD_BYTES} B, \
+         1 ReplicationRule; kopper as a child process)"
+    );
+    println!(
+        "  setup:                        {:>8.1} s   ({namespaces} namespaces + {namespaces} baseline \
+         ConfigMaps, {CREATE_WORKERS} creates at a time)",
+        setup.as_secs_f64()
     );
     println!(
         "  initial replication:          {:>8.2} s for {initial_copies} copies   ({} writes, {:.3} per copy; \
@@ -583,25 +731,102 @@ async fn latency_figures(updates: usize) {
         initial_reads,
         initial_reads as f64 / initial_copies as f64
     );
+    let new_namespace = print_new_namespaces(&mut arrivals, new_namespace_writes);
+    let fan_out_p50 = print_fan_out(&mut samples, namespaces, baseline, update_writes);
+    print_quiet(&quiet);
     println!(
-        "  namespace #{LATENCY_NAMESPACES} to its {LATENCY_SOURCES} copies: {:>8.1} ms   \
-         (baseline: its own watch event in {:.1} ms; {:.1}x)",
-        ms(namespace.copies_present),
-        ms(namespace.namespace_seen),
-        ms(namespace.copies_present) / ms(namespace.namespace_seen).max(1e-3)
+        "  kopper resident:              {:>8.1} MiB peak (VmHWM) after the fan-out   (baseline: {:.1} MiB \
+         idle on an empty cluster; aim: under 100 MiB at 10000)",
+        mib(peak_kib * 1024),
+        mib(idle_kib * 1024)
+    );
+    ScaleSummary {
+        namespaces,
+        new_namespace_p50: new_namespace.0,
+        new_namespace_p99: new_namespace.1,
+        fan_out_p50,
+        fan_out_baseline: baseline,
+        idle_kib,
+        peak_kib,
+    }
+}
+
+/// The `q` quantile (0 to 1) of `values`, nearest rank; sorts them.
+fn percentile(values: &mut [Duration], q: f64) -> Duration {
+    values.sort();
+    values.get(((values.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
+}
+
+/// p50 and p99 of one measure of `samples`.
+fn p50_p99<T>(samples: &[T], measure: impl Fn(&T) -> Duration) -> (Duration, Duration) {
+    let mut values: Vec<_> = samples.iter().map(measure).collect();
+    (percentile(&mut values, 0.5), percentile(&mut values, 0.99))
+}
+
+/// Prints figure 1; returns its p50 and p99.
+fn print_new_namespaces(samples: &mut [NewNamespace], writes: u64) -> (Duration, Duration) {
+    let n = samples.len();
+    let (copies50, copies99) = p50_p99(samples, |s| s.copies_after_event);
+    let (seen50, seen99) = p50_p99(samples, |s| s.namespace_seen);
+    println!(
+        "  new namespace to its {LATENCY_SOURCES} copies ({n} namespaces, one at a time, {} ms apart; \
+         aim: p50 under 20 ms, the same at every scale):",
+        NEW_NAMESPACE_GAP.as_millis()
+    );
+    println!("    from its watch event:       p50 {:>8.1} ms  p99 {:>8.1} ms", ms(copies50), ms(copies99));
+    println!(
+        "    its watch event itself:     p50 {:>8.1} ms  p99 {:>8.1} ms   (baseline: kubesim's delivery \
+         after the create request)",
+        ms(seen50),
+        ms(seen99)
+    );
+    let copies = (n * LATENCY_SOURCES).max(1);
+    println!(
+        "    writes by kopper:           {:>8}      ({:.2} per copy)",
+        writes,
+        writes as f64 / copies as f64
+    );
+    (copies50, copies99)
+}
+
+/// Prints figure 2 and the update writes of figure 3; returns the fan-out's p50.
+fn print_fan_out(samples: &mut [Update], namespaces: usize, baseline: Duration, writes: u64) -> Duration {
+    let n = samples.len();
+    let (fan50, fan99) = p50_p99(samples, Update::fan_out);
+    let (first50, first99) = p50_p99(samples, |s| s.first_copy.saturating_sub(s.source_seen));
+    let (source50, source99) = p50_p99(samples, |s| s.source_seen);
+    println!(
+        "  fan-out of a source update to {namespaces} copies ({n} updates, each awaited; p99 of {n} is \
+         near the max):"
     );
     println!(
-        "    writes:                     {:>8}      ({:.2} per copy)",
-        namespace.kopper_writes,
-        namespace.kopper_writes as f64 / LATENCY_SOURCES as f64
+        "    source event to last copy:  p50 {:>8.1} ms  p99 {:>8.1} ms   ({:.2}x the baseline at p50; \
+         aim: within 1.5x at 10000)",
+        ms(fan50),
+        ms(fan99),
+        ms(fan50) / ms(baseline).max(1e-3)
     );
-    print_updates(&mut samples);
-    let changed = updates * LATENCY_NAMESPACES;
+    println!(
+        "    baseline, direct writes:        {:>8.1} ms   (kubesim taking {namespaces} replaces of same-sized \
+         ConfigMaps from the bench, {KOPPER_CONCURRENT_WRITES} at a time; median of {BASELINE_ROUNDS})",
+        ms(baseline)
+    );
+    println!("    source event to first copy: p50 {:>8.1} ms  p99 {:>8.1} ms", ms(first50), ms(first99));
+    println!(
+        "    source's own watch event:   p50 {:>8.1} ms  p99 {:>8.1} ms   (after the update request)",
+        ms(source50),
+        ms(source99)
+    );
+    let changed = n * namespaces;
     println!(
         "    writes by kopper:           {:>8}      ({:.3} per copy changed; {changed} copies changed)",
-        update_writes,
-        update_writes as f64 / changed as f64
+        writes,
+        writes as f64 / changed.max(1) as f64
     );
+    fan50
+}
+
+fn print_quiet(quiet: &Quiet) {
     println!(
         "  {UNRELATED_CHANGES} unlabelled ConfigMaps + {UNRELATED_CHANGES} namespaces relabelled, then 1 \
          source update: {} writes by kopper ({} expected: the update's copies)",
@@ -613,42 +838,43 @@ async fn latency_figures(updates: usize) {
         quiet.steady_writes,
         quiet.steady_lists
     );
-    cluster.sim.shutdown().await;
 }
 
-fn print_updates(samples: &mut [Update]) {
-    let n = samples.len();
-    let pick = |values: &mut Vec<Duration>, q: f64| {
-        values.sort();
-        values.get(((values.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
-    };
-    let mut last: Vec<_> = samples.iter().map(|s| s.last_copy).collect();
-    let mut first: Vec<_> = samples.iter().map(|s| s.first_copy).collect();
-    let mut source: Vec<_> = samples.iter().map(|s| s.source_seen).collect();
-    let (last50, last99) = (pick(&mut last, 0.5), pick(&mut last, 0.99));
-    let (first50, first99) = (pick(&mut first, 0.5), pick(&mut first, 0.99));
-    let (source50, source99) = (pick(&mut source, 0.5), pick(&mut source, 0.99));
-    println!("  source update to copies ({n} updates, each awaited; p99 of {n} is near the max):");
+/// The scales side by side: figure 1 should not grow with N, figure 2 should stay near
+/// kubesim's own time, and memory should stay small.
+fn print_summary(summaries: &[ScaleSummary]) {
+    println!("replication across scales");
     println!(
-        "    all {LATENCY_NAMESPACES} copies updated:     p50 {:>8.1} ms  p99 {:>8.1} ms",
-        ms(last50),
-        ms(last99)
+        "  {:>10}  {:>14}  {:>14}  {:>14}  {:>14}  {:>8}  {:>12}  {:>12}",
+        "namespaces",
+        "new ns p50 ms",
+        "new ns p99 ms",
+        "fan-out p50 ms",
+        "direct ms",
+        "ratio",
+        "idle MiB",
+        "peak MiB"
     );
+    for s in summaries {
+        println!(
+            "  {:>10}  {:>14.1}  {:>14.1}  {:>14.1}  {:>14.1}  {:>8.2}  {:>12.1}  {:>12.1}",
+            s.namespaces,
+            ms(s.new_namespace_p50),
+            ms(s.new_namespace_p99),
+            ms(s.fan_out_p50),
+            ms(s.fan_out_baseline),
+            ms(s.fan_out_p50) / ms(s.fan_out_baseline).max(1e-3),
+            mib(s.idle_kib * 1024),
+            mib(s.peak_kib * 1024)
+        );
+    }
     println!(
-        "    first copy updated:         p50 {:>8.1} ms  p99 {:>8.1} ms   (baseline: a single copy)",
-        ms(first50),
-        ms(first99)
-    );
-    println!(
-        "    source's own watch event:   p50 {:>8.1} ms  p99 {:>8.1} ms   (baseline: kubesim's delivery; \
-         all copies p50 is {:.0}x)",
-        ms(source50),
-        ms(source99),
-        ms(last50) / ms(source50).max(1e-3)
+        "  (aims: new ns p50 under 20 ms and flat across scales; fan-out within 1.5x direct at 10000; \
+         peak under 100 MiB at 10000)"
     );
 }
 
-/// Figure 4: kopper's memory with `namespaces` x 50 copies next to kubesim's heap for them.
+/// Figure 5: kopper's memory with `namespaces` x 50 copies next to kubesim's heap for them.
 async fn memory_figures(namespaces: usize) {
     let cluster = Cluster::start().await;
     let idle = Kopper::start(&cluster.kubeconfig);
@@ -734,12 +960,29 @@ async fn memory_figures(namespaces: usize) {
 
 #[tokio::main]
 async fn main() {
+    let scales = env_scales("REPLICATION_BENCH_SCALES", &[1_000, 10_000]);
+    let new_namespaces = env_usize("REPLICATION_BENCH_NEW_NAMESPACES", 50).max(1);
     let updates = env_usize("REPLICATION_BENCH_UPDATES", 20).max(1);
-    let namespaces = env_usize("REPLICATION_BENCH_NAMESPACES", 5_000).max(1);
+    let memory_namespaces = env_usize("REPLICATION_BENCH_NAMESPACES", 5_000);
     let started = Instant::now();
-    latency_figures(updates).await;
-    memory_figures(namespaces).await;
+    let mut summaries = Vec::with_capacity(scales.len());
+    for namespaces in scales {
+        let scale = Scale { namespaces, new_namespaces, updates };
+        summaries.push(scale_figures(&scale).await);
+    }
+    print_summary(&summaries);
+    if memory_namespaces > 0 {
+        memory_figures(memory_namespaces).await;
+    }
     println!("  (whole benchmark: {:.0} s)", started.elapsed().as_secs_f64());
+}
+
+/// A comma-separated list of namespace counts; `default` when unset or unreadable.
+fn env_scales(name: &str, default: &[usize]) -> Vec<usize> {
+    let parsed: Option<Vec<usize>> = std::env::var(name)
+        .ok()
+        .and_then(|v| v.split(',').map(|n| n.trim().parse().ok().filter(|&n| n > 0)).collect());
+    parsed.filter(|scales| !scales.is_empty()).unwrap_or_else(|| default.to_vec())
 }
 
 fn ms(d: Duration) -> f64 {
