@@ -193,10 +193,9 @@ impl Kopper {
             .filter_map(|line| {
                 let (series, value) = line.rsplit_once(' ')?;
                 let labels = series.strip_prefix(name)?;
-                (labels.is_empty() || labels.starts_with('{'))
-                    .then(|| (labels.to_owned(), value.parse().ok()))
+                let value: f64 = value.parse().ok()?;
+                (labels.is_empty() || labels.starts_with('{')).then(|| (labels.to_owned(), value))
             })
-            .filter_map(|(labels, value)| Some((labels, value?)))
             .collect()
     }
 
