@@ -60,6 +60,11 @@ fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The sum of metric samples, from +0: std's `f64` sum of nothing is -0, printed `-0`.
+fn sum(samples: &[(String, f64)]) -> f64 {
+    samples.iter().fold(0.0, |total, (_, value)| total + value)
+}
+
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
@@ -201,7 +206,7 @@ impl Kopper {
 
     /// The sum of a metric's samples, 0 when it has none.
     async fn metric_sum(&self, name: &str) -> f64 {
-        self.metric(name).await.iter().map(|(_, value)| value).sum()
+        sum(&self.metric(name).await)
     }
 
     /// Passes one controller has finished since this process started.
@@ -356,7 +361,7 @@ async fn restart(namespaces: usize) {
 async fn connections_line(kopper: &Kopper) -> String {
     let watches = kopper.metric("kopper_scoped_watches").await;
     let listed: Vec<String> = watches.iter().map(|(labels, value)| format!("{labels} {value}")).collect();
-    let total: f64 = watches.iter().map(|(_, value)| value).sum();
+    let total = sum(&watches);
     format!(
         "{:>4} connections   kopper_scoped_watches {total} [{}]",
         kopper.api_connections(),
