@@ -13,3 +13,38 @@ pub fn memory_kib(status_path: &str) -> (u64, u64) {
     };
     (field("VmRSS:"), field("VmHWM:"))
 }
+
+/// Established TCP connections of process `pid` whose peer listens on `port`: the process's
+/// socket inodes (links `socket:[N]` in `/proc/<pid>/fd`) matched against the rows of
+/// `/proc/<pid>/net/tcp{,6}`, which list every socket of the network namespace, the bench's
+/// own (such as kubesim's end of the same connections) included.
+#[allow(dead_code)] // not every bench counts connections
+pub fn tcp_connections_to(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| std::fs::read_link(entry.path()).ok())
+        .filter_map(|target| Some(target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned()))
+        .collect();
+    let peer_port = format!(":{port:04X}");
+    ["tcp", "tcp6"]
+        .iter()
+        .flat_map(|table| {
+            std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|row| {
+            // sl local_address rem_address st ... inode: state 01 is ESTABLISHED.
+            let columns: Vec<&str> = row.split_whitespace().collect();
+            columns.len() > 9
+                && columns[2].ends_with(&peer_port)
+                && columns[3] == "01"
+                && inodes.contains(columns[9])
+        })
+        .count()
+}
