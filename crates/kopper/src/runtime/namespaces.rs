@@ -176,7 +176,8 @@ impl NamespaceFeed {
     /// Waits for the first complete list.
     pub async fn wait_until_ready(&self) {
         let mut synced = self.running.synced.clone();
-        // The sender lives in the watch task, which outlives every feed.
+        // The sender lives in the watch task, which runs while any feed holds it; it ends
+        // sooner only if it panicked, and then there is nothing left to wait for.
         let _ = synced.wait_for(|synced| *synced).await;
     }
 
@@ -194,5 +195,56 @@ impl NamespaceFeed {
             // The sender lives as long as this feed holds the watch.
             Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A feed on a cache with no watch behind it, whose broadcast keeps `backlog` changes.
+    fn feed(backlog: usize, synced: bool) -> (NamespaceFeed, broadcast::Sender<NamespaceEvent>) {
+        let (store, _writer) = reflector::store();
+        let (_, synced) = watch::channel(synced);
+        let (events, receiver) = broadcast::channel(backlog);
+        let running =
+            Arc::new(Running { store, synced, events: events.clone(), task: tokio::spawn(async {}) });
+        let resync_first = *running.synced.borrow();
+        (NamespaceFeed { running, receiver, resync_first }, events)
+    }
+
+    fn changed(name: &str) -> NamespaceEvent {
+        let mut namespace = NamespaceMeta::default();
+        namespace.metadata.name = Some(name.to_owned());
+        NamespaceEvent::Changed { before: None, after: Some(Arc::new(namespace)) }
+    }
+
+    fn name_of(event: &NamespaceEvent) -> Option<&str> {
+        match event {
+            NamespaceEvent::Changed { after: Some(after), .. } => after.metadata.name.as_deref(),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_is_told_to_look_at_everything_again() {
+        let (mut feed, events) = feed(2, false);
+        for name in ["a", "b", "c"] {
+            events.send(changed(name)).unwrap();
+        }
+        assert!(matches!(feed.next().await, NamespaceEvent::Resync), "one change was lost");
+        assert_eq!(name_of(&feed.next().await), Some("b"));
+        assert_eq!(name_of(&feed.next().await), Some("c"));
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_came_after_the_first_list_starts_with_a_resync() {
+        let (mut late, events) = feed(4, true);
+        events.send(changed("a")).unwrap();
+        assert!(matches!(late.next().await, NamespaceEvent::Resync));
+        assert_eq!(name_of(&late.next().await), Some("a"));
+        let (mut early, events) = feed(4, false);
+        events.send(changed("a")).unwrap();
+        assert_eq!(name_of(&early.next().await), Some("a"), "the first list's own resync comes in order");
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
+use std::num::NonZeroU64;
 use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::ByteString;
@@ -672,8 +673,10 @@ pub struct CopyState {
     /// Has a deletion timestamp.
     pub deleting: bool,
     /// Its resourceVersion, when it carries no finalizers or owner references (which a
-    /// rewrite must keep, so must read first); `None` otherwise, or when not known.
-    pub plain_version: Option<Box<str>>,
+    /// rewrite must keep, so must read first); `None` otherwise, or when not known. Held as
+    /// a number (8 bytes, not a string on the heap, for each of many thousand copies) when
+    /// it is one, as the API server's are; a version that is not is left to the read.
+    pub plain_version: Option<NonZeroU64>,
 }
 
 impl CopyState {
@@ -686,7 +689,7 @@ impl CopyState {
         let plain = meta.finalizers.as_ref().is_none_or(Vec::is_empty)
             && meta.owner_references.as_ref().is_none_or(Vec::is_empty);
         Self {
-            plain_version: meta.resource_version.as_deref().filter(|_| plain).map(Box::from),
+            plain_version: meta.resource_version.as_deref().filter(|_| plain).and_then(|v| v.parse().ok()),
             ..Self::of(uid, labels, annotations, meta.deletion_timestamp.is_some(), payload)
         }
     }
@@ -1020,7 +1023,7 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
     if unchangeable {
         plan.changes.push(Change::Replace { existing_uid, copy });
     } else {
-        let seen_version = state.plain_version.as_deref().map(str::to_owned);
+        let seen_version = state.plain_version.map(|version| version.to_string());
         plan.changes.push(Change::Update { existing_uid, seen_version, copy });
     }
 }
