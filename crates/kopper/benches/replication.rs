@@ -41,21 +41,20 @@
 
 mod support;
 
-use support::memory_kib;
+use support::{Cluster, memory_kib};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::net::TcpListener;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -142,28 +141,7 @@ async fn create_namespace(api: &Api<Namespace>, n: usize) {
     api.create(&PostParams::default(), &namespace).await.unwrap();
 }
 
-/// A kubesim with kopper's CRDs, the sources and the rule, and a kubeconfig for kopper.
-struct Cluster {
-    sim: kubesim::Server,
-    client: kube::Client,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
 impl Cluster {
-    async fn start() -> Self {
-        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
-        let client = sim.client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in kopper::crds::all() {
-            crds.create(&PostParams::default(), &crd).await.unwrap();
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig).unwrap();
-        Self { sim, client, kubeconfig, _dir: dir }
-    }
-
     async fn create_namespace(&self, n: usize) {
         create_namespace(&Api::all(self.client.clone()), n).await;
     }

@@ -22,16 +22,15 @@
 
 mod support;
 
-use support::{memory_kib, tcp_connections_to};
+use support::{Cluster, memory_kib, tcp_connections_to};
 
 use std::future::Future;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
@@ -82,28 +81,7 @@ where
     }
 }
 
-/// A kubesim with kopper's CRDs, and a kubeconfig for kopper.
-struct Cluster {
-    sim: kubesim::Server,
-    client: kube::Client,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
 impl Cluster {
-    async fn start() -> Self {
-        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
-        let client = sim.client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in kopper::crds::all() {
-            crds.create(&PostParams::default(), &crd).await.unwrap();
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig).unwrap();
-        Self { sim, client, kubeconfig, _dir: dir }
-    }
-
     /// Starts kopper with only `controllers` on this cluster, and waits until it is ready.
     async fn kopper(&self, controllers: &str) -> Kopper {
         let kopper = Kopper::start(&self.kubeconfig, controllers, self.sim.addr().port());

@@ -1,5 +1,36 @@
 //! What the benchmarks share.
 
+use std::path::PathBuf;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+
+/// A kubesim in this process with kopper's CRDs, and a kubeconfig for kopper as a child
+/// process. Each benchmark adds its own steps in its own `impl Cluster`.
+#[allow(dead_code)] // not every bench runs a cluster
+pub struct Cluster {
+    pub sim: kubesim::Server,
+    pub client: kube::Client,
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+#[allow(dead_code)]
+impl Cluster {
+    pub async fn start() -> Self {
+        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+        let client = sim.client();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in kopper::crds::all() {
+            crds.create(&PostParams::default(), &crd).await.unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).unwrap();
+        Self { sim, client, kubeconfig, _dir: dir }
+    }
+}
+
 /// (VmRSS, VmHWM) in KiB from a `/proc/*/status` file (`/proc/self/status` or a child's).
 pub fn memory_kib(status_path: &str) -> (u64, u64) {
     let status = std::fs::read_to_string(status_path).unwrap_or_default();

@@ -176,19 +176,7 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     if !ObjectInfo::from_meta(&current).is_kopper_copy() {
         return Outcome::Unmanaged(key.clone());
     }
-    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
-    let body = replacement(copy, &current);
-    let result = match key.kind {
-        ObjectKind::ConfigMap => put::<ConfigMap>(client, key, &params, body).await,
-        ObjectKind::Secret => put::<Secret>(client, key, &params, body).await,
-    };
-    match result {
-        Ok(version) => Outcome::Written(key.clone(), version),
-        Err(error) if namespace_gone(&error) => Outcome::Skipped,
-        // Changed or replaced since it was read: its watch event brings the next pass.
-        Err(kube::Error::Api(status)) if status.is_conflict() || status.is_not_found() => Outcome::Skipped,
-        Err(source) => Outcome::Failed(WriteError::Write { key: key.clone(), source }),
-    }
+    rewrite(client, field_manager, copy, &current).await
 }
 
 /// Rewrites kopper's copy `existing_uid` at `version`, as its watch saw it, to exactly the
@@ -202,14 +190,20 @@ async fn update_seen(
     existing_uid: &str,
     version: &str,
 ) -> Outcome {
-    let key = &copy.key;
     let seen = ObjectMeta {
         uid: Some(existing_uid.to_owned()),
         resource_version: Some(version.to_owned()),
         ..ObjectMeta::default()
     };
+    rewrite(client, field_manager, copy, &seen).await
+}
+
+/// Replaces the copy with the desired content on the condition that it is still the object
+/// `current` describes (uid and resourceVersion), keeping its finalizers and owners.
+async fn rewrite(client: &Client, field_manager: &str, copy: &DesiredCopy, current: &ObjectMeta) -> Outcome {
+    let key = &copy.key;
     let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
-    let body = replacement(copy, &seen);
+    let body = replacement(copy, current);
     let result = match key.kind {
         ObjectKind::ConfigMap => put::<ConfigMap>(client, key, &params, body).await,
         ObjectKind::Secret => put::<Secret>(client, key, &params, body).await,
@@ -217,8 +211,8 @@ async fn update_seen(
     match result {
         Ok(version) => Outcome::Written(key.clone(), version),
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
-        // Changed, replaced or gone since the watch saw it: its watch event brings the next
-        // pass.
+        // Changed, replaced or gone since it was read or seen: the watch event of that
+        // change brings the next pass.
         Err(kube::Error::Api(status)) if status.is_conflict() || status.is_not_found() => Outcome::Skipped,
         Err(source) => Outcome::Failed(WriteError::Write { key: key.clone(), source }),
     }
