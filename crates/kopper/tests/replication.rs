@@ -299,6 +299,34 @@ async fn updating_a_copy_keeps_the_finalizers_and_owners_others_gave_it() {
         .unwrap();
 }
 
+/// A copy someone took over (kopper's managed-by label removed) is theirs: deleting the
+/// rule leaves it, even though it still names the rule.
+#[tokio::test]
+async fn a_copy_taken_over_by_its_owner_outlives_the_rule() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.namespace("team-b", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"k": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "k", "1").await;
+    cluster.copy_has("team-b", "app-config", "k", "1").await;
+    let taken = json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}});
+    cluster
+        .config_maps("team-a")
+        .patch("app-config", &PatchParams::default(), &Patch::Merge(&taken))
+        .await
+        .unwrap();
+
+    cluster.rules().delete("main-rule", &DeleteParams::default()).await.unwrap();
+    eventually("the rule to be gone", || async {
+        cluster.rules().get_opt("main-rule").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    cluster.copy_absent("team-b", "app-config").await;
+    let kept = cluster.config_maps("team-a").get("app-config").await.unwrap();
+    assert_eq!(kept.data.unwrap()["k"], "1", "the object taken over is left as it is");
+}
+
 #[tokio::test]
 async fn unmanaged_object_is_left_byte_for_byte() {
     let cluster = Cluster::start().await;

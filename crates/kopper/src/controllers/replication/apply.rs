@@ -1,7 +1,7 @@
 //! Thin I/O: makes the changes a plan decided. Every write is atomic against a racing
 //! writer: a copy is created with a POST (which fails if the name is taken), updated with a
-//! full replace conditioned on the resourceVersion of the copy it checked, and deleted with
-//! a uid precondition. So kopper never merges into, takes over or deletes an object it did
+//! full replace conditioned on the resourceVersion of the copy it checked (read, or as its
+//! watch saw it), and deleted with a uid precondition. So kopper never merges into, takes over or deletes an object it did
 //! not make, even one that appeared a moment after it looked.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,6 +75,8 @@ enum Outcome {
     /// Nothing to do after all: the namespace or the object is gone, or changed under us
     /// and the next event will say how.
     Skipped,
+    /// The copy is no longer at the resourceVersion the write was conditioned on.
+    Stale,
     Failed(WriteError),
 }
 
@@ -99,7 +101,7 @@ pub async fn execute(client: &Client, field_manager: &str, changes: &[Change]) -
                 applied.removed.insert(key);
             }
             Outcome::Unmanaged(key) => applied.unmanaged.push(key),
-            Outcome::Skipped => {}
+            Outcome::Skipped | Outcome::Stale => {}
             Outcome::Failed(error) => applied.failed.push(error),
         }
     }
@@ -176,7 +178,11 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     if !ObjectInfo::from_meta(&current).is_kopper_copy() {
         return Outcome::Unmanaged(key.clone());
     }
-    rewrite(client, field_manager, copy, &current).await
+    match rewrite(client, field_manager, copy, &current).await {
+        // Changed since it was read: its watch event brings the next pass.
+        Outcome::Stale => Outcome::Skipped,
+        outcome => outcome,
+    }
 }
 
 /// Rewrites kopper's copy `existing_uid` at `version`, as its watch saw it, to exactly the
@@ -195,7 +201,13 @@ async fn update_seen(
         resource_version: Some(version.to_owned()),
         ..ObjectMeta::default()
     };
-    rewrite(client, field_manager, copy, &seen).await
+    match rewrite(client, field_manager, copy, &seen).await {
+        // Changed since the watch saw it, or the watch is behind kopper's own last write (a
+        // relist in progress, say): read it and try once more, so progress never waits on
+        // the watch.
+        Outcome::Stale => update(client, field_manager, copy, existing_uid).await,
+        outcome => outcome,
+    }
 }
 
 /// Replaces the copy with the desired content on the condition that it is still the object
@@ -211,9 +223,7 @@ async fn rewrite(client: &Client, field_manager: &str, copy: &DesiredCopy, curre
     match result {
         Ok(version) => Outcome::Written(key.clone(), version),
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
-        // Changed, replaced or gone since it was read or seen: the watch event of that
-        // change brings the next pass.
-        Err(kube::Error::Api(status)) if status.is_conflict() || status.is_not_found() => Outcome::Skipped,
+        Err(kube::Error::Api(status)) if status.is_conflict() => Outcome::Stale,
         Err(source) => Outcome::Failed(WriteError::Write { key: key.clone(), source }),
     }
 }
@@ -232,7 +242,8 @@ async fn put<K: CopyObject>(
 
 /// The desired copy as a full object replacing `current`: kopper's content, labels and
 /// annotations, with the metadata others may rely on (finalizers, owner references) and
-/// the resourceVersion that makes the write conditional kept from what was read.
+/// the resourceVersion that makes the write conditional kept from `current`: what was read,
+/// or what the watch saw of a copy that has neither finalizers nor owners.
 fn replacement(copy: &DesiredCopy, current: &ObjectMeta) -> Value {
     let mut body = manifest(copy);
     let metadata = &mut body["metadata"];

@@ -689,7 +689,7 @@ impl CopyState {
         let plain = meta.finalizers.as_ref().is_none_or(Vec::is_empty)
             && meta.owner_references.as_ref().is_none_or(Vec::is_empty);
         Self {
-            plain_version: meta.resource_version.as_deref().filter(|_| plain).and_then(|v| v.parse().ok()),
+            plain_version: meta.resource_version.as_deref().filter(|_| plain).and_then(canonical_number),
             ..Self::of(uid, labels, annotations, meta.deletion_timestamp.is_some(), payload)
         }
     }
@@ -730,6 +730,12 @@ impl CopyState {
     pub fn deletable_by(&self, uid: &str) -> bool {
         self.rule_uid.as_deref().is_none_or(|own| own == uid)
     }
+}
+
+/// `version` as a number, if writing the number back gives `version` again (resourceVersions
+/// are opaque: only one written exactly as the server wrote it may be sent back).
+fn canonical_number(version: &str) -> Option<NonZeroU64> {
+    version.parse().ok().filter(|number: &NonZeroU64| number.to_string() == version)
 }
 
 /// What is found where a copy belongs.

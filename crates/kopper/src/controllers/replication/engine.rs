@@ -19,8 +19,9 @@ use prometheus_client::registry::Registry;
 use super::apply::{self, WriteError};
 use super::copies::CopyIndex;
 use super::desired::{
-    Change, CopyKey, CopyState, Found, NamespaceInfo, ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL,
-    Rule, RuleId, RuleLabels, RulePass, RulePlan, Source, World, cleanup, source_namespaces,
+    Change, CopyKey, CopyState, Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo, ObjectInfo,
+    ObjectKind, Payload, REPLICATED_BY_LABEL, Rule, RuleId, RuleLabels, RulePass, RulePlan, Source, World,
+    cleanup, source_namespaces,
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
@@ -197,7 +198,15 @@ impl Engine {
                 // kopper no longer lets it read, say) is revoked.
                 let id = object.rule_id();
                 let uid = object.meta().uid.clone().unwrap_or_default();
-                let removed = self.cleanup(ctx, &id, &uid).await;
+                // The server is asked for copies the cache may have missed once, when the
+                // refusal is new; a rule that stays refused is woken often, and its copies
+                // are long gone.
+                let listing = if object.ready_reason().as_deref() == Some(refusal.reason) {
+                    Listing::CacheOnly
+                } else {
+                    Listing::FromServer
+                };
+                let removed = self.cleanup_with(ctx, &id, &uid, listing).await;
                 let refused = RuleGauges { not_ready: true, ..RuleGauges::default() };
                 ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), Some(refused));
                 self.report(ctx, object, Err(refusal)).await?;
@@ -218,61 +227,91 @@ impl Engine {
     /// Removes every copy the rule `id` (whose object has uid `uid`) made; runs when it is
     /// deleted, refused or no longer allowed.
     pub async fn cleanup(&self, ctx: &Context, id: &RuleId, uid: &str) -> Result<Action, SyncError> {
+        self.cleanup_with(ctx, id, uid, Listing::FromServer).await
+    }
+
+    /// [`Self::cleanup`]; with [`Listing::CacheOnly`], only the copies the cache knows of.
+    async fn cleanup_with(
+        &self,
+        ctx: &Context,
+        id: &RuleId,
+        uid: &str,
+        listing: Listing,
+    ) -> Result<Action, SyncError> {
         let _alone = self.gates.exclusive(id).await;
         let labels = RuleLabels::of(id);
-        let mut changes = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
-        let cached: HashSet<CopyKey> = changes.iter().map(|change| change.key().clone()).collect();
-        let listed = self.listed_copies(&ctx.client, &labels, uid).await?;
-        changes.extend(listed.into_iter().filter(|change| !cached.contains(change.key())));
-        let applied =
-            apply::execute(&ctx.client, &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME), &changes)
-                .await;
+        let field_manager = ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME);
+        let cached = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
+        let mut applied = apply::execute(&ctx.client, &field_manager, &cached).await;
+        let listed = match listing {
+            Listing::FromServer => self.listed_copies(&ctx.client, &labels, uid).await,
+            Listing::CacheOnly => Ok(Vec::new()),
+        };
+        let listed_error = match listed {
+            Ok(listed) => {
+                let done: HashSet<(&CopyKey, Option<&str>)> = cached.iter().map(deleted_copy).collect();
+                let missed: Vec<Change> =
+                    listed.into_iter().filter(|change| !done.contains(&deleted_copy(change))).collect();
+                let more = apply::execute(&ctx.client, &field_manager, &missed).await;
+                applied.removed.extend(more.removed);
+                applied.failed.extend(more.failed);
+                None
+            }
+            Err(error) => Some(error),
+        };
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller_of(id.kind)));
         ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), None);
         self.retire_scoped_watches(ctx);
-        failures(applied.failed)
+        match listed_error {
+            Some(error) => Err(error),
+            None => failures(applied.failed),
+        }
     }
 
-    /// Deletions of the copies of the rule labelled `labels` (whose object has uid `uid`) as
-    /// the API server lists them now, metadata only: the copies cache may not have seen the
-    /// last ones written yet (by the pass just before, or for a new namespace), and a copy it
-    /// missed would stay until the orphan sweep.
+    /// Deletions of kopper's copies of the rule labelled `labels` (whose object has uid
+    /// `uid`) as the API server lists them now, metadata only, a page at a time: the copies
+    /// cache may not have seen the last ones written yet (by the pass just before, or for a
+    /// new namespace), and a copy it missed would stay until the orphan sweep.
     async fn listed_copies(
         &self,
         client: &Client,
         labels: &RuleLabels,
         uid: &str,
     ) -> Result<Vec<Change>, SyncError> {
-        let params = ListParams::default().labels(&format!("{REPLICATED_BY_LABEL}={}", labels.current));
+        let selector =
+            format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{REPLICATED_BY_LABEL}={}", labels.current);
         let mut changes = Vec::new();
         for kind in ObjectKind::ALL {
-            let listed: Vec<ObjectMeta> = match kind {
-                ObjectKind::ConfigMap => Api::<ConfigMap>::all(client.clone())
-                    .list_metadata(&params)
-                    .await
-                    .map(|list| list.items.into_iter().map(|copy| copy.metadata).collect()),
-                ObjectKind::Secret => Api::<Secret>::all(client.clone())
-                    .list_metadata(&params)
-                    .await
-                    .map(|list| list.items.into_iter().map(|copy| copy.metadata).collect()),
+            let mut page = ListParams::default().labels(&selector).limit(CLEANUP_LIST_PAGE);
+            loop {
+                let (listed, next) = match kind {
+                    ObjectKind::ConfigMap => list_page::<ConfigMap>(client, &page).await,
+                    ObjectKind::Secret => list_page::<Secret>(client, &page).await,
+                }
+                .map_err(|source| SyncError::Read {
+                    what: format!("the {kind} copies of {}", labels.current),
+                    source,
+                })?;
+                let states: Vec<(String, String, CopyState)> = listed
+                    .iter()
+                    .map(|meta| {
+                        let (namespace, name) = (
+                            meta.namespace.clone().unwrap_or_default(),
+                            meta.name.clone().unwrap_or_default(),
+                        );
+                        (namespace, name, CopyState::new(meta, &Payload::default()))
+                    })
+                    .filter(|(_, _, copy)| labels.marks(copy) && copy.deletable_by(uid))
+                    .collect();
+                changes.extend(cleanup(
+                    kind,
+                    states.iter().map(|(namespace, name, copy)| (namespace.as_str(), name.as_str(), copy)),
+                ));
+                match next {
+                    Some(token) => page = page.continue_token(&token),
+                    None => break,
+                }
             }
-            .map_err(|source| SyncError::Read {
-                what: format!("the {kind} copies of a deleted rule"),
-                source,
-            })?;
-            let states: Vec<(String, String, CopyState)> = listed
-                .iter()
-                .map(|meta| {
-                    let (namespace, name) =
-                        (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
-                    (namespace, name, CopyState::new(meta, &Payload::default()))
-                })
-                .filter(|(_, _, copy)| labels.marks(copy) && copy.deletable_by(uid))
-                .collect();
-            changes.extend(cleanup(
-                kind,
-                states.iter().map(|(namespace, name, copy)| (namespace.as_str(), name.as_str(), copy)),
-            ));
         }
         Ok(changes)
     }
@@ -533,6 +572,43 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
         }
         Err(_) => Vec::new(),
     }
+}
+
+/// Copies listed per request when a cleanup asks the API server for a rule's copies.
+const CLEANUP_LIST_PAGE: u32 = 500;
+
+/// Where a cleanup looks for the copies it deletes.
+#[derive(Clone, Copy)]
+enum Listing {
+    /// The copies cache, then the API server for those the cache has not seen yet.
+    FromServer,
+    /// The copies cache alone.
+    CacheOnly,
+}
+
+/// The copy a deletion names: its place and its uid (two objects at one place, one after
+/// the other, are two copies).
+fn deleted_copy(change: &Change) -> (&CopyKey, Option<&str>) {
+    match change {
+        Change::Delete { key, uid } => (key, Some(uid.as_str())),
+        other => (other.key(), None),
+    }
+}
+
+/// One page of metadata of objects of kind `K`, and the token of the next page if any.
+async fn list_page<K>(
+    client: &Client,
+    params: &ListParams,
+) -> Result<(Vec<ObjectMeta>, Option<String>), kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let list = Api::<K>::all(client.clone()).list_metadata(params).await?;
+    let next = list.metadata.continue_.filter(|token| !token.is_empty());
+    Ok((list.items.into_iter().map(|object| object.metadata).collect(), next))
 }
 
 /// Writes that failed make the pass fail, so it is retried with backoff; the rest of the

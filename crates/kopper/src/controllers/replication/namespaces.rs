@@ -10,17 +10,19 @@
 //!
 //! Changes that arrive while a batch is being served wait, merged by namespace, and are
 //! served together next: a burst of namespaces costs a few batches, not one write round per
-//! namespace, and a lone namespace waits for no timer. What waits is bounded by the number
-//! of namespaces, whatever the rate of changes.
+//! namespace, and a lone namespace waits for no timer. What waits is one entry per namespace
+//! name changed meanwhile, whatever the rate of changes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
 use super::copies::CopyIndex;
-use super::desired::{Found, NamespaceInfo, ObjectKind, Rule, RulePass, RulePlan, World, source_namespaces};
+use super::desired::{
+    Found, NamespaceInfo, ObjectKind, Rule, RuleId, RulePass, RulePlan, World, source_namespaces,
+};
 use super::engine::{Engine, PassTally, SyncError};
 use super::scoped::Scope;
 use crate::runtime::Context;
@@ -166,21 +168,33 @@ pub async fn serve(
 }
 
 impl Engine {
-    /// Wakes the rules `changes` concern, then writes the copies they call for in their
-    /// namespaces. A write that fails here is left to those rules' passes, which retry.
+    /// Writes the copies `changes` call for in their namespaces and wakes the rules they
+    /// concern: at once those with nothing to write here (a namespace that stopped matching
+    /// waits for nobody's writes), the others once their copies are written, so that their
+    /// pass does not race those writes. A write that fails here is left to the passes,
+    /// which retry.
     async fn namespaces_changed(&self, ctx: &Context, changes: &[Merged]) {
         // Who wins a copy two rules want is decided among all rules in force, as in a pass;
         // copies are written only for those whose cleanup is sure to run.
         let rules = self.router.rules.in_force(&ctx.settings);
-        for rule in rules.iter().filter(|rule| changes.iter().any(|change| change.concerns(rule))) {
-            self.router.wakers.wake(&rule.id);
-        }
         let finalized: Vec<Rule> = self.router.rules.finalized(&ctx.settings);
+        let writing: HashSet<&RuleId> = finalized
+            .iter()
+            .filter(|rule| changes.iter().any(|change| change.newly_targeted_by(rule).is_some()))
+            .map(|rule| &rule.id)
+            .collect();
+        let concerned: Vec<&RuleId> = rules
+            .iter()
+            .filter(|rule| changes.iter().any(|change| change.concerns(rule)))
+            .map(|rule| &rule.id)
+            .collect();
+        concerned.iter().filter(|id| !writing.contains(*id)).for_each(|id| self.router.wakers.wake(id));
         for kind in ObjectKind::ALL {
             if let Err(error) = self.copy_into_new_targets(ctx, &rules, &finalized, kind, changes).await {
-                tracing::debug!(%error, %kind, "new namespaces left to the rules' passes");
+                tracing::warn!(%error, %kind, "could not copy into new namespaces at once; the rules' passes will");
             }
         }
+        concerned.iter().filter(|id| writing.contains(*id)).for_each(|id| self.router.wakers.wake(id));
     }
 
     /// The copies of `kind` each of the `finalized` rules wants in the namespaces it newly

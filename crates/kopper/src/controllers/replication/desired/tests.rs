@@ -814,3 +814,26 @@ fn cleanup_leaves_copies_that_name_another_rule_object() {
     let unmarked = CopyState::from_info(&ObjectInfo::default(), &Payload::default());
     assert!(unmarked.deletable_by(RULE_UID), "copies made before uids were marked");
 }
+
+#[test]
+fn a_copy_is_rewritten_at_the_version_its_watch_saw_only_when_nothing_else_must_be_kept() {
+    let meta = |version: &str, finalizers: Option<Vec<String>>| ObjectMeta {
+        uid: Some("copy-uid".into()),
+        resource_version: Some(version.into()),
+        finalizers,
+        ..ObjectMeta::default()
+    };
+    let seen = |meta: &ObjectMeta| CopyState::new(meta, &Payload::default()).plain_version.map(|v| v.get());
+    assert_eq!(seen(&meta("42", None)), Some(42));
+    assert_eq!(
+        seen(&meta("42", Some(vec!["example.com/hold".into()]))),
+        None,
+        "a finalizer must be read and kept"
+    );
+    let mut owned = meta("42", None);
+    owned.owner_references = Some(vec![Default::default()]);
+    assert_eq!(seen(&owned), None, "an owner must be read and kept");
+    for opaque in ["007", "+7", "0", "abc", ""] {
+        assert_eq!(seen(&meta(opaque, None)), None, "{opaque:?} would not be sent back as it came");
+    }
+}
