@@ -290,13 +290,7 @@ impl Kopper {
 
     /// The raw HTTP response of the admin server for `path`.
     async fn get(&self, path: &str) -> Option<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.admin_port)).await.ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        Some(response)
+        support::admin_get(self.admin_port, path).await
     }
 
     /// (VmRSS, VmHWM) in KiB.

@@ -79,3 +79,16 @@ pub fn tcp_connections_to(pid: u32, port: u16) -> usize {
         })
         .count()
 }
+
+/// The raw HTTP response of kopper's admin server on `port` for `path` (`/readyz`,
+/// `/metrics`), or `None` if it does not answer.
+#[allow(dead_code)] // not every bench reads the admin server
+pub async fn admin_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    Some(response)
+}
