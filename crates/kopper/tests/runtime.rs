@@ -193,10 +193,18 @@ async fn readyz_is_true_once_caches_have_synced_and_metrics_are_served() {
     assert_eq!(status, 200);
     create_pod(&cluster.pods("default"), &pod("web-1", &[(ANNOTATION, "true")], &[])).await;
     wait_for_label(&cluster, "web-1", "kopper.dev/pod-name", Some("web-1")).await;
-    let (_, metrics) = http_get(&admin, "/metrics").await.unwrap();
+    // The label can be seen before the reconcile that wrote it has returned and recorded
+    // its metrics.
+    let cached = r#"kopper_cached_objects{controller="pod-labeler",kind="Pod"} 1"#;
+    let metrics = eventually("the pod labeler's metrics", || async {
+        http_get(&admin, "/metrics")
+            .await
+            .map(|(_, metrics)| metrics)
+            .filter(|metrics| metrics.contains(cached))
+    })
+    .await;
     assert!(metrics.contains("kopper_reconciles_total"), "{metrics}");
     assert!(metrics.contains("kopper_reconcile_duration_seconds_bucket"), "{metrics}");
-    assert!(metrics.contains(r#"kopper_cached_objects{controller="pod-labeler",kind="Pod"} 1"#), "{metrics}");
     operator.stop().await.unwrap();
 }
 
