@@ -7,32 +7,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::core::{ObjectMeta, Status};
-use kube::{Api, Client};
-use serde_json::{Map, Value, json};
+use kube::{Api, Client, Resource};
+use serde::{Deserialize, Serialize};
 
 use super::desired::{Change, CopyKey, DesiredCopy, ObjectInfo, ObjectKind};
-
-/// The kinds kopper copies (ConfigMap, Secret), written through their typed API.
-trait CopyObject:
-    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-    + Clone
-    + serde::Serialize
-    + serde::de::DeserializeOwned
-    + std::fmt::Debug
-{
-}
-
-impl<K> CopyObject for K where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-{
-}
 
 /// Writes in flight at once for one rule.
 const CONCURRENT_WRITES: usize = 16;
@@ -129,13 +112,7 @@ async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> 
 /// Creates the copy with a POST, which fails if an object of that name exists: one that
 /// appeared after kopper looked (a tenant racing it) is never merged into or taken over.
 async fn create(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Outcome {
-    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
-    let namespace = &copy.key.namespace;
-    let result = match copy.key.kind {
-        ObjectKind::ConfigMap => post::<ConfigMap>(client, namespace, &params, manifest(copy)).await,
-        ObjectKind::Secret => post::<Secret>(client, namespace, &params, manifest(copy)).await,
-    };
-    match result {
+    match write(client, field_manager, Write::Create, &copy.key, &Manifest::of(copy)).await {
         Ok(version) => Outcome::Written(copy.key.clone(), version),
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
         Err(kube::Error::Api(status)) if status.is_already_exists() => match look(client, &copy.key).await {
@@ -147,17 +124,6 @@ async fn create(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Out
         },
         Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
     }
-}
-
-async fn post<K: CopyObject>(
-    client: &Client,
-    namespace: &str,
-    params: &PostParams,
-    body: Value,
-) -> kube::Result<String> {
-    let object: K = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
-    let created = Api::<K>::namespaced(client.clone(), namespace).create(params, &object).await?;
-    Ok(created.meta().resource_version.clone().unwrap_or_default())
 }
 
 /// Rewrites kopper's copy `existing_uid` to exactly the desired content. The copy is read
@@ -214,13 +180,7 @@ async fn update_seen(
 /// `current` describes (uid and resourceVersion), keeping its finalizers and owners.
 async fn rewrite(client: &Client, field_manager: &str, copy: &DesiredCopy, current: &ObjectMeta) -> Outcome {
     let key = &copy.key;
-    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
-    let body = replacement(copy, current);
-    let result = match key.kind {
-        ObjectKind::ConfigMap => put::<ConfigMap>(client, key, &params, body).await,
-        ObjectKind::Secret => put::<Secret>(client, key, &params, body).await,
-    };
-    match result {
+    match write(client, field_manager, Write::Replace, key, &Manifest::replacing(copy, current)).await {
         Ok(version) => Outcome::Written(key.clone(), version),
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
         Err(kube::Error::Api(status)) if status.is_conflict() => Outcome::Stale,
@@ -228,34 +188,55 @@ async fn rewrite(client: &Client, field_manager: &str, copy: &DesiredCopy, curre
     }
 }
 
-async fn put<K: CopyObject>(
-    client: &Client,
-    key: &CopyKey,
-    params: &PostParams,
-    body: Value,
-) -> kube::Result<String> {
-    let object: K = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
-    let api = Api::<K>::namespaced(client.clone(), &key.namespace);
-    let replaced = api.replace(&key.name, params, &object).await?;
-    Ok(replaced.meta().resource_version.clone().unwrap_or_default())
+/// How a write reaches the API server.
+#[derive(Clone, Copy)]
+enum Write {
+    /// POST: fails if the name is taken.
+    Create,
+    /// PUT: fails unless the object is still at the uid and resourceVersion sent.
+    Replace,
 }
 
-/// The desired copy as a full object replacing `current`: kopper's content, labels and
-/// annotations, with the metadata others may rely on (finalizers, owner references) and
-/// the resourceVersion that makes the write conditional kept from `current`: what was read,
-/// or what the watch saw of a copy that has neither finalizers nor owners.
-fn replacement(copy: &DesiredCopy, current: &ObjectMeta) -> Value {
-    let mut body = manifest(copy);
-    let metadata = &mut body["metadata"];
-    metadata["resourceVersion"] = json!(current.resource_version);
-    metadata["uid"] = json!(current.uid);
-    if let Some(finalizers) = &current.finalizers {
-        metadata["finalizers"] = json!(finalizers);
-    }
-    if let Some(owners) = &current.owner_references {
-        metadata["ownerReferences"] = json!(owners);
-    }
-    body
+/// What kopper reads from the API server's answer to a write: the copy's new
+/// resourceVersion. The rest (the whole object, managedFields included) is skipped while
+/// parsing instead of built and dropped, which counts when one update fans out to
+/// thousands of copies.
+#[derive(Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    resource_version: Option<String>,
+}
+
+/// Sends `manifest` as a create or a full replace of the copy at `key`, through kube's
+/// request builder and client like a typed call, and returns the resourceVersion the API
+/// server gave the copy. The body is serialised once, straight from the desired copy.
+async fn write(
+    client: &Client,
+    field_manager: &str,
+    how: Write,
+    key: &CopyKey,
+    manifest: &Manifest<'_>,
+) -> kube::Result<String> {
+    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
+    let url_path = match key.kind {
+        ObjectKind::ConfigMap => ConfigMap::url_path(&(), Some(&key.namespace)),
+        ObjectKind::Secret => Secret::url_path(&(), Some(&key.namespace)),
+    };
+    let requests = kube::core::Request::new(url_path);
+    let body = serde_json::to_vec(manifest).map_err(kube::Error::SerdeError)?;
+    let (request, verb) = match how {
+        Write::Create => (requests.create(&params, body), "create"),
+        Write::Replace => (requests.replace(&key.name, &params, body), "replace"),
+    };
+    let mut request = request.map_err(kube::Error::BuildRequest)?;
+    request.extensions_mut().insert(verb);
+    let written: Written = client.request(request).await?;
+    Ok(written.metadata.resource_version.unwrap_or_default())
 }
 
 /// The metadata of whatever is at `key`, if anything.
@@ -310,48 +291,109 @@ fn is_namespace_gone(status: &Status) -> bool {
     status.is_not_found() || (status.is_forbidden() && status.message.contains("being terminated"))
 }
 
-/// The apply configuration of a copy: exactly the fields kopper owns.
-pub fn manifest(copy: &DesiredCopy) -> Value {
-    let mut object = Map::new();
-    object.insert("apiVersion".into(), json!("v1"));
-    object.insert("kind".into(), json!(copy.key.kind.to_string()));
-    object.insert(
-        "metadata".into(),
-        json!({
-            "name": copy.key.name,
-            "namespace": copy.key.namespace,
-            "labels": *copy.labels,
-            "annotations": *copy.annotations,
-        }),
-    );
-    let payload = &copy.payload;
-    match copy.key.kind {
-        ObjectKind::ConfigMap => {
-            if !payload.data.is_empty() {
-                object.insert("data".into(), json!(payload.data));
-            }
-            if !payload.binary_data.is_empty() {
-                object.insert("binaryData".into(), json!(payload.binary_data));
-            }
-        }
-        ObjectKind::Secret => {
-            if !payload.binary_data.is_empty() {
-                object.insert("data".into(), json!(payload.binary_data));
-            }
-            if let Some(secret_type) = &payload.secret_type {
-                object.insert("type".into(), json!(secret_type));
-            }
+/// A copy as kopper sends it: exactly the fields kopper owns, borrowed from the desired
+/// copy and serialised once.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: ManifestMeta<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<Data<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    binary_data: Option<&'a BTreeMap<String, ByteString>>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    secret_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    immutable: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ManifestMeta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    annotations: &'a BTreeMap<String, String>,
+    /// With `uid`, what makes a replace conditional: the copy as it was read, or as its
+    /// watch saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_version: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<&'a str>,
+    /// Kept from the copy replaced: others may rely on them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finalizers: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_references: Option<&'a [OwnerReference]>,
+}
+
+/// A ConfigMap's `data` is text; a Secret's is base64 of bytes.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Data<'a> {
+    Text(&'a BTreeMap<String, String>),
+    Bytes(&'a BTreeMap<String, ByteString>),
+}
+
+impl<'a> Manifest<'a> {
+    /// The copy to create.
+    pub fn of(copy: &'a DesiredCopy) -> Self {
+        let payload = &*copy.payload;
+        let (kind, data, binary_data, secret_type) = match copy.key.kind {
+            ObjectKind::ConfigMap => (
+                "ConfigMap",
+                (!payload.data.is_empty()).then_some(Data::Text(&payload.data)),
+                (!payload.binary_data.is_empty()).then_some(&payload.binary_data),
+                None,
+            ),
+            ObjectKind::Secret => (
+                "Secret",
+                (!payload.binary_data.is_empty()).then_some(Data::Bytes(&payload.binary_data)),
+                None,
+                payload.secret_type.as_deref(),
+            ),
+        };
+        let metadata = ManifestMeta {
+            name: &copy.key.name,
+            namespace: &copy.key.namespace,
+            labels: &copy.labels,
+            annotations: &copy.annotations,
+            resource_version: None,
+            uid: None,
+            finalizers: None,
+            owner_references: None,
+        };
+        Self {
+            api_version: "v1",
+            kind,
+            metadata,
+            data,
+            binary_data,
+            secret_type,
+            immutable: payload.immutable,
         }
     }
-    if payload.immutable {
-        object.insert("immutable".into(), json!(true));
+
+    /// The copy as a full object replacing `current`: kopper's content, labels and
+    /// annotations, with the metadata others may rely on (finalizers, owner references) and
+    /// the uid and resourceVersion that make the write conditional kept from `current`: what
+    /// was read, or what the watch saw of a copy that has neither finalizers nor owners.
+    pub fn replacing(copy: &'a DesiredCopy, current: &'a ObjectMeta) -> Self {
+        let mut manifest = Self::of(copy);
+        let metadata = &mut manifest.metadata;
+        metadata.resource_version = current.resource_version.as_deref();
+        metadata.uid = current.uid.as_deref();
+        metadata.finalizers = current.finalizers.as_deref();
+        metadata.owner_references = current.owner_references.as_deref();
+        manifest
     }
-    Value::Object(object)
 }
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::ByteString;
+    use serde_json::json;
 
     use super::*;
     use crate::controllers::replication::desired::{ObjectInfo, Payload, RuleId, Source, desired_copy};
@@ -372,7 +414,8 @@ mod tests {
             immutable: true,
             ..Payload::default()
         };
-        let manifest = manifest(&copy(ObjectKind::Secret, payload));
+        let copy = copy(ObjectKind::Secret, payload);
+        let manifest = serde_json::to_value(Manifest::of(&copy)).unwrap();
         assert_eq!(manifest["kind"], "Secret");
         assert_eq!(manifest["type"], "kubernetes.io/tls");
         assert_eq!(manifest["data"]["tls.crt"], "Y2VydA==");
@@ -383,9 +426,33 @@ mod tests {
     }
 
     #[test]
+    fn a_replacement_is_conditional_on_what_was_seen_and_keeps_what_others_set() {
+        let payload = Payload { data: [("a".to_owned(), "1".to_owned())].into(), ..Payload::default() };
+        let copy = copy(ObjectKind::ConfigMap, payload);
+        let owner =
+            OwnerReference { name: "app".into(), uid: "owner-uid".into(), ..OwnerReference::default() };
+        let current = ObjectMeta {
+            uid: Some("copy-uid".into()),
+            resource_version: Some("42".into()),
+            finalizers: Some(vec!["example.com/keep".into()]),
+            owner_references: Some(vec![owner]),
+            labels: Some([("added".to_owned(), "by hand".to_owned())].into()),
+            ..ObjectMeta::default()
+        };
+        let manifest = serde_json::to_value(Manifest::replacing(&copy, &current)).unwrap();
+        let metadata = &manifest["metadata"];
+        assert_eq!((&metadata["uid"], &metadata["resourceVersion"]), (&json!("copy-uid"), &json!("42")));
+        assert_eq!(metadata["finalizers"], json!(["example.com/keep"]));
+        assert_eq!(metadata["ownerReferences"][0]["uid"], "owner-uid");
+        assert!(metadata["labels"].get("added").is_none(), "labels are kopper's alone");
+        assert_eq!(manifest["data"], json!({"a": "1"}));
+    }
+
+    #[test]
     fn config_map_manifest_sends_only_owned_fields() {
         let payload = Payload { data: [("a".to_owned(), "1".to_owned())].into(), ..Payload::default() };
-        let manifest = manifest(&copy(ObjectKind::ConfigMap, payload));
+        let copy = copy(ObjectKind::ConfigMap, payload);
+        let manifest = serde_json::to_value(Manifest::of(&copy)).unwrap();
         let keys: Vec<&str> = manifest.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys, ["apiVersion", "data", "kind", "metadata"]);
     }
