@@ -355,7 +355,7 @@ impl Engine {
     /// One pass of `rule`: gathers what it depends on, then decides and writes its copies a
     /// few namespaces at a time, then removes the copies it no longer wants.
     async fn pass(&self, ctx: &Context, rule: &Rule) -> Result<PassTally, SyncError> {
-        let mut rules = self.router.rules.in_force(&ctx.settings);
+        let mut rules = self.router.rules.in_force(&ctx.settings).to_vec();
         rules.retain(|other| other.id != rule.id);
         rules.push(rule.clone());
         // The source namespaces of every rule of the kind: who wins a contested copy

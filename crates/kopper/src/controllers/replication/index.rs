@@ -3,7 +3,8 @@
 //! closed watch, `410 Gone`) wakes every rule.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Future, StreamExt};
@@ -117,19 +118,68 @@ impl Synced {
     }
 }
 
+/// Counts the changes the rule watches have made to their stores. Bumped after a change is
+/// in its store, so whoever reads the count and then the stores never keeps an older view
+/// under a newer count.
+#[derive(Clone, Default)]
+pub struct StoreRevision(Arc<AtomicU64>);
+
+impl StoreRevision {
+    fn current(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Bumps the count as each of `events` (coming out of a reflector) passes by.
+    pub fn track<K, S>(&self, events: S) -> impl futures::Stream<Item = S::Item> + use<K, S>
+    where
+        S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    {
+        let revision = self.0.clone();
+        events.inspect(move |event| {
+            if event.is_ok() {
+                revision.fetch_add(1, Ordering::AcqRel);
+            }
+        })
+    }
+}
+
 /// The rules of both kinds, as the two controllers' caches hold them.
-#[derive(Clone)]
 pub struct RuleStores {
     pub rules: Store<Guarded<ReplicationRule>>,
     pub syncs: Store<Guarded<ConfigMapSync>>,
     pub rules_synced: Synced,
     pub syncs_synced: Synced,
+    /// Changes to either store, bumped by their watches.
+    pub revision: StoreRevision,
+    /// The rules in force as last parsed, with the revision they were parsed at.
+    parsed: Mutex<Option<(u64, Arc<[Rule]>)>>,
 }
 
 impl RuleStores {
-    /// Every rule in force: valid, and not being deleted.
-    pub fn in_force(&self, settings: &Settings) -> Vec<Rule> {
-        self.rules_where(settings, |_| true)
+    pub fn new(
+        (rules, rules_synced): (Store<Guarded<ReplicationRule>>, Synced),
+        (syncs, syncs_synced): (Store<Guarded<ConfigMapSync>>, Synced),
+        revision: StoreRevision,
+    ) -> Self {
+        Self { rules, syncs, rules_synced, syncs_synced, revision, parsed: Mutex::new(None) }
+    }
+
+    /// Every rule in force: valid, and not being deleted. Every copy and source event asks
+    /// for them, so they are parsed once per change to the rules, not once per event: with
+    /// a thousand rules, a fan-out to thousands of namespaces would otherwise parse every
+    /// rule again for each copy written. `settings` are the process's, fixed at start.
+    pub fn in_force(&self, settings: &Settings) -> Arc<[Rule]> {
+        let revision = self.revision.current();
+        // Parsing under the lock: of several callers after one change, one parses.
+        let mut parsed = self.parsed.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, rules)) = parsed.as_ref()
+            && *at == revision
+        {
+            return rules.clone();
+        }
+        let rules: Arc<[Rule]> = self.rules_where(settings, |_| true).into();
+        *parsed = Some((revision, rules.clone()));
+        rules
     }
 
     /// The rules in force that hold kopper's finalizer: only those may get copies outside
@@ -392,4 +442,53 @@ fn follow_namespaces(
         }
         synced.mark_stopped();
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::channel::mpsc;
+    use kube::runtime::reflector;
+
+    use super::*;
+
+    fn rule(name: &str, kind: &str) -> Guarded<ReplicationRule> {
+        let yaml = format!(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {{name: {name}, uid: uid-{name}}}\n\
+             spec: {{kind: {kind}, namespaces: [src], selector: {{matchLabels: {{a: b}}}}}}"
+        );
+        serde_yaml::from_str(&yaml).unwrap()
+    }
+
+    fn kinds(rules: &[Rule]) -> Vec<(String, ObjectKind)> {
+        rules.iter().map(|rule| (rule.id.name.clone(), rule.kind)).collect()
+    }
+
+    #[tokio::test]
+    async fn rules_in_force_are_parsed_once_per_change_and_follow_every_change() {
+        let (rule_store, rule_writer) = reflector::store();
+        let (sync_store, _sync_writer) = reflector::store();
+        let revision = StoreRevision::default();
+        let stores = RuleStores::new(
+            (rule_store, Synced::default()),
+            (sync_store, Synced::default()),
+            revision.clone(),
+        );
+        let (changes, events) = mpsc::unbounded();
+        let mut events = std::pin::pin!(revision.track(reflector::reflector(rule_writer, events)));
+        let settings = Settings::default();
+
+        changes.unbounded_send(Ok(watcher::Event::Apply(rule("a", "ConfigMap")))).unwrap();
+        events.next().await;
+        let first = stores.in_force(&settings);
+        assert_eq!(kinds(&first), [("a".to_owned(), ObjectKind::ConfigMap)]);
+        assert!(Arc::ptr_eq(&first, &stores.in_force(&settings)), "no change, no new parse");
+
+        changes.unbounded_send(Ok(watcher::Event::Apply(rule("a", "Secret")))).unwrap();
+        events.next().await;
+        assert_eq!(kinds(&stores.in_force(&settings)), [("a".to_owned(), ObjectKind::Secret)]);
+
+        changes.unbounded_send(Ok(watcher::Event::Delete(rule("a", "Secret")))).unwrap();
+        events.next().await;
+        assert!(stores.in_force(&settings).is_empty());
+    }
 }

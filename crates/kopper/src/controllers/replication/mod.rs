@@ -57,7 +57,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use self::desired::RuleKind;
 use self::engine::{Engine, Memo, SyncError};
-use self::index::{CacheStopped, Caches, Guarded, Router, RuleStores, Synced, Wakers};
+use self::index::{CacheStopped, Caches, Guarded, Router, RuleStores, StoreRevision, Synced, Wakers};
 use self::rules::RuleObject;
 use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::replication_rule::types::ReplicationRule;
@@ -125,8 +125,9 @@ pub async fn run(
     let client = ctx.client.clone();
     let config = crate::runtime::controller::config(&ctx).debounce(DEBOUNCE);
     let (wakers, rule_wakes, sync_wakes) = Wakers::new();
-    let (rules, rules_synced) = watch_rules::<ReplicationRule>(&client);
-    let (syncs, syncs_synced) = watch_rules::<ConfigMapSync>(&client);
+    let revision = StoreRevision::default();
+    let (rules, rules_synced) = watch_rules::<ReplicationRule>(&client, &revision);
+    let (syncs, syncs_synced) = watch_rules::<ConfigMapSync>(&client, &revision);
     let rule_controller = Controller::for_stream(rules.0, rules.1)
         .with_config(config.clone())
         .reconcile_on(rule_wakes)
@@ -136,12 +137,11 @@ pub async fn run(
         .reconcile_on(sync_wakes)
         .graceful_shutdown_on(shutdown.clone());
     let router = Arc::new(Router {
-        rules: RuleStores {
-            rules: rule_controller.store(),
-            syncs: sync_controller.store(),
-            rules_synced,
-            syncs_synced,
-        },
+        rules: RuleStores::new(
+            (rule_controller.store(), rules_synced),
+            (sync_controller.store(), syncs_synced),
+            revision,
+        ),
         wakers,
         settings: ctx.settings.clone(),
         memo: Arc::new(Memo::default()),
@@ -191,10 +191,12 @@ pub async fn run(
 }
 
 /// The objects of one rule kind, read through a guard, as a stream for its controller and
-/// the store it fills, with a flag set when the first list is complete.
+/// the store it fills, with a flag set when the first list is complete; `revision` counts
+/// the changes made to the store.
 #[allow(clippy::type_complexity)]
 fn watch_rules<R: RuleObject>(
     client: &kube::Client,
+    revision: &StoreRevision,
 ) -> (
     (impl futures::Stream<Item = Result<Guarded<R>, watcher::Error>> + Send + 'static, Store<Guarded<R>>),
     Synced,
@@ -206,7 +208,7 @@ fn watch_rules<R: RuleObject>(
         crate::runtime::watch::watcher(Api::<Guarded<R>>::all(client.clone()), watcher::Config::default())
             .default_backoff(),
     );
-    let objects = synced.track(events).applied_objects();
+    let objects = synced.track(revision.track(events)).applied_objects();
     ((objects, store), synced)
 }
 
