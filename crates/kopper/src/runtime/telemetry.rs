@@ -3,7 +3,7 @@
 use tracing::subscriber::Interest;
 use tracing::{Level, Metadata, Subscriber};
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::filter::DynFilterFn;
+use tracing_subscriber::filter::{DynFilterFn, FilterFn, filter_fn};
 use tracing_subscriber::layer::{Context, SubscriberExt as _};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -14,6 +14,10 @@ use crate::runtime::client::PROBE_SPAN;
 /// Where kube's client logs, at ERROR, every request that cannot connect or is answered 5xx
 /// ("failed with error client error (Connect)"), from the `TraceLayer` it builds into each client.
 const KUBE_REQUEST_FAILURE_TARGET: &str = "kube_client::client::builder";
+/// Where kube's client logs, at WARN, the whole text of a response it could not decode
+/// (a Secret's content, say), and watch polls that timed out or ended, which the watchers
+/// resume and kopper's own logs and metrics report.
+const KUBE_RESPONSE_TEXT_TARGET: &str = "kube_client::client";
 
 #[derive(Debug, thiserror::Error)]
 #[error("invalid --log-level `{level}`: {cause} (use e.g. `info`, `debug` or `kopper=debug,kube=info`)")]
@@ -37,13 +41,16 @@ pub fn init(args: &TelemetryArgs) -> Result<(), TelemetryError> {
         .log_internal_errors(false)
         .with_ansi(colours_wanted());
     let _already_installed = match args.log_format {
-        LogFormat::Text => builder.finish().with(without_probe_failure_log()).try_init(),
+        LogFormat::Text => {
+            builder.finish().with(without_probe_failure_log()).with(without_response_texts()).try_init()
+        }
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .finish()
             .with(without_probe_failure_log())
+            .with(without_response_texts())
             .try_init(),
     };
     Ok(())
@@ -74,6 +81,17 @@ where
     // Every other callsite is decided once, so the span lookup costs nothing elsewhere.
     .with_callsite_filter(|metadata| {
         if is_kube_request_failure(metadata) { Interest::sometimes() } else { Interest::always() }
+    })
+}
+
+/// Drops kube's WARN lines that can hold a response's text, whatever the log level: kopper
+/// never logs Secret content, and the error that goes with such a line reaches kopper,
+/// which reports it (a decode error names a line and column, not content).
+fn without_response_texts() -> FilterFn<impl Fn(&Metadata<'_>) -> bool> {
+    filter_fn(|metadata| {
+        !(metadata.is_event()
+            && *metadata.level() == Level::WARN
+            && metadata.target() == KUBE_RESPONSE_TEXT_TARGET)
     })
 }
 
@@ -129,7 +147,8 @@ mod tests {
             .with_writer(captured.clone())
             .with_ansi(false)
             .finish()
-            .with(without_probe_failure_log());
+            .with(without_probe_failure_log())
+            .with(without_response_texts());
         tracing::subscriber::with_default(subscriber, emit);
         String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
     }
@@ -147,6 +166,18 @@ mod tests {
         assert!(!logged.contains("probe failed"), "{logged}");
         assert!(logged.contains("kopper's own error in the probe"), "{logged}");
         assert!(logged.contains("watch failed"), "{logged}");
+    }
+
+    #[test]
+    fn kube_warnings_that_can_hold_a_response_text_are_never_logged() {
+        let logged = logged_by(|| {
+            let body = r#"{"kind":"Secret","data":{"password":"c2VjcmV0"}}"#;
+            tracing::warn!(target: KUBE_RESPONSE_TEXT_TARGET, "{body}, Error(\"missing field\")");
+            tracing::info!(target: KUBE_RESPONSE_TEXT_TARGET, "kube's other lines");
+        });
+
+        assert!(!logged.contains("c2VjcmV0"), "{logged}");
+        assert!(logged.contains("kube's other lines"), "{logged}");
     }
 
     #[test]

@@ -203,10 +203,11 @@ enum Write {
 /// thousands of copies.
 #[derive(Deserialize)]
 struct Written {
+    #[serde(default)]
     metadata: WrittenMeta,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WrittenMeta {
     resource_version: Option<String>,
