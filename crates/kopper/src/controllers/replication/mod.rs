@@ -20,7 +20,9 @@
 //! - namespaces, metadata only, from the cache every controller shares
 //!   ([`crate::runtime::namespaces`]). A namespace that a rule newly targets gets its copies
 //!   at once, decided for that namespace alone ([`mod@namespaces`]), so its wait does not grow
-//!   with the cluster; the rule's pass follows, debounced, for status and deletions.
+//!   with the cluster; the rule's pass follows, for status and deletions. Wake-ups of a
+//!   rule are paced ([`pacing`]): a lone change is served at once, a burst by one pass per
+//!   [`pacing::MIN_WAKE_GAP`].
 //!
 //! Sources' content is read once per version. A rule holds the finalizer [`FINALIZER`]
 //! until its copies are removed; copies whose rule vanished without it (a finalizer removed
@@ -35,6 +37,7 @@ pub mod desired;
 pub mod engine;
 pub mod index;
 pub mod namespaces;
+pub mod pacing;
 pub mod plan;
 pub mod rules;
 pub mod scoped;
@@ -82,8 +85,6 @@ pub fn controller_of(kind: RuleKind) -> &'static str {
 }
 /// Holds a rule until its copies are removed.
 pub const FINALIZER: &str = "kopper.dev/replication";
-/// Gathers a burst of changes (a thousand namespaces created at once) into fewer passes.
-const DEBOUNCE: Duration = Duration::from_millis(100);
 /// How often copies whose rule vanished without its finalizer running are looked for.
 const ORPHAN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -123,18 +124,19 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let shutdown = shutdown.shared();
     let client = ctx.client.clone();
-    let config = crate::runtime::controller::config(&ctx).debounce(DEBOUNCE);
+    // No debounce, which would delay every change: wake-ups are paced per rule instead.
+    let config = crate::runtime::controller::config(&ctx);
     let (wakers, rule_wakes, sync_wakes) = Wakers::new();
     let revision = StoreRevision::default();
     let (rules, rules_synced) = watch_rules::<ReplicationRule>(&client, &revision);
     let (syncs, syncs_synced) = watch_rules::<ConfigMapSync>(&client, &revision);
     let rule_controller = Controller::for_stream(rules.0, rules.1)
         .with_config(config.clone())
-        .reconcile_on(rule_wakes)
+        .reconcile_on(pacing::paced(rule_wakes, pacing::MIN_WAKE_GAP))
         .graceful_shutdown_on(shutdown.clone());
     let sync_controller = Controller::for_stream(syncs.0, syncs.1)
         .with_config(config)
-        .reconcile_on(sync_wakes)
+        .reconcile_on(pacing::paced(sync_wakes, pacing::MIN_WAKE_GAP))
         .graceful_shutdown_on(shutdown.clone());
     let router = Arc::new(Router {
         rules: RuleStores::new(

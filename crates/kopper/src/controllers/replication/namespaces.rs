@@ -5,7 +5,7 @@
 //! namespace change is served here on its own: the copies a namespace newly wants are
 //! decided for that namespace alone, by the same decision a pass makes ([`RulePass`] over a
 //! [`World`] that holds only the changed namespaces), and written straight away. Then the
-//! rules the change concerns are woken, so their passes (debounced, and the authority)
+//! rules the change concerns are woken, so their passes (paced, and the authority)
 //! delete what a namespace no longer wants and bring their status up to date.
 //!
 //! Changes that arrive while a batch is being served wait, merged by namespace, and are
