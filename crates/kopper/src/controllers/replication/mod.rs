@@ -55,7 +55,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use self::desired::RuleKind;
@@ -194,7 +194,8 @@ pub async fn run(
 
 /// The objects of one rule kind, read through a guard, as a stream for its controller and
 /// the store it fills, with a flag set when the first list is complete; `revision` counts
-/// the changes made to the store.
+/// the changes made to the store. The controller hears only of changes its passes depend on
+/// ([`pass_inputs`]); the store holds every change.
 #[allow(clippy::type_complexity)]
 fn watch_rules<R: RuleObject>(
     client: &kube::Client,
@@ -210,8 +211,29 @@ fn watch_rules<R: RuleObject>(
         crate::runtime::watch::watcher(Api::<Guarded<R>>::all(client.clone()), watcher::Config::default())
             .default_backoff(),
     );
-    let objects = synced.track(revision.track(events)).applied_objects();
+    let objects = synced
+        .track(revision.track(events))
+        .applied_objects()
+        .predicate_filter(pass_inputs, PredicateConfig::default());
     ((objects, store), synced)
+}
+
+/// What a pass depends on in the rule object itself: its identity, its spec (generation),
+/// its finalizers and whether it is being deleted. Not its status, which a pass writes: each
+/// status write would start another pass at once, before the copy watch has even delivered
+/// the writes of the one before. Without a generation, every change counts.
+fn pass_inputs<K: Resource>(object: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = object.meta();
+    let mut hasher = std::hash::DefaultHasher::new();
+    meta.uid.hash(&mut hasher);
+    match meta.generation {
+        Some(generation) => generation.hash(&mut hasher),
+        None => meta.resource_version.hash(&mut hasher),
+    }
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Deletes copies whose rule is gone once the caches are ready, then every
@@ -342,4 +364,42 @@ async fn add_finalizer<R: RuleObject>(
     });
     let params = PatchParams { field_manager: Some(field_manager.to_owned()), ..PatchParams::default() };
     api.patch(&object.name_any(), &params, &Patch::Merge(patch)).await.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(yaml_metadata: &str, status: &str) -> ReplicationRule {
+        let yaml = format!(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {yaml_metadata}\n\
+             spec: {{kind: ConfigMap, namespaces: [src], selector: {{matchLabels: {{a: b}}}}}}\nstatus: {status}"
+        );
+        serde_yaml::from_str(&yaml).unwrap()
+    }
+
+    #[test]
+    fn a_rule_wakes_its_controller_for_its_spec_identity_finalizers_and_deletion_not_its_status() {
+        let base = "{name: r, uid: u1, generation: 1, resourceVersion: '10'}";
+        let inputs = |metadata: &str, status: &str| pass_inputs(&rule(metadata, status));
+        let before = inputs(base, "{copiesInSync: 1}");
+        assert_eq!(
+            before,
+            inputs("{name: r, uid: u1, generation: 1, resourceVersion: '11'}", "{copiesInSync: 2}"),
+            "a status write starts no pass"
+        );
+        for changed in [
+            "{name: r, uid: u1, generation: 2, resourceVersion: '11'}",
+            "{name: r, uid: u2, generation: 1, resourceVersion: '11'}",
+            "{name: r, uid: u1, generation: 1, resourceVersion: '11', finalizers: [kopper.dev/replication]}",
+            "{name: r, uid: u1, generation: 1, resourceVersion: '11', deletionTimestamp: '2026-01-01T00:00:00Z'}",
+        ] {
+            assert_ne!(before, inputs(changed, "{copiesInSync: 1}"), "{changed}");
+        }
+        assert_ne!(
+            inputs("{name: r, uid: u1, resourceVersion: '10'}", "{}"),
+            inputs("{name: r, uid: u1, resourceVersion: '11'}", "{}"),
+            "without a generation, every change counts"
+        );
+    }
 }
