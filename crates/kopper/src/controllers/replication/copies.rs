@@ -4,7 +4,7 @@
 //! size.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::StreamExt;
@@ -62,6 +62,11 @@ pub struct CopyIndex {
     /// One allocation per distinct namespace and name, shared by every copy.
     strings: std::sync::Mutex<HashSet<Arc<str>>>,
     ready: Synced,
+    /// The highest resourceVersion kopper's writes of this kind were given, and the highest
+    /// the watch has delivered: a pass that starts while the watch is behind kopper's own
+    /// writes would take a copy it just wrote for an old one and write it again.
+    written: AtomicU64,
+    delivered: tokio::sync::watch::Sender<u64>,
 }
 
 impl CopyIndex {
@@ -72,7 +77,51 @@ impl CopyIndex {
             count: AtomicUsize::new(0),
             strings: std::sync::Mutex::default(),
             ready: Synced::default(),
+            written: AtomicU64::new(0),
+            delivered: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// kopper wrote a copy and the API server gave it `version`.
+    pub fn wrote(&self, version: &str) {
+        if let Some(version) = decimal_version(version) {
+            self.written.fetch_max(version, Ordering::AcqRel);
+        }
+    }
+
+    /// The watch delivered a copy at `meta`'s version (created, changed or deleted).
+    fn delivered(&self, meta: &ObjectMeta) {
+        if let Some(version) = meta.resource_version.as_deref().and_then(decimal_version) {
+            self.delivered.send_if_modified(|delivered| {
+                let newer = version > *delivered;
+                *delivered = (*delivered).max(version);
+                newer
+            });
+        }
+    }
+
+    /// Waits until the watch has delivered every write kopper made so far, or `limit` has
+    /// passed; false then, and those writes are not waited for again. Each write's own
+    /// event, or a later one, carries a version at least as high as the write's, since the
+    /// API server orders events by version.
+    pub async fn caught_up(&self, limit: std::time::Duration) -> bool {
+        let written = self.written.load(Ordering::Acquire);
+        let mut delivered = self.delivered.subscribe();
+        let caught_up = tokio::time::timeout(limit, delivered.wait_for(|delivered| *delivered >= written))
+            .await
+            .is_ok_and(|result| result.is_ok());
+        if !caught_up {
+            self.written.fetch_min(*self.delivered.borrow(), Ordering::AcqRel);
+        }
+        caught_up
+    }
+
+    /// After a fresh list, the cache holds the server's state, writes before it included,
+    /// and versions may have started over (an API server that lost its state): nothing
+    /// earlier is waited for.
+    fn relisted(&self) {
+        self.written.store(0, Ordering::Release);
+        self.delivered.send_replace(0);
     }
 
     /// The copies, for a decision made while holding the guard (never across an await).
@@ -219,10 +268,12 @@ fn apply_event<K: Replicable>(
         watcher::Event::Init => *listing = Some(CopyMap::new()),
         watcher::Event::InitApply(object) => {
             let (meta, payload) = object.into_parts();
+            index.delivered(&meta);
             index.insert_into(listing.get_or_insert_default(), &meta, CopyState::new(&meta, &payload));
         }
         watcher::Event::InitDone => {
             index.replace_all(listing.take().unwrap_or_default());
+            index.relisted();
             index.prune_strings();
             index.ready.mark_ready();
             // Whatever happened while the watch was down is only known now.
@@ -230,6 +281,7 @@ fn apply_event<K: Replicable>(
         }
         watcher::Event::Apply(object) => {
             let (meta, payload) = object.into_parts();
+            index.delivered(&meta);
             let state = CopyState::new(&meta, &payload);
             let after = state.rule.clone();
             let before = index.insert(&meta, state);
@@ -237,8 +289,60 @@ fn apply_event<K: Replicable>(
         }
         watcher::Event::Delete(object) => {
             let meta = object.meta().clone();
+            index.delivered(&meta);
             let before = index.remove(&meta);
             router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None]);
         }
+    }
+}
+
+/// A resourceVersion as a number, when it is one. Versions are opaque to clients, but
+/// kube-apiserver's (etcd's revision) and kubesim's are canonical decimals; for any other,
+/// kopper does not wait on its watch.
+fn decimal_version(version: &str) -> Option<u64> {
+    version.parse().ok().filter(|_| !version.starts_with('0') && !version.starts_with('+'))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn at_version(version: &str) -> ObjectMeta {
+        ObjectMeta { resource_version: Some(version.to_owned()), ..ObjectMeta::default() }
+    }
+
+    const LIMIT: Duration = Duration::from_millis(50);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_waits_for_the_watch_to_deliver_kopper_s_own_writes() {
+        let index = CopyIndex::new(ObjectKind::ConfigMap);
+        assert!(index.caught_up(LIMIT).await, "nothing written yet");
+        index.wrote("120");
+        index.delivered(&at_version("119"));
+        let waiting = index.caught_up(LIMIT);
+        index.delivered(&at_version("121"));
+        assert!(waiting.await, "a later event carries every earlier write");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_never_delivered_is_waited_for_once() {
+        let index = CopyIndex::new(ObjectKind::ConfigMap);
+        index.delivered(&at_version("5"));
+        index.wrote("120");
+        assert!(!index.caught_up(LIMIT).await);
+        assert!(index.caught_up(LIMIT).await, "given up on, not waited for at every pass");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_forgets_earlier_writes_and_versions_that_are_not_numbers_are_not_waited_for() {
+        let index = CopyIndex::new(ObjectKind::ConfigMap);
+        index.wrote("9000");
+        index.relisted();
+        assert!(index.caught_up(LIMIT).await, "an API server that started over gives lower versions");
+        index.wrote("abc");
+        index.wrote("0120");
+        assert!(index.caught_up(LIMIT).await);
     }
 }

@@ -35,6 +35,9 @@ const CONCURRENT_READS: usize = 16;
 /// Copies decided and written per batch of a pass: a pass over thousands of namespaces
 /// holds this many at most.
 const COPIES_PER_BATCH: usize = 2_000;
+/// How long a pass waits for the copy watch to deliver kopper's earlier writes before it
+/// decides anyway (the watch may be relisting): it then may write a copy twice, never wrongly.
+const CATCH_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Seconds from kopper seeing a source change to the last of its copies written.
 pub static SOURCE_TO_COPY_SECONDS: LazyLock<Histogram> =
@@ -355,6 +358,10 @@ impl Engine {
     /// One pass of `rule`: gathers what it depends on, then decides and writes its copies a
     /// few namespaces at a time, then removes the copies it no longer wants.
     async fn pass(&self, ctx: &Context, rule: &Rule) -> Result<PassTally, SyncError> {
+        let copies = self.caches.copies(rule.kind);
+        if !copies.caught_up(CATCH_UP_LIMIT).await {
+            tracing::debug!(rule = %rule.id, "the copy watch is behind kopper's own writes; deciding anyway");
+        }
         let mut rules = self.router.rules.in_force(&ctx.settings).to_vec();
         rules.retain(|other| other.id != rule.id);
         rules.push(rule.clone());
@@ -377,7 +384,6 @@ impl Engine {
             tally.findings.missing_source = Some(format!("{namespace}/{name}"));
         }
         tally.findings.refused_destinations = rule.refused_destinations(&namespaces);
-        let copies = self.caches.copies(rule.kind);
         let batch = (COPIES_PER_BATCH / pass.copies_per_namespace().max(1)).max(1);
         for targets in pass.targets().chunks(batch) {
             let mut plan = RulePlan::default();
@@ -424,6 +430,8 @@ impl Engine {
             &plan.changes,
         )
         .await;
+        let copies = self.caches.copies(kind);
+        applied.versions.values().for_each(|version| copies.wrote(version));
         for key in &applied.unmanaged {
             // Watch that name, so kopper sees the object that holds the place go.
             self.caches.scoped.watch_name(kind, &key.name);
