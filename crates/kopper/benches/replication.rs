@@ -622,7 +622,8 @@ async fn direct_fan_out(cluster: &Cluster, namespaces: usize) -> Baseline {
             let deadline = Instant::now() + EVENT_LIMIT;
             while seen.len() < namespaces {
                 let event = tokio::time::timeout_at(deadline.into(), watch.next()).await;
-                let Ok(Some(Ok(watcher::Event::Apply(meta)))) = event else {
+                let Ok(Some(Ok(watcher::Event::Apply(meta) | watcher::Event::InitApply(meta)))) = event
+                else {
                     assert!(event.is_ok(), "timed out waiting for the baseline's writes to be watched");
                     continue;
                 };

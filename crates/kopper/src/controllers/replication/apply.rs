@@ -293,8 +293,8 @@ fn is_namespace_gone(status: &Status) -> bool {
 }
 
 /// A copy as kopper sends it: exactly the fields kopper owns, borrowed from the desired
-/// copy and serialised once.
-#[derive(Debug, Serialize)]
+/// copy and serialised once. Not `Debug`: it holds a Secret's data.
+#[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest<'a> {
     api_version: &'static str,
@@ -310,7 +310,7 @@ pub struct Manifest<'a> {
     immutable: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ManifestMeta<'a> {
     name: &'a str,
@@ -331,7 +331,7 @@ struct ManifestMeta<'a> {
 }
 
 /// A ConfigMap's `data` is text; a Secret's is base64 of bytes.
-#[derive(Debug, Serialize)]
+#[derive(Serialize)]
 #[serde(untagged)]
 enum Data<'a> {
     Text(&'a BTreeMap<String, String>),

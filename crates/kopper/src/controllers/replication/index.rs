@@ -136,7 +136,9 @@ impl StoreRevision {
     {
         let revision = self.0.clone();
         events.inspect(move |event| {
-            if event.is_ok() {
+            // A relist's objects reach the store together, at its end.
+            if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) = event
+            {
                 revision.fetch_add(1, Ordering::AcqRel);
             }
         })
