@@ -9,7 +9,8 @@
 //! watch events of a pass's own writes). Nothing waits in the controller meanwhile: a held
 //! wake-up takes no reconcile slot.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -58,8 +59,14 @@ struct Pacer<T> {
     gap: Duration,
     /// When each key recently woken last went on; older entries are forgotten.
     last: HashMap<T, Instant>,
-    /// Keys held back, with when they may go on.
-    held: HashMap<T, Instant>,
+    /// Keys held back.
+    held: HashSet<T>,
+    /// When each held key may go on, soonest first, as (time, ticket); the ticket names the
+    /// key in `tickets`. One entry per held key, so a wake-up of thousands of rules costs a
+    /// heap operation each, not a scan of all that are held.
+    due: BinaryHeap<Reverse<(Instant, u64)>>,
+    tickets: HashMap<u64, T>,
+    next_ticket: u64,
     /// Keys that go on now, in order.
     ready: VecDeque<T>,
     /// Size of `last` at which entries quiet for longer than the gap are dropped.
@@ -74,7 +81,10 @@ impl<T: Clone + Eq + Hash> Pacer<T> {
         Self {
             gap,
             last: HashMap::new(),
-            held: HashMap::new(),
+            held: HashSet::new(),
+            due: BinaryHeap::new(),
+            tickets: HashMap::new(),
+            next_ticket: 0,
             ready: VecDeque::new(),
             prune_at: MIN_PRUNE_AT,
         }
@@ -83,13 +93,11 @@ impl<T: Clone + Eq + Hash> Pacer<T> {
     /// A wake-up of `key` at `now`: it goes on at once, or is held (merged with one
     /// already held) until the gap since the last has passed.
     fn arrive(&mut self, key: T, now: Instant) {
-        if self.held.contains_key(&key) {
+        if self.held.contains(&key) {
             return;
         }
         match self.last.get(&key) {
-            Some(&last) if now < last + self.gap => {
-                self.held.insert(key, last + self.gap);
-            }
+            Some(&last) if now < last + self.gap => self.hold(key, last + self.gap),
             _ => self.go_on(key, now),
         }
         if self.last.len() >= self.prune_at {
@@ -98,17 +106,28 @@ impl<T: Clone + Eq + Hash> Pacer<T> {
         }
     }
 
-    fn next_due(&self) -> Option<Instant> {
-        self.held.values().min().copied()
+    fn hold(&mut self, key: T, until: Instant) {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.held.insert(key.clone());
+        self.tickets.insert(ticket, key);
+        self.due.push(Reverse((until, ticket)));
     }
 
-    /// Lets on every held key whose time has come.
+    fn next_due(&self) -> Option<Instant> {
+        self.due.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Lets on every held key whose time has come, soonest first.
     fn release_due(&mut self, now: Instant) {
-        let due: Vec<T> =
-            self.held.iter().filter(|(_, at)| **at <= now).map(|(key, _)| key.clone()).collect();
-        for key in due {
-            self.held.remove(&key);
-            self.go_on(key, now);
+        while let Some(Reverse((at, ticket))) = self.due.peek().copied()
+            && at <= now
+        {
+            self.due.pop();
+            if let Some(key) = self.tickets.remove(&ticket) {
+                self.held.remove(&key);
+                self.go_on(key, now);
+            }
         }
         self.forget_quiet(now);
     }
@@ -181,6 +200,24 @@ mod tests {
         let wakes: Vec<(u64, &str)> = (0..50).map(|n| (n * 10, "a")).collect();
         let times: Vec<u64> = paced_run(&wakes).await.into_iter().map(|(at, _)| at).collect();
         assert_eq!(times, [0, 100, 200, 300, 400, 500]);
+    }
+
+    #[test]
+    fn many_held_keys_go_on_soonest_first_and_leave_nothing_behind() {
+        let mut pacer = Pacer::new(GAP);
+        let start = Instant::now();
+        for n in 0..10_000u64 {
+            pacer.arrive(n, start + Duration::from_micros(n));
+        }
+        pacer.ready.clear();
+        for n in (0..10_000u64).rev() {
+            pacer.arrive(n, start + Duration::from_millis(50));
+        }
+        assert_eq!(pacer.next_due(), Some(start + GAP), "the key that went on first is due first");
+        pacer.release_due(start + GAP + Duration::from_millis(10));
+        assert!(pacer.held.is_empty() && pacer.tickets.is_empty() && pacer.due.is_empty());
+        let released: Vec<u64> = pacer.ready.into_iter().collect();
+        assert_eq!(released, (0..10_000u64).collect::<Vec<_>>());
     }
 
     #[test]
