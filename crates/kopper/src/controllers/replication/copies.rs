@@ -4,6 +4,7 @@
 //! size.
 
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -15,7 +16,7 @@ use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 
 use super::RULE_CONTROLLER;
-use super::desired::{CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, Payload};
+use super::desired::{CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, Payload, canonical_number};
 use super::index::{Router, Synced};
 use crate::runtime::Metrics;
 use crate::runtime::metrics::CacheLabels;
@@ -84,16 +85,20 @@ impl CopyIndex {
         }
     }
 
-    /// kopper wrote a copy and the API server gave it `version`.
+    /// kopper wrote a copy and the API server gave it `version`. Versions are opaque to
+    /// clients, but kube-apiserver's (etcd's revision) and kubesim's are numbers; for any
+    /// other, kopper does not wait on its watch.
     pub fn wrote(&self, version: &str) {
-        if let Some(version) = decimal_version(version) {
-            self.written.fetch_max(version, Ordering::AcqRel);
+        if let Some(version) = canonical_number(version) {
+            self.written.fetch_max(version.get(), Ordering::AcqRel);
         }
     }
 
     /// The watch delivered a copy at `meta`'s version (created, changed or deleted).
     fn delivered(&self, meta: &ObjectMeta) {
-        if let Some(version) = meta.resource_version.as_deref().and_then(decimal_version) {
+        if let Some(version) =
+            meta.resource_version.as_deref().and_then(canonical_number).map(NonZeroU64::get)
+        {
             self.delivered.send_if_modified(|delivered| {
                 let newer = version > *delivered;
                 *delivered = (*delivered).max(version);
@@ -296,13 +301,6 @@ fn apply_event<K: Replicable>(
             router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None]);
         }
     }
-}
-
-/// A resourceVersion as a number, when it is one. Versions are opaque to clients, but
-/// kube-apiserver's (etcd's revision) and kubesim's are canonical decimals; for any other,
-/// kopper does not wait on its watch.
-fn decimal_version(version: &str) -> Option<u64> {
-    version.parse().ok().filter(|_| !version.starts_with('0') && !version.starts_with('+'))
 }
 
 #[cfg(test)]

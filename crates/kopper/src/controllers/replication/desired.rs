@@ -734,7 +734,7 @@ impl CopyState {
 
 /// `version` as a number, if writing the number back gives `version` again (resourceVersions
 /// are opaque: only one written exactly as the server wrote it may be sent back).
-fn canonical_number(version: &str) -> Option<NonZeroU64> {
+pub fn canonical_number(version: &str) -> Option<NonZeroU64> {
     version.parse().ok().filter(|number: &NonZeroU64| number.to_string() == version)
 }
 
