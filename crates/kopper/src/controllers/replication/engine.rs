@@ -362,7 +362,7 @@ impl Engine {
         if !copies.caught_up(CATCH_UP_LIMIT).await {
             tracing::debug!(rule = %rule.id, "the copy watch is behind kopper's own writes; deciding anyway");
         }
-        let mut rules = self.router.rules.in_force(&ctx.settings).to_vec();
+        let mut rules = self.router.rules.in_force().to_vec();
         rules.retain(|other| other.id != rule.id);
         rules.push(rule.clone());
         // The source namespaces of every rule of the kind: who wins a contested copy
@@ -450,7 +450,7 @@ impl Engine {
     /// Stops the scoped watches no rule needs any more (source namespaces no rule reads
     /// from, and names no rule copies), and forgets the content of sources no rule copies.
     fn retire_scoped_watches(&self, ctx: &Context) {
-        let rules = self.router.rules.in_force(&ctx.settings);
+        let rules = self.router.rules.in_force();
         let mut needed: HashSet<(ObjectKind, Scope)> = HashSet::new();
         let mut source_names: HashSet<(ObjectKind, String)> = HashSet::new();
         let mut source_uids: HashSet<(ObjectKind, String)> = HashSet::new();

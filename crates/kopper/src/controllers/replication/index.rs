@@ -153,6 +153,8 @@ pub struct RuleStores {
     pub syncs_synced: Synced,
     /// Changes to either store, bumped by their watches.
     pub revision: StoreRevision,
+    /// The process's settings, fixed at start, that a rule object is read with.
+    settings: Arc<Settings>,
     /// The rules in force as last parsed, with the revision they were parsed at.
     parsed: Mutex<Option<(u64, Arc<[Rule]>)>>,
 }
@@ -162,15 +164,16 @@ impl RuleStores {
         (rules, rules_synced): (Store<Guarded<ReplicationRule>>, Synced),
         (syncs, syncs_synced): (Store<Guarded<ConfigMapSync>>, Synced),
         revision: StoreRevision,
+        settings: Arc<Settings>,
     ) -> Self {
-        Self { rules, syncs, rules_synced, syncs_synced, revision, parsed: Mutex::new(None) }
+        Self { rules, syncs, rules_synced, syncs_synced, revision, settings, parsed: Mutex::new(None) }
     }
 
     /// Every rule in force: valid, and not being deleted. Every copy and source event asks
     /// for them, so they are parsed once per change to the rules, not once per event: with
     /// a thousand rules, a fan-out to thousands of namespaces would otherwise parse every
-    /// rule again for each copy written. `settings` are the process's, fixed at start.
-    pub fn in_force(&self, settings: &Settings) -> Arc<[Rule]> {
+    /// rule again for each copy written.
+    pub fn in_force(&self) -> Arc<[Rule]> {
         let revision = self.revision.current();
         // Parsing under the lock: of several callers after one change, one parses.
         let mut parsed = self.parsed.lock().unwrap_or_else(PoisonError::into_inner);
@@ -179,18 +182,18 @@ impl RuleStores {
         {
             return rules.clone();
         }
-        let rules: Arc<[Rule]> = self.rules_where(settings, |_| true).into();
+        let rules: Arc<[Rule]> = self.rules_where(|_| true).into();
         *parsed = Some((revision, rules.clone()));
         rules
     }
 
     /// The rules in force that hold kopper's finalizer: only those may get copies outside
     /// their own pass, since only their cleanup is sure to run.
-    pub fn finalized(&self, settings: &Settings) -> Vec<Rule> {
-        self.rules_where(settings, holds_finalizer)
+    pub fn finalized(&self) -> Vec<Rule> {
+        self.rules_where(holds_finalizer)
     }
 
-    fn rules_where(&self, settings: &Settings, keep: impl Fn(&ObjectMeta) -> bool + Copy) -> Vec<Rule> {
+    fn rules_where(&self, keep: impl Fn(&ObjectMeta) -> bool + Copy) -> Vec<Rule> {
         fn valid<R: RuleObject>(
             store: &Store<Guarded<R>>,
             settings: &Settings,
@@ -205,13 +208,14 @@ impl RuleStores {
                 .collect::<Vec<_>>()
                 .into_iter()
         }
+        let settings = &*self.settings;
         valid(&self.rules, settings, keep).chain(valid(&self.syncs, settings, keep)).collect()
     }
 
     /// Whether the object `rule` was read from is still there, unchanged in identity, not
     /// being deleted, not refused, and holding kopper's finalizer: neither its cleanup nor
     /// the one a refusal runs has happened since.
-    pub fn still_finalized(&self, rule: &Rule, settings: &Settings) -> bool {
+    pub fn still_finalized(&self, rule: &Rule) -> bool {
         fn current<R: RuleObject>(
             store: &Store<Guarded<R>>,
             reference: ObjectRef<Guarded<R>>,
@@ -228,6 +232,7 @@ impl RuleStores {
                 })
             })
         }
+        let settings = &*self.settings;
         match (&rule.id.kind, &rule.id.namespace) {
             (RuleKind::ReplicationRule, _) => {
                 current(&self.rules, ObjectRef::new(&rule.id.name), &rule.uid, settings)
@@ -263,7 +268,6 @@ impl RuleStores {
 pub struct Router {
     pub rules: RuleStores,
     pub wakers: Wakers,
-    pub settings: Arc<Settings>,
     pub memo: Arc<Memo>,
     /// Set once the scoped watches exist (they route through this router).
     pub scoped: OnceLock<Weak<Scoped>>,
@@ -290,7 +294,7 @@ impl Router {
     /// A copy changed: wakes the rules it was and is a copy of, and those that want a copy
     /// where it is (one may take it over, or see a conflict clear).
     pub fn copy_changed(&self, kind: ObjectKind, meta: &ObjectMeta, made_by: [Option<Arc<str>>; 2]) {
-        let rules = self.rules.in_force(&self.settings);
+        let rules = self.rules.in_force();
         let view = self.view(kind);
         let namespace = meta.namespace.as_deref().unwrap_or_default();
         let name = meta.name.as_deref().unwrap_or_default();
@@ -308,7 +312,7 @@ impl Router {
     /// rules it concerns now and those it concerned before, so a source that stops
     /// matching still wakes the rule that copied it.
     pub fn object_changed(&self, kind: ObjectKind, before: Option<&ObjectInfo>, after: Option<&ObjectInfo>) {
-        let rules = self.rules.in_force(&self.settings);
+        let rules = self.rules.in_force();
         let view = self.view(kind);
         let source_named = |rule: &Rule, name: &str| self.has_source_named(view.as_ref(), rule, name);
         let mut woken = BTreeSet::new();
@@ -474,23 +478,23 @@ mod tests {
             (rule_store, Synced::default()),
             (sync_store, Synced::default()),
             revision.clone(),
+            Arc::new(Settings::default()),
         );
         let (changes, events) = mpsc::unbounded();
         let mut events = std::pin::pin!(revision.track(reflector::reflector(rule_writer, events)));
-        let settings = Settings::default();
 
         changes.unbounded_send(Ok(watcher::Event::Apply(rule("a", "ConfigMap")))).unwrap();
         events.next().await;
-        let first = stores.in_force(&settings);
+        let first = stores.in_force();
         assert_eq!(kinds(&first), [("a".to_owned(), ObjectKind::ConfigMap)]);
-        assert!(Arc::ptr_eq(&first, &stores.in_force(&settings)), "no change, no new parse");
+        assert!(Arc::ptr_eq(&first, &stores.in_force()), "no change, no new parse");
 
         changes.unbounded_send(Ok(watcher::Event::Apply(rule("a", "Secret")))).unwrap();
         events.next().await;
-        assert_eq!(kinds(&stores.in_force(&settings)), [("a".to_owned(), ObjectKind::Secret)]);
+        assert_eq!(kinds(&stores.in_force()), [("a".to_owned(), ObjectKind::Secret)]);
 
         changes.unbounded_send(Ok(watcher::Event::Delete(rule("a", "Secret")))).unwrap();
         events.next().await;
-        assert!(stores.in_force(&settings).is_empty());
+        assert!(stores.in_force().is_empty());
     }
 }

@@ -143,9 +143,9 @@ pub async fn run(
             (rule_controller.store(), rules_synced),
             (sync_controller.store(), syncs_synced),
             revision,
+            ctx.settings.clone(),
         ),
         wakers,
-        settings: ctx.settings.clone(),
         memo: Arc::new(Memo::default()),
         scoped: std::sync::OnceLock::new(),
     });

@@ -176,8 +176,8 @@ impl Engine {
     async fn namespaces_changed(&self, ctx: &Context, changes: &[Merged]) {
         // Who wins a copy two rules want is decided among all rules in force, as in a pass;
         // copies are written only for those whose cleanup is sure to run.
-        let rules = self.router.rules.in_force(&ctx.settings);
-        let finalized: Vec<Rule> = self.router.rules.finalized(&ctx.settings);
+        let rules = self.router.rules.in_force();
+        let finalized: Vec<Rule> = self.router.rules.finalized();
         let writing: HashSet<&RuleId> = finalized
             .iter()
             .filter(|rule| changes.iter().any(|change| change.newly_targeted_by(rule).is_some()))
@@ -230,11 +230,11 @@ impl Engine {
         let candidates = view.objects_in(source_namespaces.iter().copied());
         for (rule, names) in arrivals {
             // Checked before waiting on its gate (a cleanup may hold it long) and after.
-            if !self.router.rules.still_finalized(rule, &ctx.settings) {
+            if !self.router.rules.still_finalized(rule) {
                 continue;
             }
             let _gate = self.gates.shared(&rule.id).await;
-            if !self.router.rules.still_finalized(rule, &ctx.settings) {
+            if !self.router.rules.still_finalized(rule) {
                 continue;
             }
             // The namespaces as they are now, not as the change saw them.
