@@ -565,8 +565,9 @@ where
     futures::stream::iter(items).map(task).buffer_unordered(limit).collect::<Vec<()>>().await;
 }
 
-/// The ConfigMap the fan-out baseline writes in namespace `n`: as big as a copy, but
-/// unlabelled, so no rule copies it and kopper never watches or writes it.
+/// The ConfigMap the fan-out baseline writes in namespace `n`: as big as a copy, labelled
+/// only with the round that wrote it (for the bench's watch), which no rule selects, so no
+/// rule copies it and kopper never watches or writes it.
 fn baseline_config_map(n: usize, revision: usize) -> ConfigMap {
     serde_json::from_value(json!({
         "metadata": {
