@@ -3,14 +3,18 @@
 //! kept as a [`CopyState`] of digests, so memory follows the number of copies, not their
 //! size.
 
-use std::collections::{HashMap, HashSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::marker::PhantomData;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::StreamExt;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::core::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::core::{NamespaceResourceScope, ObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
@@ -29,27 +33,165 @@ use crate::runtime::metrics::CacheLabels;
 /// 300 copies of 900 KiB peaked at 1.55× the steady state.
 const LIST_PAGE_SIZE: u32 = 5;
 
-/// A ConfigMap or Secret split into its metadata and the content a copy takes.
+/// A kind kopper copies, as its copy watch decodes it.
 pub trait Replicable:
-    Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug
+    Resource<DynamicType = (), Scope = NamespaceResourceScope> + Sized + Send + Sync + 'static
 {
     const KIND: ObjectKind;
-    fn into_parts(self) -> (ObjectMeta, Payload);
+    /// The fields of one object the watch reads: see [`WatchedCopy`].
+    type Wire: serde::de::DeserializeOwned + Into<WatchedCopy<Self>>;
 }
 
 impl Replicable for ConfigMap {
     const KIND: ObjectKind = ObjectKind::ConfigMap;
-    fn into_parts(self) -> (ObjectMeta, Payload) {
-        let payload = Payload::from_config_map(&self);
-        (self.metadata, payload)
-    }
+    type Wire = ConfigMapWire;
 }
 
 impl Replicable for Secret {
     const KIND: ObjectKind = ObjectKind::Secret;
+    type Wire = SecretWire;
+}
+
+/// One copy as its watch delivers it: its metadata without `managedFields`, and its
+/// content moved into a [`Payload`]. kopper never reads a copy's managedFields, and decoding
+/// them (a JSON tree per field manager) cost as much as a small copy's content on every event
+/// of a fan-out; fields kopper does not name are skipped unread.
+pub struct WatchedCopy<K> {
+    metadata: ObjectMeta,
+    payload: Payload,
+    kind: PhantomData<fn() -> K>,
+}
+
+// By hand: derived, they would ask the same of `K`, which is never held.
+impl<K> Clone for WatchedCopy<K> {
+    fn clone(&self) -> Self {
+        Self { metadata: self.metadata.clone(), payload: self.payload.clone(), kind: PhantomData }
+    }
+}
+
+/// Names the content's keys, never a value ([`Payload`]'s own form).
+impl<K> std::fmt::Debug for WatchedCopy<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchedCopy")
+            .field("metadata", &self.metadata)
+            .field("payload", &self.payload)
+            .finish()
+    }
+}
+
+impl<K: Replicable> WatchedCopy<K> {
+    fn new(metadata: CopyMeta, payload: Payload) -> Self {
+        Self { metadata: metadata.into(), payload, kind: PhantomData }
+    }
+
     fn into_parts(self) -> (ObjectMeta, Payload) {
-        let payload = Payload::from_secret(&self);
-        (self.metadata, payload)
+        (self.metadata, self.payload)
+    }
+}
+
+impl<'de, K: Replicable> serde::Deserialize<'de> for WatchedCopy<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        K::Wire::deserialize(deserializer).map(Into::into)
+    }
+}
+
+impl<K: Replicable> Resource for WatchedCopy<K> {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dynamic: &()) -> Cow<'_, str> {
+        K::kind(dynamic)
+    }
+    fn group(dynamic: &()) -> Cow<'_, str> {
+        K::group(dynamic)
+    }
+    fn version(dynamic: &()) -> Cow<'_, str> {
+        K::version(dynamic)
+    }
+    fn plural(dynamic: &()) -> Cow<'_, str> {
+        K::plural(dynamic)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The metadata of a copy that kopper reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CopyMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    finalizers: Option<Vec<String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+    deletion_timestamp: Option<Time>,
+}
+
+impl From<CopyMeta> for ObjectMeta {
+    fn from(meta: CopyMeta) -> Self {
+        ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            labels: meta.labels,
+            annotations: meta.annotations,
+            finalizers: meta.finalizers,
+            owner_references: meta.owner_references,
+            deletion_timestamp: meta.deletion_timestamp,
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// The fields of a ConfigMap its copy watch reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapWire {
+    metadata: CopyMeta,
+    data: Option<BTreeMap<String, String>>,
+    binary_data: Option<BTreeMap<String, ByteString>>,
+    immutable: Option<bool>,
+}
+
+impl From<ConfigMapWire> for WatchedCopy<ConfigMap> {
+    fn from(wire: ConfigMapWire) -> Self {
+        let payload = Payload {
+            data: wire.data.unwrap_or_default(),
+            binary_data: wire.binary_data.unwrap_or_default(),
+            secret_type: None,
+            immutable: wire.immutable.unwrap_or(false),
+        };
+        Self::new(wire.metadata, payload)
+    }
+}
+
+/// The fields of a Secret its copy watch reads.
+#[derive(serde::Deserialize)]
+pub struct SecretWire {
+    metadata: CopyMeta,
+    data: Option<BTreeMap<String, ByteString>>,
+    #[serde(rename = "type")]
+    type_: Option<String>,
+    immutable: Option<bool>,
+}
+
+impl From<SecretWire> for WatchedCopy<Secret> {
+    fn from(wire: SecretWire) -> Self {
+        let payload = Payload {
+            data: BTreeMap::new(),
+            binary_data: wire.data.unwrap_or_default(),
+            secret_type: Some(wire.type_.unwrap_or_else(|| "Opaque".to_owned())),
+            immutable: wire.immutable.unwrap_or(false),
+        };
+        Self::new(wire.metadata, payload)
     }
 }
 
@@ -228,7 +370,7 @@ pub fn copy_selector() -> String {
 
 /// Keeps `index` from a watch of kopper's copies of `K` until `shutdown`, waking the rules
 /// each change concerns.
-pub fn spawn<K: Replicable + Send + Sync + 'static>(
+pub fn spawn<K: Replicable>(
     client: &Client,
     index: Arc<CopyIndex>,
     router: Arc<Router>,
@@ -236,7 +378,7 @@ pub fn spawn<K: Replicable + Send + Sync + 'static>(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
     let config = watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE);
-    let events = crate::runtime::watch::watcher(Api::<K>::all(client.clone()), config)
+    let events = crate::runtime::watch::watcher(Api::<WatchedCopy<K>>::all(client.clone()), config)
         .default_backoff()
         .take_until(shutdown);
     let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: K::KIND.to_string() };
@@ -268,7 +410,7 @@ pub fn spawn<K: Replicable + Send + Sync + 'static>(
 fn apply_event<K: Replicable>(
     index: &CopyIndex,
     router: &Router,
-    event: watcher::Event<K>,
+    event: watcher::Event<WatchedCopy<K>>,
     listing: &mut Option<CopyMap>,
 ) {
     match event {
@@ -314,6 +456,87 @@ mod tests {
     }
 
     const LIMIT: Duration = Duration::from_millis(50);
+
+    /// A copy as an API server sends it: managed fields, server-set metadata and all.
+    fn config_map_json() -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "settings",
+                "namespace": "team-a",
+                "uid": "8d4f",
+                "resourceVersion": "42",
+                "creationTimestamp": "2026-11-26T10:00:00Z",
+                "labels": {"app.kubernetes.io/managed-by": "kopper"},
+                "annotations": {"kopper.dev/source": "platform/settings"},
+                "finalizers": ["example.com/keep"],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "1"}],
+                "deletionTimestamp": "2026-11-26T11:00:00Z",
+                "managedFields": [{
+                    "manager": "kopper/replication-rule",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:data": {"f:mode": {}}, "f:metadata": {"f:labels": {".": {}}}}
+                }]
+            },
+            "data": {"mode": "strict"},
+            "binaryData": {"logo": "AAE="},
+            "immutable": true
+        })
+    }
+
+    #[test]
+    fn a_watched_config_map_keeps_what_kopper_reads_and_drops_managed_fields() {
+        let json = config_map_json();
+        let full: ConfigMap = serde_json::from_value(json.clone()).unwrap();
+        let watched: WatchedCopy<ConfigMap> = serde_json::from_value(json).unwrap();
+        let (meta, payload) = watched.into_parts();
+
+        assert_eq!(payload, Payload::from_config_map(&full));
+        assert_eq!(meta.managed_fields, None, "never read, so never decoded");
+        assert_eq!(meta.creation_timestamp, None);
+        let expected = ObjectMeta { managed_fields: None, creation_timestamp: None, ..full.metadata };
+        assert_eq!(meta, expected, "every other field kopper reads is kept");
+    }
+
+    #[test]
+    fn a_watched_secret_decodes_its_bytes_and_defaults_its_type_as_the_api_server_does() {
+        let json = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "token", "namespace": "team-a", "managedFields": []},
+            "data": {"token": "c2VjcmV0"}
+        });
+        let full: Secret = serde_json::from_value(json.clone()).unwrap();
+        let (_, payload) = serde_json::from_value::<WatchedCopy<Secret>>(json).unwrap().into_parts();
+        assert_eq!(payload, Payload::from_secret(&full));
+        assert_eq!(payload.binary_data["token"].0, b"secret");
+        assert_eq!(payload.secret_type.as_deref(), Some("Opaque"));
+    }
+
+    #[test]
+    fn a_watched_copy_takes_null_content_as_empty_and_its_debug_form_shows_no_value() {
+        let json = serde_json::json!({
+            "metadata": {"name": "empty", "namespace": "team-a"},
+            "data": null,
+            "binaryData": null
+        });
+        let watched: WatchedCopy<ConfigMap> = serde_json::from_value(json).unwrap();
+        assert_eq!(watched.payload, Payload::default());
+
+        let secret: WatchedCopy<Secret> = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "token"},
+            "data": {"token": "c2VjcmV0"}
+        }))
+        .unwrap();
+        let shown = format!("{secret:?}");
+        assert!(
+            shown.contains("token") && !shown.contains("secret\"") && !shown.contains("c2VjcmV0"),
+            "{shown}"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_pass_waits_for_the_watch_to_deliver_kopper_s_own_writes() {
