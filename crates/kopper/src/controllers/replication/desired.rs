@@ -398,20 +398,40 @@ impl fmt::Debug for Payload {
 
 impl Payload {
     pub fn from_config_map(config_map: &ConfigMap) -> Self {
-        Self {
-            data: config_map.data.clone().unwrap_or_default(),
-            binary_data: config_map.binary_data.clone().unwrap_or_default(),
-            secret_type: None,
-            immutable: config_map.immutable.unwrap_or(false),
-        }
+        Self::config_map(config_map.data.clone(), config_map.binary_data.clone(), config_map.immutable)
     }
 
     pub fn from_secret(secret: &Secret) -> Self {
+        Self::secret(secret.data.clone(), secret.type_.clone(), secret.immutable)
+    }
+
+    /// A ConfigMap's content from its fields as the API server sends them. Sources and
+    /// copies are both read through here (or [`Payload::secret`]), so the two can never
+    /// disagree on a default and make every copy look changed.
+    pub fn config_map(
+        data: Option<BTreeMap<String, String>>,
+        binary_data: Option<BTreeMap<String, ByteString>>,
+        immutable: Option<bool>,
+    ) -> Self {
+        Self {
+            data: data.unwrap_or_default(),
+            binary_data: binary_data.unwrap_or_default(),
+            secret_type: None,
+            immutable: immutable.unwrap_or(false),
+        }
+    }
+
+    /// A Secret's content from its fields as the API server sends them.
+    pub fn secret(
+        data: Option<BTreeMap<String, ByteString>>,
+        type_: Option<String>,
+        immutable: Option<bool>,
+    ) -> Self {
         Self {
             data: BTreeMap::new(),
-            binary_data: secret.data.clone().unwrap_or_default(),
-            secret_type: Some(secret.type_.clone().unwrap_or_else(|| "Opaque".to_owned())),
-            immutable: secret.immutable.unwrap_or(false),
+            binary_data: data.unwrap_or_default(),
+            secret_type: Some(type_.unwrap_or_else(|| "Opaque".to_owned())),
+            immutable: immutable.unwrap_or(false),
         }
     }
 }
