@@ -912,11 +912,10 @@ fn print_summary(summaries: &[ScaleSummary]) {
     );
 }
 
-/// Figure 5: kopper's memory with `namespaces` x 50 copies next to kubesim's heap for them.
 /// The bench's live heap once it stops falling: the clusters of the figures before this one
 /// are shut down, but their tasks may still be dropping the last references to their stores.
 /// Read at once, the 10,000-namespace cluster's store was still counted in the baseline of
-/// the next figure and hidden 500 MiB of kubesim's heap. Half a second with less than
+/// the next figure and hid 500 MiB of kubesim's heap. Half a second with less than
 /// 256 KiB of change counts as settled; after 30 s the figure is taken as it is.
 async fn settled_heap() -> usize {
     const STILL: usize = 256 * 1024;
@@ -932,6 +931,7 @@ async fn settled_heap() -> usize {
     }
 }
 
+/// Figure 5: kopper's memory with `namespaces` x 50 copies next to kubesim's heap for them.
 async fn memory_figures(namespaces: usize) {
     let cluster = Cluster::start().await;
     let idle = Kopper::start(&cluster.kubeconfig);
