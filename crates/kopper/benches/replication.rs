@@ -67,8 +67,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use kopper::controllers::replication::desired::{
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, Payload, RuleId, SOURCE_VERSION_ANNOTATION, Source,
-    desired_copy,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, Payload, RuleId, SOURCE_VERSION_ANNOTATION,
+    Source, desired_copy,
 };
 use kopper::controllers::replication_rule::types::ReplicationRule;
 
@@ -199,7 +199,10 @@ impl Cluster {
     }
 
     async fn apply_rule(&self) {
-        Api::<ReplicationRule>::all(self.client.clone()).create(&PostParams::default(), &rule()).await.unwrap();
+        Api::<ReplicationRule>::all(self.client.clone())
+            .create(&PostParams::default(), &rule())
+            .await
+            .unwrap();
     }
 
     /// Copies in the cluster, counted in kubesim's store rather than listed.
