@@ -156,7 +156,17 @@ pub struct RuleStores {
     /// The process's settings, fixed at start, that a rule object is read with.
     settings: Arc<Settings>,
     /// The rules in force as last parsed, with the revision they were parsed at.
-    parsed: Mutex<Option<(u64, Arc<[Rule]>)>>,
+    parsed: Mutex<Option<(u64, ParsedRules)>>,
+}
+
+/// The rules in force, parsed from both stores at one revision.
+#[derive(Clone)]
+pub struct ParsedRules {
+    /// Every rule in force: valid, and not being deleted.
+    pub in_force: Arc<[Rule]>,
+    /// Those of them that hold kopper's finalizer: only those may get copies outside their
+    /// own pass, since only their cleanup is sure to run.
+    pub finalized: Arc<[Rule]>,
 }
 
 impl RuleStores {
@@ -174,6 +184,13 @@ impl RuleStores {
     /// a thousand rules, a fan-out to thousands of namespaces would otherwise parse every
     /// rule again for each copy written.
     pub fn in_force(&self) -> Arc<[Rule]> {
+        self.parsed().in_force
+    }
+
+    /// The rules in force, and those of them that hold kopper's finalizer, as one reading:
+    /// parsed once per change to the rules, like [`Self::in_force`] (a namespace batch asks
+    /// for both).
+    pub fn parsed(&self) -> ParsedRules {
         let revision = self.revision.current();
         // Parsing under the lock: of several callers after one change, one parses.
         let mut parsed = self.parsed.lock().unwrap_or_else(PoisonError::into_inner);
@@ -182,34 +199,32 @@ impl RuleStores {
         {
             return rules.clone();
         }
-        let rules: Arc<[Rule]> = self.rules_where(|_| true).into();
+        let rules = self.parse();
         *parsed = Some((revision, rules.clone()));
         rules
     }
 
-    /// The rules in force that hold kopper's finalizer: only those may get copies outside
-    /// their own pass, since only their cleanup is sure to run.
-    pub fn finalized(&self) -> Vec<Rule> {
-        self.rules_where(holds_finalizer)
-    }
-
-    fn rules_where(&self, keep: impl Fn(&ObjectMeta) -> bool + Copy) -> Vec<Rule> {
-        fn valid<R: RuleObject>(
-            store: &Store<Guarded<R>>,
-            settings: &Settings,
-            keep: impl Fn(&ObjectMeta) -> bool,
-        ) -> impl Iterator<Item = Rule> {
+    fn parse(&self) -> ParsedRules {
+        fn valid<R: RuleObject>(store: &Store<Guarded<R>>, settings: &Settings) -> Vec<(Rule, bool)> {
             store
                 .state()
                 .iter()
                 .filter_map(|guarded| guarded.0.as_ref().ok())
-                .filter(|object| object.meta().deletion_timestamp.is_none() && keep(object.meta()))
-                .filter_map(|object| object.to_rule(settings).ok())
-                .collect::<Vec<_>>()
-                .into_iter()
+                .filter(|object| object.meta().deletion_timestamp.is_none())
+                .filter_map(|object| Some((object.to_rule(settings).ok()?, holds_finalizer(object.meta()))))
+                .collect()
         }
         let settings = &*self.settings;
-        valid(&self.rules, settings, keep).chain(valid(&self.syncs, settings, keep)).collect()
+        let (mut in_force, mut finalized) = (Vec::new(), Vec::new());
+        for (rule, holds_finalizer) in
+            valid(&self.rules, settings).into_iter().chain(valid(&self.syncs, settings))
+        {
+            if holds_finalizer {
+                finalized.push(rule.clone());
+            }
+            in_force.push(rule);
+        }
+        ParsedRules { in_force: in_force.into(), finalized: finalized.into() }
     }
 
     /// Whether the object `rule` was read from is still there, unchanged in identity, not
@@ -465,6 +480,14 @@ mod tests {
         serde_yaml::from_str(&yaml).unwrap()
     }
 
+    /// The rule `rule` makes, holding kopper's finalizer.
+    fn finalized(mut rule: Guarded<ReplicationRule>) -> Guarded<ReplicationRule> {
+        if let Ok(object) = rule.0.as_mut() {
+            object.metadata.finalizers = Some(vec![super::super::FINALIZER.to_owned()]);
+        }
+        rule
+    }
+
     fn kinds(rules: &[Rule]) -> Vec<(String, ObjectKind)> {
         rules.iter().map(|rule| (rule.id.name.clone(), rule.kind)).collect()
     }
@@ -488,6 +511,13 @@ mod tests {
         let first = stores.in_force();
         assert_eq!(kinds(&first), [("a".to_owned(), ObjectKind::ConfigMap)]);
         assert!(Arc::ptr_eq(&first, &stores.in_force()), "no change, no new parse");
+        assert!(stores.parsed().finalized.is_empty(), "a rule without kopper's finalizer is not finalized");
+
+        changes.unbounded_send(Ok(watcher::Event::Apply(finalized(rule("a", "ConfigMap"))))).unwrap();
+        events.next().await;
+        let parsed = stores.parsed();
+        assert_eq!(kinds(&parsed.finalized), [("a".to_owned(), ObjectKind::ConfigMap)]);
+        assert!(Arc::ptr_eq(&parsed.finalized, &stores.parsed().finalized), "no change, no new parse");
 
         changes.unbounded_send(Ok(watcher::Event::Apply(rule("a", "Secret")))).unwrap();
         events.next().await;

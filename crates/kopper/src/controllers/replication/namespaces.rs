@@ -24,6 +24,7 @@ use super::desired::{
     Found, NamespaceInfo, ObjectKind, Rule, RuleId, RulePass, RulePlan, World, source_namespaces,
 };
 use super::engine::{Engine, PassTally, SyncError};
+use super::index::ParsedRules;
 use super::scoped::Scope;
 use crate::runtime::Context;
 
@@ -176,8 +177,7 @@ impl Engine {
     async fn namespaces_changed(&self, ctx: &Context, changes: &[Merged]) {
         // Who wins a copy two rules want is decided among all rules in force, as in a pass;
         // copies are written only for those whose cleanup is sure to run.
-        let rules = self.router.rules.in_force();
-        let finalized: Vec<Rule> = self.router.rules.finalized();
+        let ParsedRules { in_force: rules, finalized } = self.router.rules.parsed();
         let writing: HashSet<&RuleId> = finalized
             .iter()
             .filter(|rule| changes.iter().any(|change| change.newly_targeted_by(rule).is_some()))
