@@ -19,7 +19,10 @@
 //! Run: `cargo bench -p kopper --bench resources` (prints figures; asserts nothing).
 //! `RESOURCES_BENCH_CHURN` sets the rounds of figure 1 (default 60), `RESOURCES_BENCH_COPIES`
 //! the namespaces of figure 2 (default 300) and `RESOURCES_BENCH_BLOCKED` the ConfigMapSyncs
-//! of figure 3 (default 200).
+//! of figure 3 (default 200). `RESOURCES_BENCH_CHURN_LINGER` (seconds, default 0) keeps
+//! kopper running that long after the churn and prints its resident memory every 30 s:
+//! kube's watches end and are made again every 290 s, which frees buffers sized by the
+//! largest event they read.
 
 mod support;
 
@@ -55,6 +58,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// Settle before reading a process's resident memory or connections once a step is done, so
 /// that what it frees or closes at the end of the step is gone from the figure.
 const SETTLE: Duration = Duration::from_secs(5);
+/// With `RESOURCES_BENCH_CHURN_LINGER`, how often resident memory is read after the churn.
+const LINGER_STEP: Duration = Duration::from_secs(30);
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -220,7 +225,7 @@ impl Drop for Kopper {
 }
 
 /// Figure 1: a ConfigMapSync of a large ConfigMap created and deleted `rounds` times.
-async fn churn(rounds: usize) {
+async fn churn(rounds: usize, linger: Duration) {
     const TENANT: &str = "churn-tenant";
     const DESTINATION: &str = "churn-destination";
     let cluster = Cluster::start().await;
@@ -254,6 +259,12 @@ async fn churn(rounds: usize) {
     tokio::time::sleep(SETTLE).await;
     let (after, peak) = kopper.memory_kib();
     let cached = kopper.metric_sum("kopper_cached_source_contents").await;
+    let mut later = Vec::new();
+    let lingered = Instant::now();
+    while lingered.elapsed() < linger {
+        tokio::time::sleep(LINGER_STEP.min(linger)).await;
+        later.push((lingered.elapsed(), kopper.memory_kib().0));
+    }
     drop(kopper);
 
     println!(
@@ -284,6 +295,14 @@ async fn churn(rounds: usize) {
         after as f64 / before.max(1) as f64,
         SETTLE.as_secs()
     );
+    for (elapsed, resident) in later {
+        println!(
+            "   kopper resident {:>4} s later: {:>8.1} MiB   ({:.2}x the baseline)",
+            elapsed.as_secs(),
+            mib(resident),
+            resident as f64 / before.max(1) as f64
+        );
+    }
     if let Some(halfway) = halfway {
         println!(
             "   growth over the second half:  {:>8.1} MiB   \
@@ -420,7 +439,7 @@ async fn main() {
     let copies = env_usize("RESOURCES_BENCH_COPIES", 300).max(1);
     let blocked = env_usize("RESOURCES_BENCH_BLOCKED", 200).max(1);
     let started = Instant::now();
-    churn(rounds).await;
+    churn(rounds, Duration::from_secs(env_usize("RESOURCES_BENCH_CHURN_LINGER", 0) as u64)).await;
     restart(copies).await;
     squatting(blocked).await;
     println!("   (whole benchmark: {:.0} s)", started.elapsed().as_secs_f64());
