@@ -41,21 +41,37 @@ impl Cluster {
     }
 
     async fn start_with_crds(settings: Settings, crds: [CustomResourceDefinition; 2]) -> Self {
+        Self::start_on(kubesim::Config::default(), settings, crds).await
+    }
+
+    async fn start_on(
+        config: kubesim::Config,
+        settings: Settings,
+        crds: [CustomResourceDefinition; 2],
+    ) -> Self {
         // RUST_LOG=kopper=debug shows the controllers' logs of a failing test.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+        let sim = kubesim::Server::start(config).await.unwrap();
         let client = sim.client();
-        let api = Api::<CustomResourceDefinition>::all(client.clone());
-        for crd in crds {
-            api.create(&PostParams::default(), &crd).await.unwrap();
-        }
+        install_crds(&client, crds).await;
         let mut cluster =
             Self { sim, client, metrics: Arc::new(Metrics::default()), settings, operator: None };
         cluster.start_operator();
         cluster
+    }
+
+    /// Stops kubesim and starts it again on the same address with `config` (its store gone,
+    /// or kept in `config.data_dir`), while the operator runs on.
+    async fn with_api_server_restarted(self, config: kubesim::Config) -> Self {
+        let Self { sim, metrics, settings, operator, .. } = self;
+        let addr = sim.addr();
+        sim.shutdown().await;
+        let sim = kubesim::Server::start(kubesim::Config { addr, ..config }).await.unwrap();
+        let client = sim.client();
+        Self { sim, client, metrics, settings, operator }
     }
 
     fn start_operator(&mut self) {
@@ -149,6 +165,13 @@ impl Cluster {
     }
 }
 
+async fn install_crds(client: &Client, crds: [CustomResourceDefinition; 2]) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    for crd in crds {
+        api.create(&PostParams::default(), &crd).await.unwrap();
+    }
+}
+
 fn copyrator() -> serde_json::Value {
     json!({"copyrator": "true"})
 }
@@ -201,6 +224,36 @@ async fn deleted_or_edited_copy_is_restored() {
         .await
         .unwrap();
     cluster.copy_has("team-a", "app-config", "level", "info").await;
+}
+
+/// A copy edited by hand gets back exactly its source's content (keys and binaryData added
+/// are removed) and labels (one of the source's removed is put back); the rewrite that does
+/// it sends kopper's labels and annotations only, so one someone added goes too. (A label
+/// or annotation added alone writes nothing: see README, "The tenant model".)
+#[tokio::test]
+async fn a_copy_edited_by_hand_gets_back_exactly_its_source_content_and_labels() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "level", "info").await;
+
+    let edit = json!({
+        "metadata": {"labels": {"copyrator": null, "backup.example.com/tier": "gold"}},
+        "data": {"extra": "added by hand"},
+        "binaryData": {"blob": "AAE="},
+    });
+    let api = cluster.config_maps("team-a");
+    api.patch("app-config", &PatchParams::default(), &Patch::Merge(&edit)).await.unwrap();
+    let copy = eventually("the copy's content and labels to be its source's again", || async {
+        let copy = api.get("app-config").await.unwrap();
+        let source_label = copy.labels().get("copyrator").map(String::as_str);
+        (source_label == Some("true")).then_some(copy)
+    })
+    .await;
+    assert_eq!(copy.data, Some(BTreeMap::from([("level".to_owned(), "info".to_owned())])));
+    assert!(copy.binary_data.as_ref().is_none_or(BTreeMap::is_empty), "binaryData added by hand is removed");
+    assert!(!copy.labels().contains_key("backup.example.com/tier"), "{:?}", copy.labels());
 }
 
 #[tokio::test]
@@ -470,6 +523,56 @@ async fn closed_watches_and_compacted_history_still_converge() {
     cluster.copy_has("team-b", "app-config", "v", "2").await;
 }
 
+/// An API server back without its data (restarted without its store, or etcd restored from
+/// an older backup) holds objects of the same names under lower resourceVersions. kopper's
+/// resumed watches are refused, and its caches must be replaced by a new list: kept, they
+/// would hold a copy that no longer exists, which kopper would try to update instead of
+/// making again.
+#[tokio::test]
+async fn an_api_server_back_without_its_data_gets_its_copies_made_again() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "before"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "v", "before").await;
+
+    let cluster = cluster.with_api_server_restarted(kubesim::Config::default()).await;
+    assert!(cluster.config_maps("team-a").get_opt("app-config").await.unwrap().is_none(), "an empty store");
+    install_crds(&cluster.client, [ReplicationRule::crd(), ConfigMapSync::crd()]).await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "after"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "v", "after").await;
+    cluster.namespace("team-b", json!({})).await;
+    cluster.copy_has("team-b", "app-config", "v", "after").await;
+    cluster.rule_status("main-rule", |status| status["copiesInSync"] == 2).await;
+}
+
+/// An API server that restarts with its data: resourceVersions go on, resumed watches are
+/// refused with 410 or resumed, and kopper keeps its copies in step with what changes after.
+#[tokio::test]
+async fn an_api_server_back_with_its_data_keeps_copies_in_step() {
+    let data = tempfile::tempdir().unwrap();
+    let config = || kubesim::Config { data_dir: Some(data.path().to_owned()), ..kubesim::Config::default() };
+    let crds = [ReplicationRule::crd(), ConfigMapSync::crd()];
+    let cluster = Cluster::start_on(config(), Settings::default(), crds).await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "app-config", "v", "1").await;
+
+    let cluster = cluster.with_api_server_restarted(config()).await;
+    cluster.copy_has("team-a", "app-config", "v", "1").await;
+    cluster.config_map("default", "app-config", copyrator(), json!({"v": "2"})).await;
+    cluster.copy_has("team-a", "app-config", "v", "2").await;
+    cluster.namespace("team-b", json!({})).await;
+    cluster.copy_has("team-b", "app-config", "v", "2").await;
+    cluster.config_maps("team-a").delete("app-config", &DeleteParams::default()).await.unwrap();
+    cluster.copy_absent("team-a", "app-config").await;
+    cluster.copy_has("team-a", "app-config", "v", "2").await;
+    cluster.rule_status("main-rule", |status| status["copiesInSync"] == 2).await;
+}
+
 #[tokio::test]
 async fn one_write_per_copy_and_none_when_nothing_changed() {
     let cluster = Cluster::start().await;
@@ -589,6 +692,27 @@ async fn config_map_sync_follows_its_destination_list_and_selector() {
         .await
         .unwrap();
     cluster.copy_absent("prod-1", "settings").await;
+    let synced = |expected: &'static [&'static str]| {
+        let syncs = syncs.clone();
+        async move {
+            eventually(&format!("syncedNamespaces to read {expected:?}"), || async {
+                let status = serde_json::to_value(syncs.get("settings").await.unwrap().status).unwrap();
+                (status["syncedNamespaces"] == json!(expected)).then_some(())
+            })
+            .await
+        }
+    };
+    // Named only where the tenant wrote the name; prod-2, reached by the selector, is counted.
+    synced(&["listed"]).await;
+
+    // No destination left: the list is written empty, not left as it was.
+    let namespaces = Api::<Namespace>::all(cluster.client.clone());
+    namespaces.patch("prod-2", &PatchParams::default(), &Patch::Merge(&demote)).await.unwrap();
+    let withdraw = json!({"metadata": {"annotations": {"kopper.dev/accept-replication-from": null}}});
+    namespaces.patch("listed", &PatchParams::default(), &Patch::Merge(&withdraw)).await.unwrap();
+    cluster.copy_absent("listed", "settings").await;
+    cluster.copy_absent("prod-2", "settings").await;
+    synced(&[]).await;
 
     syncs.delete("settings", &DeleteParams::default()).await.unwrap();
     cluster.copy_absent("listed", "settings").await;
