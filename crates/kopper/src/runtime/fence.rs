@@ -136,6 +136,8 @@ mod tests {
         assert!(!is_fenced_write(&http::Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/k/leases/l"));
         assert!(is_fenced_write(&http::Method::PATCH, "/api/v1/namespaces/a/pods/p"));
         assert!(is_fenced_write(&http::Method::POST, "/apis/events.k8s.io/v1/namespaces/a/events"));
+        let status = "/apis/kopper.dev/v1alpha1/namespaces/a/configmapsyncs/s/status";
+        assert!(is_fenced_write(&http::Method::PATCH, status), "status writes are fenced like the rest");
         assert!(is_fenced_write(&http::Method::DELETE, "/api/v1/namespaces/a/secrets/s"));
     }
 
