@@ -53,6 +53,18 @@ impl Cluster {
         self.operator.take().unwrap().stop().await;
     }
 
+    /// Stops kubesim and starts it again on the same address with an empty store, while the
+    /// controllers run on.
+    async fn with_api_server_restarted_empty(self) -> Self {
+        let Self { sim, operator, .. } = self;
+        let addr = sim.addr();
+        sim.shutdown().await;
+        let sim =
+            kubesim::Server::start(kubesim::Config { addr, ..kubesim::Config::default() }).await.unwrap();
+        let client = sim.client();
+        Self { sim, client, operator }
+    }
+
     fn policies(&self) -> Api<NamespaceAccess> {
         Api::all(self.client.clone())
     }
@@ -184,6 +196,29 @@ async fn seed_policy_gives_every_namespace_its_own_editors() {
     assert_eq!(status.matched_namespaces, 2, "system namespaces are not selected");
     assert!(cluster.bindings("kube-system").get_opt("ad-kubernetes-kube-system").await.unwrap().is_none());
     assert!(cluster.bindings("default").get_opt("ad-kubernetes-default").await.unwrap().is_none());
+}
+
+/// An API server back without its data holds objects of the same names under lower
+/// resourceVersions: the controllers' caches must be listed again, or they would keep the
+/// old binding and never make it in the new cluster.
+#[tokio::test]
+async fn an_api_server_back_without_its_data_gets_its_bindings_made_again() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-1", json!({})).await;
+    cluster.apply_policy(SEED_SAMPLE).await;
+    let name = "ad-kubernetes-team-1";
+    cluster.binding_where("team-1", name, is_seed_binding("team-1")).await;
+
+    let cluster = cluster.with_api_server_restarted_empty().await;
+    assert!(cluster.bindings("team-1").get_opt(name).await.unwrap().is_none(), "an empty store");
+    let crds = Api::<CustomResourceDefinition>::all(cluster.client.clone());
+    crds.create(&PostParams::default(), &NamespaceAccess::crd()).await.unwrap();
+    cluster.namespace("team-1", json!({})).await;
+    cluster.apply_policy(SEED_SAMPLE).await;
+    cluster.binding_where("team-1", name, is_seed_binding("team-1")).await;
+    cluster.namespace("team-2", json!({})).await;
+    cluster.binding_where("team-2", "ad-kubernetes-team-2", is_seed_binding("team-2")).await;
+    cluster.status_where("ad-kubernetes", |status| status.bindings_ready == 2).await;
 }
 
 #[tokio::test]
