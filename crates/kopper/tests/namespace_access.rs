@@ -43,6 +43,17 @@ impl Cluster {
         cluster
     }
 
+    /// Where several tests start: namespace team-1 and the seed policy, once the policy's
+    /// binding there (`ad-kubernetes-team-1`) exists; with that binding.
+    async fn with_seed_binding() -> (Self, RoleBinding) {
+        let cluster = Self::start().await;
+        cluster.namespace("team-1", json!({})).await;
+        cluster.apply_policy(SEED_SAMPLE).await;
+        let binding =
+            cluster.binding_where("team-1", "ad-kubernetes-team-1", is_seed_binding("team-1")).await;
+        (cluster, binding)
+    }
+
     fn start_operator(&mut self) {
         let ctx =
             Arc::new(Context::new(self.client.clone(), Arc::new(Metrics::default()), Settings::default()));
@@ -203,11 +214,8 @@ async fn seed_policy_gives_every_namespace_its_own_editors() {
 /// old binding and never make it in the new cluster.
 #[tokio::test]
 async fn an_api_server_back_without_its_data_gets_its_bindings_made_again() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-1", json!({})).await;
-    cluster.apply_policy(SEED_SAMPLE).await;
+    let (cluster, _) = Cluster::with_seed_binding().await;
     let name = "ad-kubernetes-team-1";
-    cluster.binding_where("team-1", name, is_seed_binding("team-1")).await;
 
     let cluster = cluster.with_api_server_restarted_empty().await;
     assert!(cluster.bindings("team-1").get_opt(name).await.unwrap().is_none(), "an empty store");
@@ -223,11 +231,8 @@ async fn an_api_server_back_without_its_data_gets_its_bindings_made_again() {
 
 #[tokio::test]
 async fn binding_is_restored_after_manual_delete_and_edit() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-1", json!({})).await;
-    cluster.apply_policy(SEED_SAMPLE).await;
+    let (cluster, original) = Cluster::with_seed_binding().await;
     let name = "ad-kubernetes-team-1";
-    let original = cluster.binding_where("team-1", name, is_seed_binding("team-1")).await;
 
     cluster.bindings("team-1").delete(name, &DeleteParams::default()).await.unwrap();
     let restored = cluster.binding_where("team-1", name, |b| b.uid() != original.uid()).await;
@@ -256,11 +261,8 @@ async fn namespace_gains_and_loses_access_with_its_labels() {
 
 #[tokio::test]
 async fn policy_change_updates_bindings_and_deleting_the_policy_removes_them() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-1", json!({})).await;
-    cluster.apply_policy(SEED_SAMPLE).await;
+    let (cluster, _) = Cluster::with_seed_binding().await;
     let name = "ad-kubernetes-team-1";
-    cluster.binding_where("team-1", name, is_seed_binding("team-1")).await;
 
     // roleRef cannot change in place: kopper replaces the binding.
     cluster.apply_policy(&SEED_SAMPLE.replace("name: edit", "name: view")).await;

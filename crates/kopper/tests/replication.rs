@@ -74,6 +74,17 @@ impl Cluster {
         Self { sim, client, metrics, settings, operator }
     }
 
+    /// Where most tests start: namespace team-a, the source `default/app-config` holding
+    /// `key: value`, and the sample rule, once the copy in team-a holds it too.
+    async fn with_copy(key: &str, value: &str) -> Self {
+        let cluster = Self::start().await;
+        cluster.namespace("team-a", json!({})).await;
+        cluster.config_map("default", "app-config", copyrator(), json!({ key: value })).await;
+        cluster.apply_rule(RULE_SAMPLE).await;
+        cluster.copy_has("team-a", "app-config", key, value).await;
+        cluster
+    }
+
     fn start_operator(&mut self) {
         let ctx = Arc::new(Context::new(self.client.clone(), self.metrics.clone(), self.settings.clone()));
         self.operator = Some(InProcess::spawn(|stopped| replication::run(ctx, stopped)));
@@ -178,11 +189,7 @@ fn copyrator() -> serde_json::Value {
 
 #[tokio::test]
 async fn copies_appear_in_new_namespaces_and_follow_source_updates() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-a", json!({})).await;
-    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
-    cluster.apply_rule(RULE_SAMPLE).await;
-    cluster.copy_has("team-a", "app-config", "level", "info").await;
+    let cluster = Cluster::with_copy("level", "info").await;
 
     cluster.namespace("team-b", json!({})).await;
     cluster.copy_has("team-b", "app-config", "level", "info").await;
@@ -207,11 +214,7 @@ async fn copies_appear_in_new_namespaces_and_follow_source_updates() {
 
 #[tokio::test]
 async fn deleted_or_edited_copy_is_restored() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-a", json!({})).await;
-    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
-    cluster.apply_rule(RULE_SAMPLE).await;
-    cluster.copy_has("team-a", "app-config", "level", "info").await;
+    let cluster = Cluster::with_copy("level", "info").await;
 
     cluster.config_maps("team-a").delete("app-config", &DeleteParams::default()).await.unwrap();
     cluster.copy_absent("team-a", "app-config").await;
@@ -232,11 +235,7 @@ async fn deleted_or_edited_copy_is_restored() {
 /// or annotation added alone writes nothing: see README, "The tenant model".)
 #[tokio::test]
 async fn a_copy_edited_by_hand_gets_back_exactly_its_source_content_and_labels() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-a", json!({})).await;
-    cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
-    cluster.apply_rule(RULE_SAMPLE).await;
-    cluster.copy_has("team-a", "app-config", "level", "info").await;
+    let cluster = Cluster::with_copy("level", "info").await;
 
     let edit = json!({
         "metadata": {"labels": {"copyrator": null, "backup.example.com/tier": "gold"}},
@@ -286,11 +285,7 @@ async fn copy_is_deleted_when_its_source_stops_matching_and_when_the_rule_goes()
 /// (a minute later), or for ever if kopper stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_created_while_their_rule_is_deleted_keep_no_copy_of_it() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-a", json!({})).await;
-    cluster.config_map("default", "app-config", copyrator(), json!({"k": "1"})).await;
-    cluster.apply_rule(RULE_SAMPLE).await;
-    cluster.copy_has("team-a", "app-config", "k", "1").await;
+    let cluster = Cluster::with_copy("k", "1").await;
 
     let namespaces: Vec<String> = (0..40).map(|n| format!("burst-{n}")).collect();
     let creating = async {
@@ -603,11 +598,7 @@ async fn killed_again_and_again_under_api_faults_converges_with_no_missing_orpha
 
 #[tokio::test]
 async fn closed_watches_and_compacted_history_still_converge() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-a", json!({})).await;
-    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
-    cluster.apply_rule(RULE_SAMPLE).await;
-    cluster.copy_has("team-a", "app-config", "v", "1").await;
+    let cluster = Cluster::with_copy("v", "1").await;
 
     cluster.sim.compact();
     cluster.sim.faults().close_watches();
@@ -624,11 +615,7 @@ async fn closed_watches_and_compacted_history_still_converge() {
 /// making again.
 #[tokio::test]
 async fn an_api_server_back_without_its_data_gets_its_copies_made_again() {
-    let cluster = Cluster::start().await;
-    cluster.namespace("team-a", json!({})).await;
-    cluster.config_map("default", "app-config", copyrator(), json!({"v": "before"})).await;
-    cluster.apply_rule(RULE_SAMPLE).await;
-    cluster.copy_has("team-a", "app-config", "v", "before").await;
+    let cluster = Cluster::with_copy("v", "before").await;
 
     let cluster = cluster.with_api_server_restarted(kubesim::Config::default()).await;
     assert!(cluster.config_maps("team-a").get_opt("app-config").await.unwrap().is_none(), "an empty store");
@@ -1057,11 +1044,7 @@ async fn config_map_syncs_in_many_tenant_namespaces_share_one_watch_and_all_copy
 
 #[tokio::test]
 async fn stopping_while_a_cache_cannot_list_ends_promptly() {
-    let mut cluster = Cluster::start().await;
-    cluster.namespace("team-a", json!({})).await;
-    cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
-    cluster.apply_rule(RULE_SAMPLE).await;
-    cluster.copy_has("team-a", "app-config", "v", "1").await;
+    let mut cluster = Cluster::with_copy("v", "1").await;
     cluster.stop_operator().await;
 
     // Every list of Secrets fails, so the engine's caches never become ready and the
