@@ -603,16 +603,15 @@ impl BaselineShape {
             "the rule must not read the tenants' namespaces"
         );
         let source = cluster.config_maps(SOURCE_NAMESPACE).get(&source_name(0)).await.unwrap();
-        let payload = Payload::config_map(source.data.clone(), source.binary_data.clone(), source.immutable);
-        let source = Source::new(ObjectInfo::from_meta(&source.metadata), payload);
+        let source = Source::new(ObjectInfo::from_meta(&source.metadata), Payload::from_config_map(&source));
         let rule_id = RuleId::replication_rule(&rule.name_any());
         let rule_uid = rule.uid().unwrap_or_default();
         let copy = desired_copy(&rule_id, &rule_uid, ObjectKind::ConfigMap, &source, &namespace_name(0));
-        let rename = |key: &String| key.replacen(KOPPER_KEY_PREFIX.0, KOPPER_KEY_PREFIX.1, 1);
+        let rename = |key: &str| key.replacen(KOPPER_KEY_PREFIX.0, KOPPER_KEY_PREFIX.1, 1);
         let shape = Self {
             labels: copy.labels.iter().map(|(key, value)| (rename(key), "b".repeat(value.len()))).collect(),
             annotations: copy.annotations.iter().map(|(key, value)| (rename(key), value.clone())).collect(),
-            round_key: rename(&SOURCE_VERSION_ANNOTATION.to_owned()),
+            round_key: rename(SOURCE_VERSION_ANNOTATION),
         };
         assert!(shape.labels.get(MANAGED_BY_LABEL).is_some_and(|value| value != MANAGED_BY_VALUE));
         assert!(shape.labels.get(SOURCE_LABEL.0).is_some_and(|value| value != SOURCE_LABEL.1));
