@@ -68,10 +68,7 @@ impl Cluster {
     /// controllers run on.
     async fn with_api_server_restarted_empty(self) -> Self {
         let Self { sim, operator, .. } = self;
-        let addr = sim.addr();
-        sim.shutdown().await;
-        let sim =
-            kubesim::Server::start(kubesim::Config { addr, ..kubesim::Config::default() }).await.unwrap();
+        let sim = common::restart_api_server(sim, kubesim::Config::default()).await;
         let client = sim.client();
         Self { sim, client, operator }
     }

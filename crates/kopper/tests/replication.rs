@@ -67,9 +67,7 @@ impl Cluster {
     /// or kept in `config.data_dir`), while the operator runs on.
     async fn with_api_server_restarted(self, config: kubesim::Config) -> Self {
         let Self { sim, metrics, settings, operator, .. } = self;
-        let addr = sim.addr();
-        sim.shutdown().await;
-        let sim = kubesim::Server::start(kubesim::Config { addr, ..config }).await.unwrap();
+        let sim = common::restart_api_server(sim, config).await;
         let client = sim.client();
         Self { sim, client, metrics, settings, operator }
     }
@@ -489,14 +487,8 @@ async fn restart_converges_with_no_duplicate_and_no_orphan() {
     cluster.copy_absent("team-a", "two").await;
     cluster.copy_absent("team-c", "two").await;
     let copies = eventually("exactly the wanted copies", || async {
-        let all = Api::<ConfigMap>::all(cluster.client.clone())
-            .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kopper"))
-            .await
-            .unwrap();
-        let mut names: Vec<String> =
-            all.items.iter().map(|cm| format!("{}/{}", cm.namespace().unwrap(), cm.name_any())).collect();
-        names.sort();
-        (names == ["team-a/one", "team-c/one"]).then_some(names)
+        let copies = copies_and_values(&cluster.client, "k").await;
+        (copies == ["team-a/one=1-new", "team-c/one=1-new"]).then_some(copies)
     })
     .await;
     assert_eq!(copies.len(), 2);
@@ -515,14 +507,14 @@ fn replication_process(kubeconfig: &std::path::Path) -> tokio::process::Child {
         .unwrap()
 }
 
-/// Every copy kopper made, as `namespace/name=value of key v`.
-async fn copies_and_values(client: &Client) -> Vec<String> {
+/// Every copy kopper made, as `namespace/name=` and its value of `key`.
+async fn copies_and_values(client: &Client, key: &str) -> Vec<String> {
     let params = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kopper");
     let copies = Api::<ConfigMap>::all(client.clone()).list(&params).await.unwrap();
     let mut found: Vec<String> = copies
         .iter()
         .map(|copy| {
-            let value = copy.data.as_ref().and_then(|data| data.get("v")).cloned().unwrap_or_default();
+            let value = copy.data.as_ref().and_then(|data| data.get(key)).cloned().unwrap_or_default();
             format!("{}/{}={value}", copy.namespace().unwrap_or_default(), copy.name_any())
         })
         .collect();
@@ -591,7 +583,7 @@ async fn killed_again_and_again_under_api_faults_converges_with_no_missing_orpha
         .collect();
     wanted.sort();
     eventually("exactly the wanted copies, each with its source's latest content", || async {
-        (copies_and_values(&cluster.client).await == wanted).then_some(())
+        (copies_and_values(&cluster.client, "v").await == wanted).then_some(())
     })
     .await;
 }

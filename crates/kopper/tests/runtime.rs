@@ -7,7 +7,7 @@ use std::process::Stdio;
 
 use common::{
     Cluster, DEADLINE, Operator, create_pod, eventually, free_admin_addr, http_get, label_of, metric, pod,
-    run_args, wait_for_label,
+    restart_api_server, run_args, wait_for_label,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -533,7 +533,6 @@ async fn readyz_fails_while_a_watch_is_refused_and_recovers_by_itself() {
 #[tokio::test]
 async fn an_api_server_back_without_its_data_is_listed_again_and_served() {
     let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
-    let addr = sim.addr();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     sim.write_kubeconfig(&kubeconfig).unwrap();
@@ -549,8 +548,7 @@ async fn an_api_server_back_without_its_data_is_listed_again_and_served() {
     })
     .await;
 
-    sim.shutdown().await;
-    let sim = kubesim::Server::start(kubesim::Config { addr, ..kubesim::Config::default() }).await.unwrap();
+    let sim = restart_api_server(sim, kubesim::Config::default()).await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(sim.client(), "default");
     create_pod(&pods, &pod("after", &[(ANNOTATION, "true")], &[])).await;
     eventually("the pod created after the restart to be labelled", || async {
@@ -567,7 +565,6 @@ async fn an_api_server_back_with_its_data_is_resumed_and_served() {
     let data = tempfile::tempdir().unwrap();
     let config = || kubesim::Config { data_dir: Some(data.path().to_owned()), ..kubesim::Config::default() };
     let sim = kubesim::Server::start(config()).await.unwrap();
-    let addr = sim.addr();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     sim.write_kubeconfig(&kubeconfig).unwrap();
@@ -581,8 +578,7 @@ async fn an_api_server_back_with_its_data_is_resumed_and_served() {
     })
     .await;
 
-    sim.shutdown().await;
-    let sim = kubesim::Server::start(kubesim::Config { addr, ..config() }).await.unwrap();
+    let sim = restart_api_server(sim, config()).await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(sim.client(), "default");
     assert_eq!(
         label_of(&pods, "before", "kopper.dev/pod-name").await.as_deref(),

@@ -146,6 +146,15 @@ impl Operator {
     }
 }
 
+/// Stops `sim` and starts a kubesim with `config` on the same address, as an API server that
+/// restarts does: with an empty store, or with the one kept in `config.data_dir`. Clients of
+/// the old server (kopper's among them) reach the new one.
+pub async fn restart_api_server(sim: kubesim::Server, config: kubesim::Config) -> kubesim::Server {
+    let addr = sim.addr();
+    sim.shutdown().await;
+    kubesim::Server::start(kubesim::Config { addr, ..config }).await.unwrap()
+}
+
 /// A loopback address with a port that was free a moment ago, for `--admin-addr` in tests
 /// that read `/metrics` or `/readyz`.
 pub fn free_admin_addr() -> String {
