@@ -20,7 +20,10 @@ use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 
 use super::RULE_CONTROLLER;
-use super::desired::{CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, Payload, canonical_number};
+use super::desired::{
+    CopyKey, CopyState, DesiredCopy, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload,
+    canonical_number,
+};
 use super::index::{Router, Synced};
 use crate::runtime::Metrics;
 use crate::runtime::metrics::CacheLabels;
@@ -207,6 +210,19 @@ pub struct CopyIndex {
     /// writes would take a copy it just wrote for an old one and write it again.
     written: AtomicU64,
     delivered: tokio::sync::watch::Sender<u64>,
+    /// What kopper is writing or wrote to each copy, by namespace and name, until the watch
+    /// shows the copy holding it: that event tells the rule that wrote the copy nothing it
+    /// does not know, and waking it would run a whole pass (whose cost grows with the
+    /// cluster) for nothing. Set before the write is sent, since its event may come before
+    /// its answer; one entry per copy being written, dropped when its event comes, when the
+    /// write is not made, and at a relist.
+    being_written: std::sync::Mutex<HashMap<(String, String), Written>>,
+}
+
+/// What a copy holds once kopper's write of it lands.
+struct Written {
+    content: u64,
+    marks: Arc<Marks>,
 }
 
 impl CopyIndex {
@@ -219,6 +235,7 @@ impl CopyIndex {
             ready: Synced::default(),
             written: AtomicU64::new(0),
             delivered: tokio::sync::watch::Sender::new(0),
+            being_written: std::sync::Mutex::default(),
         }
     }
 
@@ -229,6 +246,38 @@ impl CopyIndex {
         if let Some(version) = canonical_number(version) {
             self.written.fetch_max(version.get(), Ordering::AcqRel);
         }
+    }
+
+    /// kopper is about to write `copy`.
+    pub fn writing(&self, copy: &DesiredCopy) {
+        let written = Written { content: copy.content, marks: copy.marks.clone() };
+        self.being_written().insert((copy.key.namespace.clone(), copy.key.name.clone()), written);
+    }
+
+    /// kopper's write of the copy at `key` was not made.
+    pub fn not_written(&self, key: &CopyKey) {
+        self.being_written().remove(&(key.namespace.clone(), key.name.clone()));
+    }
+
+    /// Whether the copy `meta` names now holds what kopper is writing or wrote to it (its
+    /// `state` as the watch delivered it): kopper's own write, most likely.
+    fn holds_what_kopper_wrote(&self, meta: &ObjectMeta, state: &CopyState) -> bool {
+        let mut being_written = self.being_written();
+        if being_written.is_empty() {
+            return false;
+        }
+        let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+        let holds = being_written.get(&key).is_some_and(|written| {
+            state.content == written.content && state.marks.contains_all(&written.marks)
+        });
+        if holds {
+            being_written.remove(&key);
+        }
+        holds
+    }
+
+    fn being_written(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Written>> {
+        self.being_written.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The watch delivered a copy at `meta`'s version (created, changed or deleted).
@@ -264,6 +313,7 @@ impl CopyIndex {
     /// and versions may have started over (an API server that lost its state): nothing
     /// earlier is waited for.
     fn relisted(&self) {
+        self.being_written().clear();
         self.written.store(0, Ordering::Release);
         self.delivered.send_replace(0);
     }
@@ -427,15 +477,16 @@ fn apply_event<K: Replicable>(
             let (meta, payload) = object.into_parts();
             index.delivered(&meta);
             let state = CopyState::new(&meta, &payload);
+            let as_written = index.holds_what_kopper_wrote(&meta, &state);
             let after = state.rule.clone();
             let before = index.insert(&meta, state);
-            router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), after]);
+            router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), after], as_written);
         }
         watcher::Event::Delete(object) => {
             let meta = object.meta().clone();
             index.delivered(&meta);
             let before = index.remove(&meta);
-            router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None]);
+            router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None], false);
         }
     }
 }
@@ -446,8 +497,18 @@ mod tests {
 
     use super::*;
 
+    /// The copy `team-a/settings` at `version`.
     fn at_version(version: &str) -> ObjectMeta {
-        ObjectMeta { resource_version: Some(version.to_owned()), ..ObjectMeta::default() }
+        ObjectMeta {
+            namespace: Some("team-a".to_owned()),
+            name: Some("settings".to_owned()),
+            resource_version: Some(version.to_owned()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn settings() -> CopyKey {
+        CopyKey { kind: ObjectKind::ConfigMap, namespace: "team-a".to_owned(), name: "settings".to_owned() }
     }
 
     const LIMIT: Duration = Duration::from_millis(50);
@@ -588,5 +649,64 @@ mod tests {
         index.wrote("abc");
         index.wrote("0120");
         assert!(index.caught_up(LIMIT).await);
+    }
+
+    /// The copy of `settings` holding `value`, as kopper writes it.
+    fn desired(value: &str) -> DesiredCopy {
+        use super::super::desired::{ObjectInfo, RuleId, Source, desired_copy};
+        let info = ObjectInfo { namespace: "src".into(), name: "settings".into(), ..ObjectInfo::default() };
+        let payload = Payload { data: [("k".to_owned(), value.to_owned())].into(), ..Payload::default() };
+        desired_copy(
+            &RuleId::replication_rule("r"),
+            "uid",
+            ObjectKind::ConfigMap,
+            &Source::new(info, payload),
+            "team-a",
+        )
+    }
+
+    /// The state the copy watch keeps of `copy`, as written.
+    fn state_of(copy: &DesiredCopy) -> CopyState {
+        let meta = ObjectMeta {
+            labels: Some((*copy.labels).clone()),
+            annotations: Some((*copy.annotations).clone()),
+            ..at_version("7")
+        };
+        CopyState::new(&meta, &copy.payload)
+    }
+
+    #[test]
+    fn a_copy_holding_what_kopper_is_writing_is_known_as_kopper_s_write_once() {
+        let index = CopyIndex::new(ObjectKind::ConfigMap);
+        let copy = desired("1");
+        index.writing(&copy);
+        assert!(!index.holds_what_kopper_wrote(&at_version("6"), &state_of(&desired("0"))), "an older state");
+        assert!(index.holds_what_kopper_wrote(&at_version("7"), &state_of(&copy)));
+        assert!(!index.holds_what_kopper_wrote(&at_version("8"), &state_of(&copy)), "told once");
+        assert!(index.being_written().is_empty());
+    }
+
+    #[test]
+    fn a_copy_changed_by_someone_else_is_not_kopper_s_write() {
+        let index = CopyIndex::new(ObjectKind::ConfigMap);
+        let copy = desired("1");
+        index.writing(&copy);
+        let mut edited = state_of(&copy);
+        edited.content = state_of(&desired("by hand")).content;
+        assert!(!index.holds_what_kopper_wrote(&at_version("8"), &edited), "content");
+        let mut unmarked = state_of(&copy);
+        unmarked.marks = Marks::default();
+        assert!(!index.holds_what_kopper_wrote(&at_version("8"), &unmarked), "kopper's marks");
+    }
+
+    #[test]
+    fn writes_not_made_and_a_relist_leave_nothing_behind() {
+        let index = CopyIndex::new(ObjectKind::ConfigMap);
+        index.writing(&desired("1"));
+        index.not_written(&settings());
+        assert!(index.being_written().is_empty());
+        index.writing(&desired("2"));
+        index.relisted();
+        assert!(index.being_written().is_empty());
     }
 }

@@ -461,6 +461,17 @@ pub struct DesiredCopy {
     pub labels: Arc<BTreeMap<String, String>>,
     pub annotations: Arc<BTreeMap<String, String>>,
     pub payload: Arc<Payload>,
+    /// What the copy holds once written, as its watch sees it ([`CopyState`]): the marks of
+    /// `labels` and `annotations`, and the digest of `payload`.
+    pub marks: Arc<Marks>,
+    pub content: u64,
+}
+
+impl DesiredCopy {
+    /// Whether `state` holds what this copy sends: its content and every mark kopper sets.
+    pub fn shown_by(&self, state: &CopyState) -> bool {
+        state.content == self.content && state.marks.contains_all(&self.marks)
+    }
 }
 
 /// What every copy of one source made by one rule has in common; built once per source, then
@@ -472,7 +483,7 @@ pub struct CopyTemplate<'a> {
     labels: Arc<BTreeMap<String, String>>,
     annotations: Arc<BTreeMap<String, String>>,
     /// What a copy in sync carries, to compare with [`CopyState`].
-    marks: Marks,
+    marks: Arc<Marks>,
     content: u64,
 }
 
@@ -485,6 +496,8 @@ impl CopyTemplate<'_> {
             labels: self.labels.clone(),
             annotations: self.annotations.clone(),
             payload: self.source.payload.clone(),
+            marks: self.marks.clone(),
+            content: self.content,
         }
     }
 
@@ -536,7 +549,7 @@ pub fn copy_template<'a>(
         rule,
         kind,
         source,
-        marks: Marks::new(&labels, &annotations),
+        marks: Arc::new(Marks::new(&labels, &annotations)),
         content: source.payload.digest(),
         labels: Arc::new(labels),
         annotations: Arc::new(annotations),

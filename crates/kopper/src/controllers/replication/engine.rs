@@ -181,6 +181,13 @@ pub(super) struct PassTally {
     written_sources: HashMap<String, String>,
 }
 
+impl PassTally {
+    /// Whether every copy was written or found in sync, with no conflict to report.
+    pub(super) fn clean(&self) -> bool {
+        self.failed.is_empty() && self.findings.conflicts.is_empty()
+    }
+}
+
 impl Engine {
     pub fn new(caches: Caches, router: Arc<Router>) -> Self {
         Self { caches, router, gates: RuleGates::default() }
@@ -216,7 +223,11 @@ impl Engine {
                 return removed;
             }
         };
-        let tally = self.pass(ctx, &rule).await?;
+        let started = Instant::now();
+        let tally = self.pass(ctx, &rule).await;
+        // How long a wake-up for status only waits follows what a pass costs.
+        self.router.wakers.pass_took(&rule.id, started.elapsed());
+        let tally = tally?;
         if tally.failed.is_empty() {
             self.observe_latency(&tally.written_sources);
         }
@@ -424,14 +435,18 @@ impl Engine {
         tally: &mut PassTally,
     ) {
         let kind = rule.kind;
+        let copies = self.caches.copies(kind);
+        plan.writes().filter_map(Change::copy).for_each(|copy| copies.writing(copy));
         let applied = apply::execute(
             &ctx.client,
             &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME),
             &plan.changes,
         )
         .await;
-        let copies = self.caches.copies(kind);
         applied.versions.values().for_each(|version| copies.wrote(version));
+        let not_written =
+            plan.writes().filter_map(Change::copy).filter(|copy| !applied.written.contains(&copy.key));
+        not_written.for_each(|copy| copies.not_written(&copy.key));
         for key in &applied.unmanaged {
             // Watch that name, so kopper sees the object that holds the place go.
             self.caches.scoped.watch_name(kind, &key.name);

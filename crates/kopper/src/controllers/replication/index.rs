@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Future, StreamExt};
@@ -22,6 +23,7 @@ use super::desired::{
 };
 use super::engine::Memo;
 use super::namespaces::{NamespaceChange, NamespaceChanges};
+use super::pacing::{Signal, Urgency};
 use super::rules::RuleObject;
 use super::scoped::{Scoped, ScopedView};
 use crate::controllers::config_map_sync::types::ConfigMapSync;
@@ -31,11 +33,12 @@ use crate::runtime::{Metrics, Settings};
 
 pub type Meta<K> = PartialObjectMeta<K>;
 
-/// Sends rules to their controllers' queues; the controllers merge repeated wake-ups.
+/// Sends rules to their controllers' queues, paced there ([`pacing`]); the controllers
+/// merge repeated wake-ups.
 #[derive(Clone)]
 pub struct Wakers {
-    rules: UnboundedSender<ObjectRef<Guarded<ReplicationRule>>>,
-    syncs: UnboundedSender<ObjectRef<Guarded<ConfigMapSync>>>,
+    rules: UnboundedSender<Signal<ObjectRef<Guarded<ReplicationRule>>>>,
+    syncs: UnboundedSender<Signal<ObjectRef<Guarded<ConfigMapSync>>>>,
 }
 
 /// Rules are read through a guard, so one object that does not deserialize is reported
@@ -43,7 +46,7 @@ pub struct Wakers {
 pub type Guarded<R> = DeserializeGuard<R>;
 
 /// The wake-ups one controller receives.
-pub type Wakes<R> = UnboundedReceiver<ObjectRef<Guarded<R>>>;
+pub type Wakes<R> = UnboundedReceiver<Signal<ObjectRef<Guarded<R>>>>;
 
 impl Wakers {
     pub fn new() -> (Self, Wakes<ReplicationRule>, Wakes<ConfigMapSync>) {
@@ -52,14 +55,29 @@ impl Wakers {
         (Self { rules, syncs }, rule_wakes, sync_wakes)
     }
 
+    /// Wakes `rule`: something its copies depend on changed.
     pub fn wake(&self, rule: &RuleId) {
+        self.send(rule, Signal::Wake((), Urgency::Now));
+    }
+
+    /// Wakes `rule` to bring its status up to date, once its passes leave it time.
+    pub fn wake_for_status(&self, rule: &RuleId) {
+        self.send(rule, Signal::Wake((), Urgency::Status));
+    }
+
+    /// `rule`'s pass took `took`.
+    pub fn pass_took(&self, rule: &RuleId, took: Duration) {
+        self.send(rule, Signal::PassTook((), took));
+    }
+
+    fn send(&self, rule: &RuleId, signal: Signal<()>) {
         // A closed channel means the controller has stopped; nothing is left to wake.
         match (&rule.kind, &rule.namespace) {
             (RuleKind::ReplicationRule, _) => {
-                let _ = self.rules.unbounded_send(ObjectRef::new(&rule.name));
+                let _ = self.rules.unbounded_send(signal.about(ObjectRef::new(&rule.name)));
             }
             (RuleKind::ConfigMapSync, Some(namespace)) => {
-                let _ = self.syncs.unbounded_send(ObjectRef::new(&rule.name).within(namespace));
+                let _ = self.syncs.unbounded_send(signal.about(ObjectRef::new(&rule.name).within(namespace)));
             }
             (RuleKind::ConfigMapSync, None) => {}
         }
@@ -307,8 +325,21 @@ impl Router {
     }
 
     /// A copy changed: wakes the rules it was and is a copy of, and those that want a copy
-    /// where it is (one may take it over, or see a conflict clear).
-    pub fn copy_changed(&self, kind: ObjectKind, meta: &ObjectMeta, made_by: [Option<Arc<str>>; 2]) {
+    /// where it is (one may take it over, or see a conflict clear). A copy that now holds
+    /// what kopper wrote to it (`as_written`) does not wake the rule that wrote it, whose
+    /// pass (or [`super::namespaces`]) knows what it wrote: a pass for each event of its own
+    /// writes would keep a core busy for as long as new namespaces keep coming.
+    pub fn copy_changed(
+        &self,
+        kind: ObjectKind,
+        meta: &ObjectMeta,
+        made_by: [Option<Arc<str>>; 2],
+        as_written: bool,
+    ) {
+        let [before, after] = &made_by;
+        let writer = after
+            .as_ref()
+            .filter(|after| as_written && before.as_ref().is_none_or(|before| before == *after));
         let rules = self.rules.in_force();
         let view = self.view(kind);
         let namespace = meta.namespace.as_deref().unwrap_or_default();
@@ -316,6 +347,9 @@ impl Router {
         let source_named = |rule: &Rule, name: &str| self.has_source_named(view.as_ref(), rule, name);
         for rule in rules.iter().filter(|rule| rule.kind == kind) {
             let labels = RuleLabels::of(&rule.id);
+            if writer.is_some_and(|writer| labels.is(writer)) {
+                continue;
+            }
             let made = made_by.iter().flatten().any(|made_by| labels.is(made_by));
             if made || wants_copy_at(rule, namespace, name, source_named) {
                 self.wakers.wake(&rule.id);
@@ -526,5 +560,63 @@ mod tests {
         changes.unbounded_send(Ok(watcher::Event::Delete(rule("a", "Secret")))).unwrap();
         events.next().await;
         assert!(stores.in_force().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_copy_holding_what_its_rule_wrote_does_not_wake_it() {
+        let (rule_store, rule_writer) = reflector::store();
+        let (sync_store, _sync_writer) = reflector::store();
+        let revision = StoreRevision::default();
+        let stores = RuleStores::new(
+            (rule_store, Synced::default()),
+            (sync_store, Synced::default()),
+            revision.clone(),
+            Arc::new(Settings::default()),
+        );
+        let (changes, events) = mpsc::unbounded();
+        let mut events = std::pin::pin!(revision.track(reflector::reflector(rule_writer, events)));
+        let (wakers, mut woken, _syncs) = Wakers::new();
+        let router = Router { rules: stores, wakers, memo: Arc::default(), scoped: OnceLock::new() };
+        let a_copy = ObjectMeta {
+            namespace: Some("team-a".to_owned()),
+            name: Some("settings".to_owned()),
+            ..ObjectMeta::default()
+        };
+        let made_by_a = || {
+            let label: Arc<str> = router.rules.in_force()[0].id.label_value().into();
+            [Some(label.clone()), Some(label)]
+        };
+        changes.unbounded_send(Ok(watcher::Event::Apply(finalized(rule("a", "ConfigMap"))))).unwrap();
+        events.next().await;
+        let woken_now = |woken: &mut Wakes<ReplicationRule>| {
+            std::iter::from_fn(|| woken.try_recv().ok())
+                .map(|signal| match signal {
+                    Signal::Wake(rule, _) => rule.name,
+                    Signal::PassTook(rule, _) => panic!("{rule} woken with a pass's time"),
+                })
+                .collect::<Vec<_>>()
+        };
+
+        router.copy_changed(ObjectKind::ConfigMap, &a_copy, made_by_a(), true);
+        assert!(woken_now(&mut woken).is_empty(), "the rule wrote it");
+        router.copy_changed(ObjectKind::ConfigMap, &a_copy, made_by_a(), false);
+        assert_eq!(woken_now(&mut woken), ["a"], "someone else changed it");
+        router.copy_changed(ObjectKind::ConfigMap, &a_copy, [None, made_by_a()[1].clone()], true);
+        assert!(woken_now(&mut woken).is_empty(), "the rule created it");
+
+        changes.unbounded_send(Ok(watcher::Event::Apply(finalized(rule("b", "ConfigMap"))))).unwrap();
+        events.next().await;
+        let label_of = |name: &str| -> Option<Arc<str>> {
+            let rules = router.rules.in_force();
+            rules.iter().find(|rule| rule.id.name == name).map(|rule| rule.id.label_value().into())
+        };
+        router.copy_changed(ObjectKind::ConfigMap, &a_copy, [label_of("b"), label_of("a")], true);
+        let mut taken_over = woken_now(&mut woken);
+        taken_over.sort();
+        assert_eq!(
+            taken_over,
+            ["a", "b"],
+            "a copy that changed hands wakes the rule it left, and its new one"
+        );
     }
 }

@@ -6,7 +6,11 @@
 //! decided for that namespace alone, by the same decision a pass makes ([`RulePass`] over a
 //! [`World`] that holds only the changed namespaces), and written straight away. Then the
 //! rules the change concerns are woken, so their passes (paced, and the authority)
-//! delete what a namespace no longer wants and bring their status up to date.
+//! delete what a namespace no longer wants and bring their status up to date. A rule whose
+//! only news is namespaces it newly targets, all of whose copies were written here, is
+//! woken for its status only ([`super::pacing::Urgency::Status`]): its pass can wait until
+//! earlier passes leave it time, so a stream of new namespaces does not keep a core busy
+//! with passes whose cost grows with the cluster.
 //!
 //! Changes that arrive while a batch is being served wait, merged by namespace, and are
 //! served together next: a burst of namespaces costs a few batches, not one write round per
@@ -100,6 +104,14 @@ impl Merged {
             || self.passed.iter().any(targeted)
     }
 
+    /// Whether the namespace's only news for `rule` is that `rule` now sends copies to it:
+    /// nothing of `rule`'s is to be deleted or repaired there.
+    fn only_arrives_for(&self, rule: &Rule) -> bool {
+        !self.many
+            && self.newly_targeted_by(rule).is_some()
+            && !self.passed.iter().any(|namespace| rule.targets(namespace))
+    }
+
     /// The namespace as it is, if `rule` sends copies to it now and did not before.
     fn newly_targeted_by(&self, rule: &Rule) -> Option<&NamespaceInfo> {
         let before = self.before.as_ref().is_some_and(|namespace| rule.targets(namespace));
@@ -172,8 +184,9 @@ impl Engine {
     /// Writes the copies `changes` call for in their namespaces and wakes the rules they
     /// concern: at once those with nothing to write here (a namespace that stopped matching
     /// waits for nobody's writes), the others once their copies are written, so that their
-    /// pass does not race those writes. A write that fails here is left to the passes,
-    /// which retry.
+    /// pass does not race those writes; for status only those whose news was only new
+    /// namespaces, all of whose copies were written. A write that fails here is left to the
+    /// passes, which retry.
     async fn namespaces_changed(&self, ctx: &Context, changes: &[Merged]) {
         // Who wins a copy two rules want is decided among all rules in force, as in a pass;
         // copies are written only for those whose cleanup is sure to run.
@@ -188,17 +201,38 @@ impl Engine {
             .filter(|rule| changes.iter().any(|change| change.concerns(rule)))
             .map(|rule| &rule.id)
             .collect();
+        let only_arrivals: HashSet<&RuleId> = rules
+            .iter()
+            .filter(|rule| {
+                changes
+                    .iter()
+                    .filter(|change| change.concerns(rule))
+                    .all(|change| change.only_arrives_for(rule))
+            })
+            .map(|rule| &rule.id)
+            .collect();
         concerned.iter().filter(|id| !writing.contains(*id)).for_each(|id| self.router.wakers.wake(id));
+        let mut served = HashSet::new();
         for kind in ObjectKind::ALL {
-            if let Err(error) = self.copy_into_new_targets(ctx, &rules, &finalized, kind, changes).await {
-                tracing::warn!(%error, %kind, "could not copy into new namespaces at once; the rules' passes will");
+            match self.copy_into_new_targets(ctx, &rules, &finalized, kind, changes).await {
+                Ok(done) => served.extend(done),
+                Err(error) => {
+                    tracing::warn!(%error, %kind, "could not copy into new namespaces at once; the rules' passes will");
+                }
             }
         }
-        concerned.iter().filter(|id| writing.contains(*id)).for_each(|id| self.router.wakers.wake(id));
+        for id in concerned.into_iter().filter(|id| writing.contains(*id)) {
+            if served.contains(id) && only_arrivals.contains(id) {
+                self.router.wakers.wake_for_status(id);
+            } else {
+                self.router.wakers.wake(id);
+            }
+        }
     }
 
     /// The copies of `kind` each of the `finalized` rules wants in the namespaces it newly
-    /// targets.
+    /// targets. Returns the rules all of whose copies there are written or in sync, with no
+    /// conflict to report.
     async fn copy_into_new_targets(
         &self,
         ctx: &Context,
@@ -206,7 +240,7 @@ impl Engine {
         finalized: &[Rule],
         kind: ObjectKind,
         changes: &[Merged],
-    ) -> Result<(), SyncError> {
+    ) -> Result<Vec<RuleId>, SyncError> {
         let arrivals: Vec<(&Rule, Vec<&str>)> = finalized
             .iter()
             .filter(|rule| rule.kind == kind)
@@ -221,8 +255,9 @@ impl Engine {
             .filter(|(_, names): &(_, Vec<_>)| !names.is_empty())
             .collect();
         if arrivals.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
+        let mut served = Vec::new();
         let source_namespaces = source_namespaces(rules, kind);
         let scopes = Scope::for_sources(source_namespaces.iter().copied());
         self.caches.scoped.ensure_ready(kind, scopes).await?;
@@ -256,8 +291,11 @@ impl Engine {
             if let Some(error) = tally.failed.first() {
                 tracing::debug!(%error, rule = %rule.id, "a copy into a new namespace failed; its pass retries");
             }
+            if tally.clean() {
+                served.push(rule.id.clone());
+            }
         }
-        Ok(())
+        Ok(served)
     }
 
     /// Those of the namespaces `names` that `rule` targets as the cache holds them now.
@@ -355,5 +393,41 @@ mod tests {
         assert!(!change(Some(&before), Some(&before)).matters());
         assert!(change(Some(&before), Some(&namespace("team-a", &[]))).matters());
         assert!(merged(&[change(Some(&before), Some(&before))]).is_empty());
+    }
+
+    /// A rule copying into namespaces labelled `tier: gold`.
+    fn gold_rule() -> Rule {
+        use super::super::desired::{SourceMatch, TargetMatch};
+        Rule {
+            id: RuleId::replication_rule("gold"),
+            uid: "uid".to_owned(),
+            kind: ObjectKind::ConfigMap,
+            sources: SourceMatch { namespaces: vec!["src".to_owned()], ..SourceMatch::default() },
+            targets: TargetMatch::Matching {
+                selector: Some(kube::core::Selector::from_iter([("tier", "gold")])),
+                include: vec![],
+                exclude: vec![],
+                protected: crate::tenancy::ProtectedNamespaces::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn only_a_namespace_a_rule_newly_targets_and_never_did_meanwhile_is_news_for_its_status_alone() {
+        let rule = gold_rule();
+        let gold = namespace("team-a", &[("tier", "gold")]);
+        let plain = namespace("team-a", &[]);
+        let only_arrives = |changes: &[NamespaceChange]| merged(changes)[0].only_arrives_for(&rule);
+        assert!(only_arrives(&[change(None, Some(&gold))]), "a new namespace");
+        assert!(only_arrives(&[change(Some(&plain), Some(&gold))]), "labelled into the rule's targets");
+        assert!(!only_arrives(&[change(Some(&gold), Some(&plain))]), "its copies there must go");
+        assert!(!only_arrives(&[change(None, Some(&plain))]), "not a target");
+        let flapped = [change(Some(&gold), Some(&plain)), change(Some(&plain), Some(&gold))];
+        assert!(!only_arrives(&flapped), "a pass may have deleted its copies meanwhile");
+        let states: Vec<NamespaceInfo> =
+            (0..20).map(|n| namespace("team-a", &[("n", &n.to_string())])).chain([gold.clone()]).collect();
+        let many: Vec<NamespaceChange> =
+            states.windows(2).map(|pair| change(Some(&pair[0]), Some(&pair[1]))).collect();
+        assert!(!only_arrives(&many), "too many states passed to tell");
     }
 }

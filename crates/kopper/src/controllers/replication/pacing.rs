@@ -2,6 +2,13 @@
 //! once, and those of a burst are merged into one that goes on when [`MIN_WAKE_GAP`] has
 //! passed since the last.
 //!
+//! A wake-up that only asks for the rule's status to be brought up to date
+//! ([`Urgency::Status`]: [`super::namespaces`] has already written the copies a new
+//! namespace wants) waits longer: until [`STATUS_IDLE_FACTOR`] times as long as the rule's
+//! last pass took has passed since that pass began. A stream of new namespaces then keeps a
+//! rule's passes to a fraction of a core whatever their cost, and the namespaces served
+//! meanwhile do not wait behind them.
+//!
 //! A rule's pass looks at every namespace, so its cost grows with the cluster. A debounce
 //! would bound how often passes run, but it delays every change, a lone source update
 //! included, by its whole period. Paced wake-ups serve a lone change at once and still give
@@ -10,7 +17,7 @@
 //! wake-up takes no reconcile slot.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -20,25 +27,59 @@ use tokio::time::Instant;
 /// The least time between two wake-ups of one rule that go on.
 pub const MIN_WAKE_GAP: Duration = Duration::from_millis(100);
 
-/// `wakes`, paced per key by `gap`. Ends when `wakes` ends.
-pub fn paced<T, S>(wakes: S, gap: Duration) -> impl Stream<Item = T> + Send
+/// A wake-up for status only goes on once this many times the rule's last pass has passed
+/// since that pass began: its passes then take at most a quarter of a core.
+pub const STATUS_IDLE_FACTOR: u32 = 4;
+
+/// What a rule's controller hears.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signal<T> {
+    /// Wake the rule.
+    Wake(T, Urgency),
+    /// The rule's pass took this long.
+    PassTook(T, Duration),
+}
+
+impl Signal<()> {
+    /// The same signal about `key`.
+    pub fn about<T>(self, key: T) -> Signal<T> {
+        match self {
+            Self::Wake((), urgency) => Signal::Wake(key, urgency),
+            Self::PassTook((), took) => Signal::PassTook(key, took),
+        }
+    }
+}
+
+/// Why a rule is woken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Urgency {
+    /// Something its copies depend on changed.
+    Now,
+    /// Only its status is behind what was done outside its passes.
+    Status,
+}
+
+/// `signals`' wake-ups, paced per key: by `gap`, and wake-ups for status by the time the
+/// key's last pass took too. Ends when `signals` ends.
+pub fn paced<T, S>(signals: S, gap: Duration) -> impl Stream<Item = T> + Send
 where
     T: Clone + Eq + Hash + Send + 'static,
-    S: Stream<Item = T> + Unpin + Send + 'static,
+    S: Stream<Item = Signal<T>> + Unpin + Send + 'static,
 {
-    let state = (wakes, Pacer::new(gap), false);
-    futures::stream::unfold(state, |(mut wakes, mut pacer, mut ended)| async move {
+    let state = (signals, Pacer::new(gap), false);
+    futures::stream::unfold(state, |(mut signals, mut pacer, mut ended)| async move {
         loop {
             if let Some(key) = pacer.ready.pop_front() {
-                return Some((key, (wakes, pacer, ended)));
+                return Some((key, (signals, pacer, ended)));
             }
             let due = pacer.next_due();
             if ended && due.is_none() {
                 return None;
             }
             tokio::select! {
-                key = wakes.next(), if !ended => match key {
-                    Some(key) => pacer.arrive(key, Instant::now()),
+                signal = signals.next(), if !ended => match signal {
+                    Some(Signal::Wake(key, urgency)) => pacer.arrive(key, urgency, Instant::now()),
+                    Some(Signal::PassTook(key, took)) => pacer.took(key, took),
                     None => ended = true,
                 },
                 () = sleep_until(due) => pacer.release_due(Instant::now()),
@@ -59,8 +100,10 @@ struct Pacer<T> {
     gap: Duration,
     /// When each key recently woken last went on; older entries are forgotten.
     last: HashMap<T, Instant>,
-    /// Keys held back.
-    held: HashSet<T>,
+    /// How long each such key's last pass took.
+    pass_took: HashMap<T, Duration>,
+    /// Keys held back, with when they go on and their ticket.
+    held: HashMap<T, (Instant, u64)>,
     /// When each held key may go on, soonest first, as (time, ticket); the ticket names the
     /// key in `tickets`. One entry per held key, so a wake-up of thousands of rules costs a
     /// heap operation each, not a scan of all that are held.
@@ -81,7 +124,8 @@ impl<T: Clone + Eq + Hash> Pacer<T> {
         Self {
             gap,
             last: HashMap::new(),
-            held: HashSet::new(),
+            pass_took: HashMap::new(),
+            held: HashMap::new(),
             due: BinaryHeap::new(),
             tickets: HashMap::new(),
             next_ticket: 0,
@@ -91,14 +135,21 @@ impl<T: Clone + Eq + Hash> Pacer<T> {
     }
 
     /// A wake-up of `key` at `now`: it goes on at once, or is held (merged with one
-    /// already held) until the gap since the last has passed.
-    fn arrive(&mut self, key: T, now: Instant) {
-        if self.held.contains(&key) {
-            return;
+    /// already held, which it may bring forward) until its gap since the last has passed.
+    fn arrive(&mut self, key: T, urgency: Urgency, now: Instant) {
+        let due = self.last.get(&key).map_or(now, |last| *last + self.gap_of(&key, urgency));
+        match self.held.get(&key) {
+            Some(&(held_until, _)) if held_until <= due => return,
+            Some(&(_, ticket)) => {
+                self.tickets.remove(&ticket);
+                self.held.remove(&key);
+            }
+            None => {}
         }
-        match self.last.get(&key) {
-            Some(&last) if now < last + self.gap => self.hold(key, last + self.gap),
-            _ => self.go_on(key, now),
+        if now < due {
+            self.hold(key, due);
+        } else {
+            self.go_on(key, now);
         }
         if self.last.len() >= self.prune_at {
             self.forget_quiet(now);
@@ -106,10 +157,23 @@ impl<T: Clone + Eq + Hash> Pacer<T> {
         }
     }
 
+    /// The least time between `key`'s last wake-up that went on and one of `urgency`.
+    fn gap_of(&self, key: &T, urgency: Urgency) -> Duration {
+        match (urgency, self.pass_took.get(key)) {
+            (Urgency::Status, Some(took)) => self.gap.max(*took * STATUS_IDLE_FACTOR),
+            _ => self.gap,
+        }
+    }
+
+    /// `key`'s pass took `took`.
+    fn took(&mut self, key: T, took: Duration) {
+        self.pass_took.insert(key, took);
+    }
+
     fn hold(&mut self, key: T, until: Instant) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.held.insert(key.clone());
+        self.held.insert(key.clone(), (until, ticket));
         self.tickets.insert(ticket, key);
         self.due.push(Reverse((until, ticket)));
     }
@@ -137,11 +201,22 @@ impl<T: Clone + Eq + Hash> Pacer<T> {
         self.ready.push_back(key);
     }
 
-    /// Forgets keys that went on longer than the gap ago: their next wake-up goes on at once
-    /// whether they are remembered or not, so memory follows the rules woken lately.
+    /// Forgets keys that went on longer than their longest gap ago: their next wake-up goes
+    /// on at once whether they are remembered or not, so memory follows the rules woken
+    /// lately.
     fn forget_quiet(&mut self, now: Instant) {
-        let gap = self.gap;
-        self.last.retain(|_, last| now < *last + gap);
+        let longest = |key: &T| self.gap_of(key, Urgency::Status);
+        let quiet: Vec<T> = self
+            .last
+            .iter()
+            .filter(|(key, last)| now >= **last + longest(key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in quiet {
+            self.last.remove(&key);
+        }
+        let (last, held) = (&self.last, &self.held);
+        self.pass_took.retain(|key, _| last.contains_key(key) || held.contains_key(key));
     }
 }
 
@@ -155,10 +230,16 @@ mod tests {
 
     /// What goes on, and when (since the start), while `wakes` arrive at their times.
     async fn paced_run(wakes: &[(u64, &'static str)]) -> Vec<(u64, &'static str)> {
+        let signals: Vec<_> = wakes.iter().map(|(at, key)| (*at, Signal::Wake(*key, Urgency::Now))).collect();
+        signals_run(&signals).await
+    }
+
+    /// What goes on, and when (since the start), while `signals` arrive at their times.
+    async fn signals_run(signals: &[(u64, Signal<&'static str>)]) -> Vec<(u64, &'static str)> {
         let started = Instant::now();
         let (sender, receiver) = mpsc::unbounded();
         let mut out = Box::pin(paced(receiver, GAP));
-        let wakes = wakes.to_vec();
+        let wakes = signals.to_vec();
         let feeder = tokio::spawn(async move {
             for (at, key) in wakes {
                 tokio::time::sleep_until(started + Duration::from_millis(at)).await;
@@ -207,11 +288,11 @@ mod tests {
         let mut pacer = Pacer::new(GAP);
         let start = Instant::now();
         for n in 0..10_000u64 {
-            pacer.arrive(n, start + Duration::from_micros(n));
+            pacer.arrive(n, Urgency::Now, start + Duration::from_micros(n));
         }
         pacer.ready.clear();
         for n in (0..10_000u64).rev() {
-            pacer.arrive(n, start + Duration::from_millis(50));
+            pacer.arrive(n, Urgency::Now, start + Duration::from_millis(50));
         }
         assert_eq!(pacer.next_due(), Some(start + GAP), "the key that went on first is due first");
         pacer.release_due(start + GAP + Duration::from_millis(10));
@@ -225,9 +306,53 @@ mod tests {
         let mut pacer = Pacer::new(GAP);
         let start = Instant::now();
         for n in 0..1_000u64 {
-            pacer.arrive(n, start + Duration::from_millis(n * 10));
+            pacer.arrive(n, Urgency::Now, start + Duration::from_millis(n * 10));
         }
         assert!(pacer.last.len() < 2 * MIN_PRUNE_AT, "{} keys remembered", pacer.last.len());
         assert_eq!(pacer.ready.len(), 1_000, "every key went on at once");
+    }
+
+    fn wake(at: u64, key: &'static str, urgency: Urgency) -> (u64, Signal<&'static str>) {
+        (at, Signal::Wake(key, urgency))
+    }
+
+    fn took(at: u64, key: &'static str, millis: u64) -> (u64, Signal<&'static str>) {
+        (at, Signal::PassTook(key, Duration::from_millis(millis)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_for_status_waits_for_the_rule_to_be_idle_four_times_its_last_pass() {
+        let signals = [wake(0, "a", Urgency::Now), took(300, "a", 300), wake(310, "a", Urgency::Status)];
+        assert_eq!(signals_run(&signals).await, [(0, "a"), (1200, "a")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_that_matters_brings_one_for_status_forward() {
+        let signals = [
+            wake(0, "a", Urgency::Now),
+            took(300, "a", 300),
+            wake(310, "a", Urgency::Status),
+            wake(500, "a", Urgency::Now),
+            wake(510, "a", Urgency::Status),
+        ];
+        assert_eq!(signals_run(&signals).await, [(0, "a"), (500, "a"), (1700, "a")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_for_status_of_a_rule_with_quick_passes_waits_only_the_gap() {
+        let signals = [wake(0, "a", Urgency::Now), took(5, "a", 5), wake(10, "a", Urgency::Status)];
+        assert_eq!(signals_run(&signals).await, [(0, "a"), (100, "a")]);
+    }
+
+    #[test]
+    fn what_is_kept_of_a_rule_s_passes_goes_with_its_quiet() {
+        let mut pacer = Pacer::new(GAP);
+        let start = Instant::now();
+        pacer.arrive("a", Urgency::Now, start);
+        pacer.took("a", Duration::from_millis(300));
+        pacer.release_due(start + Duration::from_millis(1199));
+        assert!(pacer.pass_took.contains_key("a"), "its status may still be held");
+        pacer.release_due(start + Duration::from_millis(1200));
+        assert!(pacer.last.is_empty() && pacer.pass_took.is_empty());
     }
 }
