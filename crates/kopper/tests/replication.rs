@@ -864,19 +864,13 @@ async fn source_update_costs_one_write_per_copy() {
     for namespace in ["a", "b", "c", "d"] {
         cluster.copy_has(namespace, "app-config", "v", "2").await;
     }
-    // Watches cut and resumed, then a pass (woken by a namespace label no rule reads) finds
-    // every copy in sync: it writes nothing. The events of kopper's own writes wake no pass.
-    let reconciles = cluster.reconciles();
+    // Watches cut and resumed, then a new namespace: the passes that follow write its copy
+    // and nothing else.
     cluster.sim.faults().close_watches();
-    let relabel = json!({"metadata": {"labels": {"unrelated": "yes"}}});
-    let namespaces = Api::<Namespace>::all(cluster.client.clone());
-    namespaces.patch("a", &PatchParams::default(), &Patch::Merge(&relabel)).await.unwrap();
-    eventually("a pass after the watches came back", || async {
-        (cluster.reconciles() > reconciles).then_some(())
-    })
-    .await;
-    // One write for the source itself, one per copy.
-    assert_eq!(cluster.sim.counters().writes("configmaps") - before, 1 + 4);
+    cluster.namespace("e", json!({})).await;
+    cluster.rule_status("main-rule", |s| s["copiesInSync"] == 5).await;
+    // One write for the source itself, one per copy, one into the new namespace.
+    assert_eq!(cluster.sim.counters().writes("configmaps") - before, 1 + 4 + 1);
 
     let mut registry = prometheus_client::registry::Registry::default();
     replication::register_metrics(&mut registry);

@@ -47,6 +47,9 @@ pub struct Applied {
     pub deleted: usize,
     /// Places where a copy was to be created but an object kopper did not make was found.
     pub unmanaged: Vec<CopyKey>,
+    /// Writes another write got to first (another pass, or someone else): the next pass
+    /// judges these copies anew.
+    pub raced: Vec<CopyKey>,
     pub failed: Vec<WriteError>,
 }
 
@@ -55,9 +58,10 @@ enum Outcome {
     Deleted(CopyKey),
     /// An object kopper did not make holds the place; it is left as it is.
     Unmanaged(CopyKey),
-    /// Nothing to do after all: the namespace or the object is gone, or changed under us
-    /// and the next event will say how.
+    /// Nothing to do after all: the namespace is gone.
     Skipped,
+    /// The object is gone, or changed or was made under us: the next pass judges it anew.
+    Raced(CopyKey),
     /// The copy is no longer at the resourceVersion the write was conditioned on.
     Stale,
     Failed(WriteError),
@@ -84,6 +88,7 @@ pub async fn execute(client: &Client, field_manager: &str, changes: &[Change]) -
                 applied.removed.insert(key);
             }
             Outcome::Unmanaged(key) => applied.unmanaged.push(key),
+            Outcome::Raced(key) => applied.raced.push(key),
             Outcome::Skipped | Outcome::Stale => {}
             Outcome::Failed(error) => applied.failed.push(error),
         }
@@ -116,10 +121,12 @@ async fn create(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Out
         Ok(version) => Outcome::Written(copy.key.clone(), version),
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
         Err(kube::Error::Api(status)) if status.is_already_exists() => match look(client, &copy.key).await {
-            // kopper's own copy, made by a pass that raced this one; its event follows.
-            Ok(Some(meta)) if ObjectInfo::from_meta(&meta).is_kopper_copy() => Outcome::Skipped,
+            // kopper's own copy, made by a pass that raced this one.
+            Ok(Some(meta)) if ObjectInfo::from_meta(&meta).is_kopper_copy() => {
+                Outcome::Raced(copy.key.clone())
+            }
             Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
-            Ok(None) => Outcome::Skipped,
+            Ok(None) => Outcome::Raced(copy.key.clone()),
             Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
         },
         Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
@@ -135,18 +142,18 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     let key = &copy.key;
     let current = match look(client, key).await {
         Ok(Some(meta)) => meta,
-        Ok(None) => return Outcome::Skipped,
+        Ok(None) => return Outcome::Raced(key.clone()),
         Err(source) => return Outcome::Failed(WriteError::Write { key: key.clone(), source }),
     };
     if current.uid.as_deref() != Some(existing_uid) {
-        return Outcome::Skipped;
+        return Outcome::Raced(key.clone());
     }
     if !ObjectInfo::from_meta(&current).is_kopper_copy() {
         return Outcome::Unmanaged(key.clone());
     }
     match rewrite(client, field_manager, copy, &current).await {
-        // Changed since it was read: its watch event brings the next pass.
-        Outcome::Stale => Outcome::Skipped,
+        // Changed since it was read.
+        Outcome::Stale => Outcome::Raced(key.clone()),
         outcome => outcome,
     }
 }
@@ -274,7 +281,7 @@ async fn delete(client: &Client, key: &CopyKey, uid: &str) -> Outcome {
         Err(kube::Error::Api(status)) if status.is_not_found() => Outcome::Deleted(key.clone()),
         // The uid precondition failed: the name now holds another object, which the next
         // pass judges on its own.
-        Err(kube::Error::Api(status)) if status.is_conflict() => Outcome::Skipped,
+        Err(kube::Error::Api(status)) if status.is_conflict() => Outcome::Raced(key.clone()),
         Err(source) => Outcome::Failed(WriteError::Delete { key: key.clone(), source }),
     }
 }

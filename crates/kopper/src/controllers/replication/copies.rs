@@ -214,8 +214,8 @@ pub struct CopyIndex {
     /// shows the copy holding it: that event tells the rule that wrote the copy nothing it
     /// does not know, and waking it would run a whole pass (whose cost grows with the
     /// cluster) for nothing. Set before the write is sent, since its event may come before
-    /// its answer; one entry per copy being written, dropped when its event comes, when the
-    /// write is not made, and at a relist.
+    /// its answer; one entry per copy being written, dropped when an event shows the copy
+    /// holding it, when the write is not made, when the copy is deleted, and at a relist.
     being_written: std::sync::Mutex<HashMap<(String, String), Written>>,
 }
 
@@ -274,6 +274,15 @@ impl CopyIndex {
             being_written.remove(&key);
         }
         holds
+    }
+
+    /// The copy `meta` names was deleted: what kopper wrote to it is gone too.
+    fn forget_write(&self, meta: &ObjectMeta) {
+        let mut being_written = self.being_written();
+        if !being_written.is_empty() {
+            let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+            being_written.remove(&key);
+        }
     }
 
     fn being_written(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Written>> {
@@ -485,6 +494,7 @@ fn apply_event<K: Replicable>(
         watcher::Event::Delete(object) => {
             let meta = object.meta().clone();
             index.delivered(&meta);
+            index.forget_write(&meta);
             let before = index.remove(&meta);
             router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None], false);
         }

@@ -447,6 +447,10 @@ impl Engine {
         let not_written =
             plan.writes().filter_map(Change::copy).filter(|copy| !applied.written.contains(&copy.key));
         not_written.for_each(|copy| copies.not_written(&copy.key));
+        if !applied.raced.is_empty() {
+            // What got there first may be kopper's own write, whose event wakes no pass.
+            self.router.wakers.wake(&rule.id);
+        }
         for key in &applied.unmanaged {
             // Watch that name, so kopper sees the object that holds the place go.
             self.caches.scoped.watch_name(kind, &key.name);

@@ -33,7 +33,7 @@ use crate::runtime::{Metrics, Settings};
 
 pub type Meta<K> = PartialObjectMeta<K>;
 
-/// Sends rules to their controllers' queues, paced there ([`pacing`]); the controllers
+/// Sends rules to their controllers' queues, paced there ([`super::pacing`]); the controllers
 /// merge repeated wake-ups.
 #[derive(Clone)]
 pub struct Wakers {

@@ -20,9 +20,10 @@
 //! - namespaces, metadata only, from the cache every controller shares
 //!   ([`crate::runtime::namespaces`]). A namespace that a rule newly targets gets its copies
 //!   at once, decided for that namespace alone ([`mod@namespaces`]), so its wait does not grow
-//!   with the cluster; the rule's pass follows, for status and deletions. Wake-ups of a
-//!   rule are paced ([`pacing`]): a lone change is served at once, a burst by one pass per
-//!   [`pacing::MIN_WAKE_GAP`].
+//!   with the cluster; the rule's pass follows for its status, once earlier passes leave it
+//!   time. Wake-ups of a rule are paced ([`pacing`]): a lone change is served at once, a
+//!   burst by one pass per [`pacing::MIN_WAKE_GAP`]; the watch event of a copy kopper wrote
+//!   wakes no pass of the rule that wrote it.
 //!
 //! Sources' content is read once per version. A rule holds the finalizer [`FINALIZER`]
 //! until its copies are removed; copies whose rule vanished without it (a finalizer removed

@@ -221,8 +221,11 @@ impl Engine {
                 }
             }
         }
+        // Rules that changed meanwhile may not want what was written under their old spec;
+        // the events of those writes wake no pass.
+        let rules_unchanged = Arc::ptr_eq(&self.router.rules.parsed().in_force, &rules);
         for id in concerned.into_iter().filter(|id| writing.contains(*id)) {
-            if served.contains(id) && only_arrivals.contains(id) {
+            if rules_unchanged && served.contains(id) && only_arrivals.contains(id) {
                 self.router.wakers.wake_for_status(id);
             } else {
                 self.router.wakers.wake(id);

@@ -5,15 +5,16 @@
 //! A wake-up that only asks for the rule's status to be brought up to date
 //! ([`Urgency::Status`]: [`super::namespaces`] has already written the copies a new
 //! namespace wants) waits longer: until [`STATUS_IDLE_FACTOR`] times as long as the rule's
-//! last pass took has passed since that pass began. A stream of new namespaces then keeps a
-//! rule's passes to a fraction of a core whatever their cost, and the namespaces served
-//! meanwhile do not wait behind them.
+//! last pass took (wall time, writes included) has passed since that pass began, and
+//! [`MAX_STATUS_WAIT`] at most. A stream of new namespaces then leaves a rule's passes
+//! running a quarter of the time at most whatever their cost, and the namespaces served
+//! meanwhile do not wait behind them. Any other wake-up brings a held one forward.
 //!
 //! A rule's pass looks at every namespace, so its cost grows with the cluster. A debounce
 //! would bound how often passes run, but it delays every change, a lone source update
 //! included, by its whole period. Paced wake-ups serve a lone change at once and still give
-//! a rule at most one pass per gap in a burst (a thousand namespaces created by a script, the
-//! watch events of a pass's own writes). Nothing waits in the controller meanwhile: a held
+//! a rule at most one pass per gap in a burst (a thousand namespaces created by a script,
+//! sources edited in a loop). Nothing waits in the controller meanwhile: a held
 //! wake-up takes no reconcile slot.
 
 use std::cmp::Reverse;
@@ -28,8 +29,12 @@ use tokio::time::Instant;
 pub const MIN_WAKE_GAP: Duration = Duration::from_millis(100);
 
 /// A wake-up for status only goes on once this many times the rule's last pass has passed
-/// since that pass began: its passes then take at most a quarter of a core.
+/// since that pass began: its passes then run a quarter of the time at most.
 pub const STATUS_IDLE_FACTOR: u32 = 4;
+
+/// The longest a wake-up for status only waits after the rule's last pass began, however
+/// long that pass took (a fan-out to thousands of namespaces, a throttled client).
+pub const MAX_STATUS_WAIT: Duration = Duration::from_secs(30);
 
 /// What a rule's controller hears.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,7 +84,7 @@ where
             tokio::select! {
                 signal = signals.next(), if !ended => match signal {
                     Some(Signal::Wake(key, urgency)) => pacer.arrive(key, urgency, Instant::now()),
-                    Some(Signal::PassTook(key, took)) => pacer.took(key, took),
+                    Some(Signal::PassTook(key, took)) => pacer.took(key, took, Instant::now()),
                     None => ended = true,
                 },
                 () = sleep_until(due) => pacer.release_due(Instant::now()),
@@ -160,14 +165,23 @@ impl<T: Clone + Eq + Hash> Pacer<T> {
     /// The least time between `key`'s last wake-up that went on and one of `urgency`.
     fn gap_of(&self, key: &T, urgency: Urgency) -> Duration {
         match (urgency, self.pass_took.get(key)) {
-            (Urgency::Status, Some(took)) => self.gap.max(*took * STATUS_IDLE_FACTOR),
+            (Urgency::Status, Some(took)) => self.gap.max((*took * STATUS_IDLE_FACTOR).min(MAX_STATUS_WAIT)),
             _ => self.gap,
         }
     }
 
-    /// `key`'s pass took `took`.
-    fn took(&mut self, key: T, took: Duration) {
+    /// `key`'s pass took `took`, ending at `now`. It began `took` ago, which counts as its
+    /// last wake-up going on: the controller starts passes of its own too (a spec change, a
+    /// retry), and the one that went on may have waited in the controller's queue.
+    fn took(&mut self, key: T, took: Duration, now: Instant) {
+        let began = now.checked_sub(took).unwrap_or(now);
+        let last = self.last.entry(key.clone()).or_insert(began);
+        *last = (*last).max(began);
         self.pass_took.insert(key, took);
+        if self.last.len() >= self.prune_at {
+            self.forget_quiet(now);
+            self.prune_at = (self.last.len() * 2).max(MIN_PRUNE_AT);
+        }
     }
 
     fn hold(&mut self, key: T, until: Instant) {
@@ -349,10 +363,29 @@ mod tests {
         let mut pacer = Pacer::new(GAP);
         let start = Instant::now();
         pacer.arrive("a", Urgency::Now, start);
-        pacer.took("a", Duration::from_millis(300));
+        pacer.took("a", Duration::from_millis(300), start + Duration::from_millis(300));
         pacer.release_due(start + Duration::from_millis(1199));
         assert!(pacer.pass_took.contains_key("a"), "its status may still be held");
         pacer.release_due(start + Duration::from_millis(1200));
         assert!(pacer.last.is_empty() && pacer.pass_took.is_empty());
+    }
+
+    #[test]
+    fn a_pass_the_controller_started_itself_counts_from_when_it_began() {
+        let mut pacer = Pacer::new(GAP);
+        let start = Instant::now();
+        pacer.took("a", Duration::from_millis(200), start + Duration::from_millis(1000));
+        pacer.arrive("a", Urgency::Status, start + Duration::from_millis(1010));
+        assert_eq!(pacer.next_due(), Some(start + Duration::from_millis(800 + 800)));
+    }
+
+    #[test]
+    fn a_wake_up_for_status_waits_no_longer_than_its_bound_after_a_long_pass() {
+        let mut pacer = Pacer::new(GAP);
+        let start = Instant::now();
+        pacer.took("a", Duration::from_secs(20), start + Duration::from_secs(20));
+        pacer.arrive("a", Urgency::Status, start + Duration::from_secs(21));
+        assert_eq!(pacer.next_due(), Some(start + MAX_STATUS_WAIT));
+        assert!(pacer.ready.is_empty());
     }
 }
