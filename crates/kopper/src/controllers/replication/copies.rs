@@ -215,7 +215,10 @@ pub struct CopyIndex {
     /// does not know, and waking it would run a whole pass (whose cost grows with the
     /// cluster) for nothing. Set before the write is sent, since its event may come before
     /// its answer; one entry per copy being written, dropped when an event shows the copy
-    /// holding it, when the write is not made, when the copy is deleted, and at a relist.
+    /// holding it, when the write is not made, and at a relist. A deletion leaves it: a
+    /// copy that must be replaced (immutable, or of another Secret type) is deleted, then
+    /// made again. An entry left by a write that changed nothing, and so has no event, at
+    /// most spares a later copy identical to it a pass it would not need.
     being_written: std::sync::Mutex<HashMap<(String, String), Written>>,
 }
 
@@ -274,15 +277,6 @@ impl CopyIndex {
             being_written.remove(&key);
         }
         holds
-    }
-
-    /// The copy `meta` names was deleted: what kopper wrote to it is gone too.
-    fn forget_write(&self, meta: &ObjectMeta) {
-        let mut being_written = self.being_written();
-        if !being_written.is_empty() {
-            let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
-            being_written.remove(&key);
-        }
     }
 
     fn being_written(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Written>> {
@@ -494,7 +488,6 @@ fn apply_event<K: Replicable>(
         watcher::Event::Delete(object) => {
             let meta = object.meta().clone();
             index.delivered(&meta);
-            index.forget_write(&meta);
             let before = index.remove(&meta);
             router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None], false);
         }

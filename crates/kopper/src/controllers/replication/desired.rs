@@ -165,7 +165,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// One rule, whichever resource it came from, in the form the engine decides on.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
     pub id: RuleId,
     /// The uid of the rule object, marked on its copies.
@@ -176,7 +176,7 @@ pub struct Rule {
 }
 
 /// Which objects a rule copies.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SourceMatch {
     pub namespaces: Vec<String>,
     /// Only the object of this name (ConfigMapSync).
@@ -215,7 +215,7 @@ impl SourceMatch {
 }
 
 /// Which namespaces receive copies.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetMatch {
     /// The named namespaces and those the selector matches (ConfigMapSync, a tenant's), of
     /// those `policy` lets namespace `tenant` write into.

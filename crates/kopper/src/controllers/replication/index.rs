@@ -522,12 +522,11 @@ mod tests {
         rule
     }
 
-    fn kinds(rules: &[Rule]) -> Vec<(String, ObjectKind)> {
-        rules.iter().map(|rule| (rule.id.name.clone(), rule.kind)).collect()
-    }
+    type RuleEvents = mpsc::UnboundedSender<watcher::Result<watcher::Event<Guarded<ReplicationRule>>>>;
 
-    #[tokio::test]
-    async fn rules_in_force_are_parsed_once_per_change_and_follow_every_change() {
+    /// Rule stores, the sender of the watch events that fill them, and the stream that
+    /// applies those events (polled once per event sent).
+    fn fed_rule_stores() -> (RuleStores, RuleEvents, impl futures::Stream) {
         let (rule_store, rule_writer) = reflector::store();
         let (sync_store, _sync_writer) = reflector::store();
         let revision = StoreRevision::default();
@@ -538,7 +537,17 @@ mod tests {
             Arc::new(Settings::default()),
         );
         let (changes, events) = mpsc::unbounded();
-        let mut events = std::pin::pin!(revision.track(reflector::reflector(rule_writer, events)));
+        (stores, changes, revision.track(reflector::reflector(rule_writer, events)))
+    }
+
+    fn kinds(rules: &[Rule]) -> Vec<(String, ObjectKind)> {
+        rules.iter().map(|rule| (rule.id.name.clone(), rule.kind)).collect()
+    }
+
+    #[tokio::test]
+    async fn rules_in_force_are_parsed_once_per_change_and_follow_every_change() {
+        let (stores, changes, events) = fed_rule_stores();
+        let mut events = std::pin::pin!(events);
 
         changes.unbounded_send(Ok(watcher::Event::Apply(rule("a", "ConfigMap")))).unwrap();
         events.next().await;
@@ -564,17 +573,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_copy_holding_what_its_rule_wrote_does_not_wake_it() {
-        let (rule_store, rule_writer) = reflector::store();
-        let (sync_store, _sync_writer) = reflector::store();
-        let revision = StoreRevision::default();
-        let stores = RuleStores::new(
-            (rule_store, Synced::default()),
-            (sync_store, Synced::default()),
-            revision.clone(),
-            Arc::new(Settings::default()),
-        );
-        let (changes, events) = mpsc::unbounded();
-        let mut events = std::pin::pin!(revision.track(reflector::reflector(rule_writer, events)));
+        let (stores, changes, events) = fed_rule_stores();
+        let mut events = std::pin::pin!(events);
         let (wakers, mut woken, _syncs) = Wakers::new();
         let router = Router { rules: stores, wakers, memo: Arc::default(), scoped: OnceLock::new() };
         let a_copy = ObjectMeta {

@@ -17,7 +17,7 @@
 //! namespace, and a lone namespace waits for no timer. What waits is one entry per namespace
 //! name changed meanwhile, whatever the rate of changes.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::runtime::reflector::ObjectRef;
@@ -221,11 +221,19 @@ impl Engine {
                 }
             }
         }
-        // Rules that changed meanwhile may not want what was written under their old spec;
-        // the events of those writes wake no pass.
-        let rules_unchanged = Arc::ptr_eq(&self.router.rules.parsed().in_force, &rules);
+        // A rule that changed meanwhile may not want what was written under its old spec,
+        // and the events of those writes wake no pass. (Its status changing is no change.)
+        let now_in_force = self.router.rules.in_force();
+        let then: HashMap<&RuleId, &Rule> =
+            rules.iter().filter(|rule| writing.contains(&rule.id)).map(|rule| (&rule.id, rule)).collect();
+        let now: HashMap<&RuleId, &Rule> = now_in_force
+            .iter()
+            .filter(|rule| writing.contains(&rule.id))
+            .map(|rule| (&rule.id, rule))
+            .collect();
+        let unchanged = |id: &RuleId| then.get(id).is_some_and(|rule| now.get(id) == Some(rule));
         for id in concerned.into_iter().filter(|id| writing.contains(*id)) {
-            if rules_unchanged && served.contains(id) && only_arrivals.contains(id) {
+            if served.contains(id) && only_arrivals.contains(id) && unchanged(id) {
                 self.router.wakers.wake_for_status(id);
             } else {
                 self.router.wakers.wake(id);

@@ -7,8 +7,9 @@
 //! namespace wants) waits longer: until [`STATUS_IDLE_FACTOR`] times as long as the rule's
 //! last pass took (wall time, writes included) has passed since that pass began, and
 //! [`MAX_STATUS_WAIT`] at most. A stream of new namespaces then leaves a rule's passes
-//! running a quarter of the time at most whatever their cost, and the namespaces served
-//! meanwhile do not wait behind them. Any other wake-up brings a held one forward.
+//! running a quarter of the time at most (while a pass takes under a quarter of
+//! [`MAX_STATUS_WAIT`]), and the namespaces served meanwhile do not wait behind them. Any
+//! other wake-up brings a held one forward.
 //!
 //! A rule's pass looks at every namespace, so its cost grows with the cluster. A debounce
 //! would bound how often passes run, but it delays every change, a lone source update
@@ -29,7 +30,8 @@ use tokio::time::Instant;
 pub const MIN_WAKE_GAP: Duration = Duration::from_millis(100);
 
 /// A wake-up for status only goes on once this many times the rule's last pass has passed
-/// since that pass began: its passes then run a quarter of the time at most.
+/// since that pass began: its passes then run a quarter of the time at most (up to
+/// [`MAX_STATUS_WAIT`]).
 pub const STATUS_IDLE_FACTOR: u32 = 4;
 
 /// The longest a wake-up for status only waits after the rule's last pass began, however
