@@ -117,7 +117,20 @@ async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> 
 /// Creates the copy with a POST, which fails if an object of that name exists: one that
 /// appeared after kopper looked (a tenant racing it) is never merged into or taken over.
 async fn create(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Outcome {
-    match write(client, field_manager, Write::Create, &copy.key, &Manifest::of(copy)).await {
+    // An object that held the name and was gone when kopper looked (made and deleted by
+    // someone else) shows in no watch of kopper's, so nothing would bring the copy soon:
+    // it is tried once more at once.
+    match create_once(client, field_manager, copy).await {
+        Some(outcome) => outcome,
+        None => {
+            create_once(client, field_manager, copy).await.unwrap_or_else(|| Outcome::Raced(copy.key.clone()))
+        }
+    }
+}
+
+/// One POST of the copy; `None` if the name was held by an object that is gone now.
+async fn create_once(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Option<Outcome> {
+    let outcome = match write(client, field_manager, Write::Create, &copy.key, &Manifest::of(copy)).await {
         Ok(version) => Outcome::Written(copy.key.clone(), version),
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
         Err(kube::Error::Api(status)) if status.is_already_exists() => match look(client, &copy.key).await {
@@ -126,11 +139,12 @@ async fn create(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Out
                 Outcome::Raced(copy.key.clone())
             }
             Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
-            Ok(None) => Outcome::Raced(copy.key.clone()),
+            Ok(None) => return None,
             Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
         },
         Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
-    }
+    };
+    Some(outcome)
 }
 
 /// Rewrites kopper's copy `existing_uid` to exactly the desired content. The copy is read

@@ -215,10 +215,7 @@ pub struct CopyIndex {
     /// does not know, and waking it would run a whole pass (whose cost grows with the
     /// cluster) for nothing. Set before the write is sent, since its event may come before
     /// its answer; one entry per copy being written, dropped when an event shows the copy
-    /// holding it, when the write is not made, and at a relist. A deletion leaves it: a
-    /// copy that must be replaced (immutable, or of another Secret type) is deleted, then
-    /// made again. An entry left by a write that changed nothing, and so has no event, at
-    /// most spares a later copy identical to it a pass it would not need.
+    /// holding it, when the write is not made, when the copy is deleted, and at a relist.
     being_written: std::sync::Mutex<HashMap<(String, String), Written>>,
 }
 
@@ -277,6 +274,15 @@ impl CopyIndex {
             being_written.remove(&key);
         }
         holds
+    }
+
+    /// The copy `meta` names was deleted: whatever kopper wrote to it is gone too.
+    fn forget_write(&self, meta: &ObjectMeta) {
+        let mut being_written = self.being_written();
+        if !being_written.is_empty() {
+            let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+            being_written.remove(&key);
+        }
     }
 
     fn being_written(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Written>> {
@@ -488,6 +494,7 @@ fn apply_event<K: Replicable>(
         watcher::Event::Delete(object) => {
             let meta = object.meta().clone();
             index.delivered(&meta);
+            index.forget_write(&meta);
             let before = index.remove(&meta);
             router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None], false);
         }
@@ -703,11 +710,14 @@ mod tests {
     }
 
     #[test]
-    fn writes_not_made_and_a_relist_leave_nothing_behind() {
+    fn writes_not_made_deletions_and_a_relist_leave_nothing_behind() {
         let index = CopyIndex::new(ObjectKind::ConfigMap);
         index.writing(&desired("1"));
         index.not_written(&settings());
         assert!(index.being_written().is_empty());
+        index.writing(&desired("1"));
+        index.forget_write(&at_version("8"));
+        assert!(index.being_written().is_empty(), "the copy was deleted");
         index.writing(&desired("2"));
         index.relisted();
         assert!(index.being_written().is_empty());

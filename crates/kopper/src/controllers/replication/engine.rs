@@ -448,10 +448,11 @@ impl Engine {
             plan.writes().filter_map(Change::copy).filter(|copy| !applied.written.contains(&copy.key));
         not_written.for_each(|copy| copies.not_written(&copy.key));
         if !applied.raced.is_empty() {
-            // What got there first may be kopper's own write, whose event wakes no pass: the
-            // copies are right, but this pass's status does not count them. For status only,
-            // so that a copy cache that lags the API server (a relist of many copies) cannot
-            // keep the rule's passes running back to back.
+            // What got there first may be kopper's own write, whose event wakes no pass, and
+            // this pass's status does not count it; any other change there has an event of
+            // its own that wakes the rule. For status only, so that a copy cache that lags
+            // the API server (a relist of many copies) cannot keep the rule's passes running
+            // back to back.
             self.router.wakers.wake_for_status(&rule.id);
         }
         for key in &applied.unmanaged {
