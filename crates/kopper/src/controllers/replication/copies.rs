@@ -219,6 +219,16 @@ pub struct CopyIndex {
     being_written: std::sync::Mutex<HashMap<(String, String), Written>>,
 }
 
+/// Where a copy is, as [`CopyIndex::being_written`] keys it.
+fn place(namespace: &str, name: &str) -> (String, String) {
+    (namespace.to_owned(), name.to_owned())
+}
+
+/// Where the copy `meta` describes is.
+fn place_of(meta: &ObjectMeta) -> (String, String) {
+    place(meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
+}
+
 /// What a copy holds once kopper's write of it lands.
 struct Written {
     content: u64,
@@ -251,12 +261,12 @@ impl CopyIndex {
     /// kopper is about to write `copy`.
     pub fn writing(&self, copy: &DesiredCopy) {
         let written = Written { content: copy.content, marks: copy.marks.clone() };
-        self.being_written().insert((copy.key.namespace.clone(), copy.key.name.clone()), written);
+        self.being_written().insert(place(&copy.key.namespace, &copy.key.name), written);
     }
 
     /// kopper's write of the copy at `key` was not made.
     pub fn not_written(&self, key: &CopyKey) {
-        self.being_written().remove(&(key.namespace.clone(), key.name.clone()));
+        self.being_written().remove(&place(&key.namespace, &key.name));
     }
 
     /// Whether the copy `meta` names now holds what kopper is writing or wrote to it (its
@@ -266,10 +276,9 @@ impl CopyIndex {
         if being_written.is_empty() {
             return false;
         }
-        let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
-        let holds = being_written.get(&key).is_some_and(|written| {
-            state.content == written.content && state.marks.contains_all(&written.marks)
-        });
+        let key = place_of(meta);
+        let holds =
+            being_written.get(&key).is_some_and(|written| state.holds(written.content, &written.marks));
         if holds {
             being_written.remove(&key);
         }
@@ -280,8 +289,7 @@ impl CopyIndex {
     fn forget_write(&self, meta: &ObjectMeta) {
         let mut being_written = self.being_written();
         if !being_written.is_empty() {
-            let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
-            being_written.remove(&key);
+            being_written.remove(&place_of(meta));
         }
     }
 

@@ -467,13 +467,6 @@ pub struct DesiredCopy {
     pub content: u64,
 }
 
-impl DesiredCopy {
-    /// Whether `state` holds what this copy sends: its content and every mark kopper sets.
-    pub fn shown_by(&self, state: &CopyState) -> bool {
-        state.content == self.content && state.marks.contains_all(&self.marks)
-    }
-}
-
 /// What every copy of one source made by one rule has in common; built once per source, then
 /// stamped into each target namespace with [`CopyTemplate::into_namespace`].
 pub struct CopyTemplate<'a> {
@@ -713,6 +706,12 @@ pub struct CopyState {
 }
 
 impl CopyState {
+    /// Whether the copy holds `content` (a [`Payload::digest`]) and every mark in `marks`;
+    /// marks others added are not looked at.
+    pub fn holds(&self, content: u64, marks: &Marks) -> bool {
+        self.content == content && self.marks.contains_all(marks)
+    }
+
     /// The state of a copy with this metadata and content.
     pub fn new(meta: &ObjectMeta, payload: &Payload) -> Self {
         let empty = BTreeMap::new();
@@ -1051,11 +1050,10 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
         Found::Copy(state) if state.deleting => return,
         Found::Copy(state) => state,
     };
-    let content_matches = state.content == template.content;
-    if content_matches && state.marks.contains_all(&template.marks) {
+    if state.holds(template.content, &template.marks) {
         return plan.copy_in_sync(namespace);
     }
-    let unchangeable = (state.immutable && !content_matches)
+    let unchangeable = (state.immutable && state.content != template.content)
         || state.secret_type.as_deref() != template.source.payload.secret_type.as_deref();
     let copy = template.into_namespace(namespace);
     let existing_uid = state.uid.to_string();
