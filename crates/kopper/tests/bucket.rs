@@ -26,6 +26,13 @@ const NAMESPACE: &str = "team-a";
 /// kubesim with kopper's admin credentials Secret and a tenant namespace.
 async fn cluster() -> Cluster {
     let cluster = Cluster::start().await;
+    install(&cluster).await;
+    cluster
+}
+
+/// What an admin installs before kopper serves Buckets: the CRDs, kopper's namespace with
+/// its credentials Secret, and a tenant namespace.
+async fn install(cluster: &Cluster) {
     let crds = Api::all(cluster.client.clone());
     for crd in kopper::crds::all() {
         crds.create(&PostParams::default(), &crd).await.unwrap();
@@ -38,7 +45,6 @@ async fn cluster() -> Cluster {
             .unwrap();
     }
     common::moto::create_credentials_secret(&cluster.client).await;
-    cluster
 }
 
 fn operator_flags(endpoint: &str) -> Vec<String> {
@@ -342,6 +348,46 @@ async fn what_a_crash_leaves_behind_is_adopted_without_duplicates() {
     })
     .await;
     assert_eq!(s3.access_keys(&user).await.unwrap(), vec![held.clone()]);
+    operator.stop().await.unwrap();
+}
+
+/// The API server restarts under a running kopper. With its store kept, kopper goes on
+/// serving Buckets: one made after the restart gets its bucket, one deleted is cleaned up.
+/// With its store lost (an etcd restored from before the Buckets were made), kopper deletes
+/// nothing in S3 or IAM for the Buckets it no longer sees; a Bucket made again under the
+/// same name is a new owner (the uid decides, see `Owner::owns`), told that the name is
+/// taken, and the data stays for an admin to hand over.
+#[tokio::test]
+async fn an_api_server_restart_is_survived_and_a_lost_store_loses_no_data() {
+    let Some(moto) = Moto::start().await else { return };
+    let store = tempfile::tempdir().unwrap();
+    let kept_store =
+        || kubesim::Config { data_dir: Some(store.path().to_owned()), ..kubesim::Config::default() };
+    let cluster = Cluster::start_with(kept_store()).await;
+    install(&cluster).await;
+    let operator = start_operator(&cluster, &moto);
+    let s3 = moto.client().await;
+    create_bucket(&cluster, "before", json!({})).await;
+    let before = status(&wait_for_reason(&cluster, "before", "Ready").await);
+
+    let cluster = cluster.with_api_server_restarted(kept_store()).await;
+    create_bucket(&cluster, "after", json!({})).await;
+    let after = status(&wait_for_reason(&cluster, "after", "Ready").await);
+    delete_and_wait_gone(&cluster, "before").await;
+    assert_eq!(s3.user_tags(&before.user_name.unwrap()).await.unwrap(), None, "cleaned up after the restart");
+    put_object(&secret(&cluster, "after-s3").await.unwrap(), "kept.txt").await;
+
+    let cluster = cluster.with_api_server_restarted(kubesim::Config::default()).await;
+    let namespaces = Api::<Namespace>::all(cluster.client.clone());
+    assert!(namespaces.get_opt(NAMESPACE).await.unwrap().is_none(), "an empty store");
+    install(&cluster).await;
+    create_bucket(&cluster, "after", json!({})).await;
+    wait_for_reason(&cluster, "after", "BucketNameTaken").await;
+    let name = after.bucket_name.unwrap();
+    assert!(!s3.bucket_is_empty(&name).await.unwrap(), "the bucket and its data are kept");
+    let user = after.user_name.unwrap();
+    assert!(s3.user_tags(&user).await.unwrap().is_some(), "the user is kept");
+    assert_eq!(s3.access_keys(&user).await.unwrap(), vec![after.access_key_id.unwrap()]);
     operator.stop().await.unwrap();
 }
 

@@ -1,13 +1,17 @@
 //! Fencing: a leader writes only while it can prove it still holds the lease.
 //!
 //! A leader learns that it lost the lease only when it next tries to renew. A process paused
-//! (SIGSTOP, a long GC-like stall, a frozen VM) past its lease wakes up with reconciles
+//! (SIGSTOP, a long stall) past its lease wakes up with reconciles
 //! mid-flight and watch events queued, and would write on top of the new leader's work before
 //! its renewal loop noticed. So every write to the API server goes through [`FenceLayer`],
 //! which refuses it unless the monotonic clock is still before the deadline the last
 //! successful renewal earned (the time the renewal was sent plus the renew deadline, which is
-//! shorter than the lease duration). Requests to the Lease itself pass, so renewing and
-//! releasing still work; reads pass too.
+//! shorter than the lease duration). A write let through is abandoned if it has not been
+//! answered by that deadline: one still waiting for a connection (to a server that is slow
+//! to accept, or across a partition that heals later) is never sent after it. Only a write
+//! already on the wire at the deadline can land after it, and the margin between the renew
+//! deadline and the lease duration is there for that. Requests to the Lease itself pass, so
+//! renewing and releasing still work; reads pass too.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -55,11 +59,20 @@ impl WriteFence {
     }
 
     pub fn is_open(&self) -> bool {
+        self.write_deadline().is_ok()
+    }
+
+    /// Until when a write made now may be sent: `Ok(None)` without leader election (no
+    /// limit), the deadline the last renewal earned while it lasts, [`Fenced`] after it.
+    pub fn write_deadline(&self) -> Result<Option<Instant>, Fenced> {
         if self.always_open {
-            return true;
+            return Ok(None);
         }
         let open_until = *self.open_until.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        open_until.is_some_and(|deadline| Instant::now() < deadline)
+        match open_until {
+            Some(deadline) if Instant::now() < deadline => Ok(Some(deadline)),
+            _ => Err(Fenced),
+        }
     }
 }
 
@@ -116,11 +129,26 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if is_fenced_write(request.method(), request.uri().path()) && !self.fence.is_open() {
-            return Box::pin(std::future::ready(Err(Fenced.into())));
-        }
+        let deadline = if is_fenced_write(request.method(), request.uri().path()) {
+            match self.fence.write_deadline() {
+                Ok(deadline) => deadline,
+                Err(fenced) => return Box::pin(std::future::ready(Err(fenced.into()))),
+            }
+        } else {
+            None
+        };
         let response = self.inner.call(request);
-        Box::pin(async move { response.await.map_err(Into::into) })
+        Box::pin(async move {
+            match deadline {
+                // Dropping the response future cancels a request not yet written (hyper checks
+                // before it writes), so a late write is never sent.
+                Some(deadline) => match tokio::time::timeout_at(deadline, response).await {
+                    Ok(response) => response.map_err(Into::into),
+                    Err(_elapsed) => Err(Fenced.into()),
+                },
+                None => response.await.map_err(Into::into),
+            }
+        })
     }
 }
 
@@ -153,5 +181,96 @@ mod tests {
         fence.close();
         assert!(!fence.is_open());
         assert!(WriteFence::open().is_open());
+    }
+
+    /// An inner service whose answer takes `delay`, and a flag set once it has answered.
+    fn slow_service(
+        delay: Duration,
+    ) -> (
+        impl Service<http::Request<()>, Response = http::Response<()>, Error = BoxError, Future: Send + 'static>,
+        Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = answered.clone();
+        let service = tower::service_fn(move |_request: http::Request<()>| {
+            let flag = flag.clone();
+            async move {
+                tokio::time::sleep(delay).await;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, BoxError>(http::Response::new(()))
+            }
+        });
+        (service, answered)
+    }
+
+    fn request(method: http::Method, path: &str) -> http::Request<()> {
+        http::Request::builder().method(method).uri(path).body(()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_not_answered_by_the_deadline_is_abandoned_and_reads_wait_as_long_as_they_take() {
+        let fence = WriteFence::closed();
+        fence.open_until(Instant::now() + Duration::from_secs(8));
+        let (inner, answered) = slow_service(Duration::from_secs(30));
+        let mut service = FenceLayer::new(fence).layer(inner);
+
+        let started = Instant::now();
+        let write = service.call(request(http::Method::POST, "/api/v1/namespaces/a/configmaps")).await;
+        let error = write.expect_err("a write that outlives the lease is not waited for");
+        assert!(error.is::<Fenced>(), "{error}");
+        assert_eq!(started.elapsed(), Duration::from_secs(8), "given up at the deadline");
+        assert!(!answered.load(std::sync::atomic::Ordering::SeqCst));
+
+        let read = service.call(request(http::Method::GET, "/api/v1/namespaces/a/configmaps")).await;
+        assert!(read.is_ok(), "reads have no deadline");
+        assert!(answered.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_leader_election_a_slow_write_is_waited_for() {
+        let (inner, answered) = slow_service(Duration::from_secs(30));
+        let mut service = FenceLayer::new(WriteFence::open()).layer(inner);
+
+        let write = service.call(request(http::Method::PUT, "/api/v1/namespaces/a/configmaps/c")).await;
+
+        assert!(write.is_ok() && answered.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// The fence on a real client (built as `kopper run` builds it) against kubesim: a closed
+    /// fence keeps every write from reaching the API server, while reads and the Lease pass.
+    #[tokio::test]
+    async fn a_client_behind_a_closed_fence_reaches_the_api_server_only_to_read_and_renew() {
+        use k8s_openapi::api::coordination::v1::Lease;
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::{Api, PostParams};
+
+        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).unwrap();
+        let fence = WriteFence::closed();
+        let client =
+            super::super::client::connect(Some(&kubeconfig), None, None, fence.clone()).await.unwrap();
+        let config_maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
+        let config_map: ConfigMap =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "c"}})).unwrap();
+
+        let refused = config_maps.create(&PostParams::default(), &config_map).await;
+        assert!(refused.is_err(), "a write past a closed fence fails");
+        assert_eq!(sim.counters().writes("configmaps"), 0, "and never reaches the API server");
+        assert!(config_maps.get_opt("c").await.unwrap().is_none(), "reads pass");
+        let lease: Lease = serde_json::from_value(serde_json::json!({"metadata": {"name": "l"}})).unwrap();
+        let leases = Api::<Lease>::namespaced(client.clone(), "default");
+        leases
+            .create(&PostParams::default(), &lease)
+            .await
+            .expect("the Lease is renewed through a closed fence");
+
+        fence.open_until(Instant::now() + Duration::from_secs(10));
+        config_maps
+            .create(&PostParams::default(), &config_map)
+            .await
+            .expect("an open fence lets writes through");
+        assert_eq!(sim.counters().writes("configmaps"), 1);
     }
 }

@@ -90,12 +90,27 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Self {
-        let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+        Self::start_with(kubesim::Config::default()).await
+    }
+
+    /// A kubesim started with `config` (a `data_dir` to keep its store across restarts).
+    pub async fn start_with(config: kubesim::Config) -> Self {
+        let sim = kubesim::Server::start(config).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         sim.write_kubeconfig(&kubeconfig).unwrap();
         let client = sim.client();
         Self { sim, client, _dir: dir, kubeconfig }
+    }
+
+    /// This cluster with kubesim restarted on the same address with `config` (see
+    /// [`restart_api_server`]): the kubeconfig stays valid, and kopper's clients reach the
+    /// new server.
+    pub async fn with_api_server_restarted(self, config: kubesim::Config) -> Self {
+        let Self { sim, _dir, kubeconfig, .. } = self;
+        let sim = restart_api_server(sim, config).await;
+        let client = sim.client();
+        Self { sim, client, _dir, kubeconfig }
     }
 
     /// `kopper run` flags for this cluster: leader election off and an ephemeral admin port

@@ -1,6 +1,8 @@
 //! S3 and IAM writes pass the same fence as the client's writes to the API server (see
 //! [`crate::runtime::fence`]): a leader paused past its lease must not create or delete a
-//! bucket, a user or a key after a standby has taken over.
+//! bucket, a user or a key after a standby has taken over. A write let through is abandoned
+//! at the deadline the last renewal earned, so neither a slow call nor one of the SDK's
+//! retries goes out after it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,23 +21,32 @@ pub struct Fenced<P> {
 }
 
 impl<P: Provider> Fenced<P> {
-    /// Runs `write` only while this replica may write.
+    /// Runs `write` only while this replica may write, and gives it up at the deadline.
     fn write<'a, T: Send + 'a>(
         &'a self,
         service: &'static str,
         operation: &'static str,
         write: BoxFuture<'a, ProviderResult<T>>,
     ) -> BoxFuture<'a, ProviderResult<T>> {
-        if self.fence.is_open() {
-            return write;
-        }
-        let refused = ProviderError {
+        let refused = move |message: &str| ProviderError {
             service,
             operation,
             kind: FailureKind::Unavailable,
-            message: "not sent: this replica cannot prove it still holds the leader lease".into(),
+            message: message.to_owned(),
         };
-        std::future::ready(Err(refused)).boxed()
+        match self.fence.write_deadline() {
+            Ok(None) => write,
+            Ok(Some(deadline)) => async move {
+                tokio::time::timeout_at(deadline, write).await.unwrap_or_else(|_elapsed| {
+                    Err(refused("abandoned: this replica could not prove it still holds the leader lease before an answer came"))
+                })
+            }
+            .boxed(),
+            Err(_) => std::future::ready(Err(refused(
+                "not sent: this replica cannot prove it still holds the leader lease",
+            )))
+            .boxed(),
+        }
     }
 }
 
@@ -167,5 +178,34 @@ mod tests {
         }
         let read = fenced.user_tags("u").await.unwrap_err();
         assert!(!read.message.contains("leader lease"), "reads are not fenced: {read}");
+    }
+
+    /// An endpoint that takes connections and never answers: without the deadline the call
+    /// would wait on it (and the SDK retry it) long after the lease was lost.
+    #[tokio::test]
+    async fn a_write_still_unanswered_at_the_lease_deadline_is_abandoned() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let inner = AwsProvider::new(AwsSettings {
+            region: "us-east-1".into(),
+            endpoint: Some(format!("http://{}", silent.local_addr().unwrap())),
+            iam_endpoint: None,
+            force_path_style: true,
+            credentials: Some(StaticCredentials {
+                access_key_id: "id".into(),
+                secret_access_key: "secret".into(),
+                session_token: None,
+            }),
+        })
+        .await;
+        let fence = WriteFence::closed();
+        fence.open_until(tokio::time::Instant::now() + std::time::Duration::from_millis(300));
+        let fenced = Fenced { inner, fence };
+
+        let call =
+            tokio::time::timeout(std::time::Duration::from_secs(20), fenced.create_bucket("b", "us-east-1"));
+        let abandoned = call.await.expect("given up at the deadline, not waited for").unwrap_err();
+
+        assert!(abandoned.message.contains("leader lease"), "{abandoned}");
+        assert_eq!(abandoned.kind, FailureKind::Unavailable);
     }
 }

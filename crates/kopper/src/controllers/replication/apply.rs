@@ -414,6 +414,9 @@ impl<'a> Manifest<'a> {
 }
 
 #[cfg(test)]
+mod races;
+
+#[cfg(test)]
 mod tests {
     use serde_json::json;
 
