@@ -31,7 +31,8 @@ use crate::runtime::metrics::CacheLabels;
 /// Objects per page of a list of copies. Copies come with their content (to see one edited
 /// by hand), and a ConfigMap or Secret may hold up to 1 MiB: pages of 100 made a restart
 /// among 300 large copies peak at 325 MiB, against 90 MiB in steady state. Five per page
-/// bound a page near 5 MiB whatever tenants store (kube's client holds a page's text twice
+/// bound a page near 8 MiB of text whatever tenants store (1 MiB of data is about 1.4 MiB
+/// of JSON with base64 and annotations; kube's client holds a page's text twice
 /// while decoding it), for one more request per five copies: with ten, a restart among
 /// 300 copies of 900 KiB peaked at 1.55× the steady state.
 const LIST_PAGE_SIZE: u32 = 5;

@@ -104,6 +104,18 @@ impl Findings {
             )
         } else if self.sources_matched == 0 {
             ("True", "NoSources", "no source object matches the selector".to_owned())
+        } else if self.copies_in_sync < self.wanted {
+            // A write that met another writer, or a copy deleted while it was updated: the
+            // pass that follows writes it, and status says so meanwhile.
+            (
+                "False",
+                "Progressing",
+                format!(
+                    "{} of {} in sync; the rest are being written",
+                    self.copies_in_sync,
+                    copies(self.wanted)
+                ),
+            )
         } else {
             ("True", "Synced", format!("{} in sync", copies(self.copies_in_sync)))
         }
@@ -379,6 +391,7 @@ fn ready_condition(
 mod tests {
     use super::*;
     use crate::controllers::config_map_sync::types::ConfigMapSyncSpec;
+    use serde_json::json;
 
     fn sync(own_namespace: &str, source_namespace: &str) -> ConfigMapSync {
         let mut sync = ConfigMapSync::new(
@@ -453,6 +466,17 @@ mod tests {
         assert_eq!(status["status"]["conflictCount"], 30);
         assert_eq!(status["status"]["conditions"][0]["status"], "False");
         assert_eq!(rule.to_rule(&Settings::default()).unwrap().kind, ObjectKind::Secret);
+    }
+
+    #[test]
+    fn copies_still_being_written_make_the_rule_not_ready_yet() {
+        let object = sync("tenant", "tenant");
+        let findings =
+            Ok(Findings { sources_matched: 1, wanted: 3, copies_in_sync: 2, ..Findings::default() });
+        let status = object.next_status(&findings, now()).unwrap();
+        let condition = &status["status"]["conditions"][0];
+        assert_eq!((&condition["status"], &condition["reason"]), (&json!("False"), &json!("Progressing")));
+        assert_eq!(condition["message"], "2 of 3 copies in sync; the rest are being written");
     }
 
     #[test]

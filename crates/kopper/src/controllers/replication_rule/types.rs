@@ -112,7 +112,8 @@ pub struct ReplicationRuleStatus {
     #[serde(default)]
     pub sources_matched: i32,
 
-    /// Copies in place and identical to their source.
+    /// Copies in place holding their source's content, labels and annotations and kopper's
+    /// marks (labels and annotations others add to a copy are allowed; see the README).
     #[serde(default)]
     pub copies_in_sync: i32,
 
@@ -130,7 +131,10 @@ pub struct ReplicationRuleStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
 
-    /// `Ready` is True when every copy this rule wants is in place and up to date.
+    /// `Ready` is True when every copy this rule wants is in place and up to date. Reason
+    /// `Conflict`: an object kopper did not make (or a rule that takes precedence) holds a
+    /// place; `WriteFailed`: writes fail and are retried; `Progressing`: copies are still
+    /// being written (after a write met another writer, say).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
