@@ -51,6 +51,12 @@ pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'sta
         args.api_unreachable_threshold,
         admin_stop.wait(),
     ));
+    let probe = tokio::spawn(admin::probe_api_server(
+        client.clone(),
+        ctx.metrics.clone(),
+        admin::probe_interval(args.api_unreachable_threshold),
+        admin_stop.wait(),
+    ));
     let stop = Shutdown::new();
     let trigger = stop.clone();
     let forward_shutdown = tokio::spawn(async move {
@@ -62,6 +68,7 @@ pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'sta
     let result = run_controllers(&ctx, &args, &enabled, lease.map(|config| (config, fence)), &stop).await;
     forward_shutdown.abort();
     stop_admin(admin, &admin_stop).await;
+    probe.abort();
     result
 }
 

@@ -404,10 +404,13 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_the_standby_took_ov
 }
 
 /// A TCP proxy between kopper and the API server that a test can cut (dropping every open
-/// connection and refusing new ones) and restore, as a network partition would.
+/// connection and refusing new ones, as a network partition would), black-hole (dropping
+/// every open connection, then taking new ones and never answering, as a dead route or a
+/// hung proxy would) and restore.
 struct Partition {
     url: String,
     open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
     accept: tokio::task::JoinHandle<()>,
 }
@@ -418,10 +421,19 @@ impl Partition {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let silent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (open_flag, tracked) = (open.clone(), connections.clone());
+        let (open_flag, silent_flag, tracked) = (open.clone(), silent.clone(), connections.clone());
         let accept = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
+                if silent_flag.load(Ordering::SeqCst) {
+                    let held = tokio::spawn(async move {
+                        std::future::pending::<()>().await;
+                        drop(inbound);
+                    });
+                    tracked.lock().unwrap().push(held.abort_handle());
+                    continue;
+                }
                 if !open_flag.load(Ordering::SeqCst) {
                     continue; // dropped: the connection is reset
                 }
@@ -433,7 +445,12 @@ impl Partition {
                 tracked.lock().unwrap().push(task.abort_handle());
             }
         });
-        Self { url, open, connections, accept }
+        Self { url, open, silent, connections, accept }
+    }
+
+    fn black_hole(&self) {
+        self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.connections.lock().unwrap().drain(..).for_each(|connection| connection.abort());
     }
 
     fn cut(&self) {
@@ -443,6 +460,10 @@ impl Partition {
 
     fn restore(&self) {
         self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        if self.silent.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            // Connections taken while silent carry requests that will never be answered.
+            self.connections.lock().unwrap().drain(..).for_each(|connection| connection.abort());
+        }
     }
 }
 
@@ -479,6 +500,44 @@ async fn readyz_fails_while_the_api_server_is_unreachable_and_recovers_by_itself
     readyz(200).await;
 
     partition.cut();
+    let (_, body) = readyz(503).await;
+    assert!(body.contains("API server has not answered"), "{body}");
+
+    partition.restore();
+    readyz(200).await;
+    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
+    operator.stop().await.unwrap();
+}
+
+/// An API server that takes connections and never answers (a black-holed route, a hung
+/// proxy) fails `/readyz` too, although no request of kopper's ends in an error: they hang.
+/// kopper asks the API server on its own (`probe_api_server`), and a question left
+/// unanswered counts.
+#[tokio::test]
+async fn readyz_fails_while_the_api_server_takes_connections_and_never_answers() {
+    let cluster = Cluster::start().await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let text =
+        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
+    std::fs::write(&kubeconfig, text).unwrap();
+    let admin = free_admin_addr();
+    let flags = ["--controllers", "pod-labeler", "--admin-addr", &admin, "--api-unreachable-threshold", "1s"];
+    let operator = Operator::start(run_args(&kubeconfig, &flags));
+    let readyz = |want: u16| {
+        let admin = admin.clone();
+        async move {
+            eventually(&format!("/readyz {want}"), || async {
+                http_get(&admin, "/readyz").await.filter(|(status, _)| *status == want)
+            })
+            .await
+        }
+    };
+    readyz(200).await;
+
+    partition.black_hole();
     let (_, body) = readyz(503).await;
     assert!(body.contains("API server has not answered"), "{body}");
 

@@ -49,6 +49,42 @@ pub async fn serve(
         .await
 }
 
+/// How often [`probe_api_server`] asks, given the threshold: a few times within it, so a
+/// silent API server is noticed in time, and at least once in ten seconds.
+pub fn probe_interval(api_unreachable_threshold: Duration) -> Duration {
+    (api_unreachable_threshold / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// Asks the API server for its version every `every` until `stop`, so `/readyz` judges
+/// reachability from a recent answer whatever else kopper is doing. Without it, readiness
+/// heard only from the requests controllers happen to make: a replica whose only request
+/// for minutes had failed (a transient 503, then a quiet cluster) read as unreachable, and
+/// one whose requests hung on an API server that takes connections and never answers
+/// (a black-holed route) read as fine, since a request that never ends records nothing. The
+/// answer is counted by the client's request layer (`kopper_api_requests_total`, verb
+/// `get`); no answer within `every` counts as a failure here.
+pub async fn probe_api_server(
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    every: Duration,
+    stop: impl Future<Output = ()>,
+) {
+    let probing = async {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if tokio::time::timeout(every, client.apiserver_version()).await.is_err() {
+                metrics.api_request("get", "error");
+            }
+        }
+    };
+    tokio::select! {
+        () = probing => {}
+        () = stop => {}
+    }
+}
+
 /// The classic text format, for clients that do not ask for OpenMetrics.
 const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -81,5 +117,18 @@ async fn serve_readiness(State(state): State<AdminState>) -> impl IntoResponse {
     } else {
         let pending = state.readiness.pending().join(", ");
         (StatusCode::SERVICE_UNAVAILABLE, format!("waiting for caches to sync: {pending}\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_server_is_asked_a_few_times_within_the_threshold_and_at_least_every_ten_seconds() {
+        assert_eq!(probe_interval(Duration::from_secs(30)), Duration::from_secs(10));
+        assert_eq!(probe_interval(Duration::from_secs(3)), Duration::from_secs(1));
+        assert_eq!(probe_interval(Duration::from_millis(100)), Duration::from_secs(1));
+        assert_eq!(probe_interval(Duration::from_secs(600)), Duration::from_secs(10));
     }
 }
