@@ -7,6 +7,15 @@
 //! watcher retries the same resume forever: the caches stay as they were and kopper never
 //! sees the new state. This watcher drops its state on those answers and lists again, so
 //! the reflectors behind it replace their caches.
+//!
+//! An API server that comes back with other data does not always say so: once its
+//! resourceVersion has passed the one a watch holds (an etcd restored from a backup, then
+//! written to before kopper reconnects), a resume succeeds and serves only what came after,
+//! and kopper would never see the rest, nor that objects it holds are gone. So a watch that
+//! could not even be resumed, for want of an answer (no connection, one cut off), lists
+//! again too: the API server was down or out of reach, and may be back with other data. A
+//! watch cut off mid-stream whose resume is answered (a load balancer ending a connection)
+//! just resumes, as before.
 
 use std::fmt::Debug;
 
@@ -32,6 +41,13 @@ where
         match &item {
             Err(error) if is_stale(error) => {
                 tracing::warn!("the API server cannot resume this watch ({error}); listing again");
+                stream = fresh();
+            }
+            Err(error) if is_unanswered_resume(error) => {
+                tracing::warn!(
+                    "the API server did not answer this watch's resume ({error}); listing again once it \
+                     answers, as it may be back with other data"
+                );
                 stream = fresh();
             }
             Err(error) if is_not_served(error) => {
@@ -87,6 +103,12 @@ where
     format!("the API server does not serve {kind}: CustomResourceDefinition {crd} is not installed{install}")
 }
 
+/// Whether resuming a watch failed with no answer from the API server (no connection, or
+/// one cut off before the answer): not a refusal, which comes as a status.
+fn is_unanswered_resume(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(kube::Error::HyperError(_) | kube::Error::Service(_)))
+}
+
 /// Whether the API server says the resourceVersion a watch holds is one it cannot serve.
 fn is_stale(error: &watcher::Error) -> bool {
     let status = match error {
@@ -116,6 +138,21 @@ mod tests {
         let message = not_served_message::<ReplicationRule>();
         assert!(message.contains("CustomResourceDefinition replicationrules.kopper.dev"), "{message}");
         assert!(message.contains("kopper crds | kubectl apply"), "{message}");
+    }
+
+    #[test]
+    fn only_a_resume_left_unanswered_means_listing_again() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let unanswered = watcher::Error::WatchStartFailed(kube::Error::Service(Box::new(refused)));
+        assert!(is_unanswered_resume(&unanswered));
+        let forbidden = watcher::Error::WatchStartFailed(kube::Error::Api(status(403, "forbidden")));
+        assert!(!is_unanswered_resume(&forbidden), "an answer, handled as the status says");
+        let cut_mid_stream = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let cut = watcher::Error::WatchFailed(kube::Error::Service(Box::new(cut_mid_stream)));
+        assert!(!is_unanswered_resume(&cut), "a watch cut mid-stream just resumes");
+        let first_list = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let listing = watcher::Error::InitialListFailed(kube::Error::Service(Box::new(first_list)));
+        assert!(!is_unanswered_resume(&listing), "a watch that lists anyway");
     }
 
     #[test]
