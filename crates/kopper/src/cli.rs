@@ -110,6 +110,16 @@ pub enum LeaderElect {
     False,
 }
 
+/// Whether to wait for an API server that cannot be reached at start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WaitForApiServer {
+    /// Wait when running in a pod (the API server will be back; exiting would only
+    /// crash-loop), fail at once elsewhere.
+    Auto,
+    True,
+    False,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -174,6 +184,11 @@ pub struct RunArgs {
     /// ready (it comes back by itself once the API server answers again).
     #[arg(long, env = "KOPPER_API_UNREACHABLE_THRESHOLD", default_value = "30s", value_parser = parse_duration)]
     pub api_unreachable_threshold: Duration,
+
+    /// At start-up, wait for an API server that cannot be reached (trying again every few
+    /// seconds, with /healthz up and /readyz saying so) instead of exiting with an error.
+    #[arg(long, env = "KOPPER_WAIT_FOR_API_SERVER", value_enum, default_value_t = WaitForApiServer::Auto)]
+    pub wait_for_api_server: WaitForApiServer,
 
     #[command(flatten)]
     pub telemetry: TelemetryArgs,

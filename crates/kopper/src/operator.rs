@@ -10,8 +10,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use crate::cli::{LeaderElect, RunArgs};
+use crate::cli::{LeaderElect, RunArgs, WaitForApiServer};
 use crate::controllers;
+use crate::runtime::controller::Readiness;
 use crate::runtime::fence::WriteFence;
 use crate::runtime::leader::{self, LeaderError, Leadership, LeaseConfig};
 use crate::runtime::{Context, Metrics, Shutdown, admin, client};
@@ -19,42 +20,39 @@ use crate::runtime::{Context, Metrics, Shutdown, admin, client};
 /// How long the admin server may take to close its connections at shutdown.
 const ADMIN_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What `/readyz` waits for, next to the controllers' caches, until kopper has reached the
+/// API server.
+const API_SERVER: &str = "api-server";
+
+/// The longest wait between two tries to reach the API server at start-up.
+const CONNECT_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Runs the operator until `shutdown` resolves, then stops taking new work, lets in-flight
 /// reconciles finish within `--shutdown-grace-period`, releases the lease and returns `Ok`.
-/// Returns an error when the cluster cannot be reached, the admin address cannot be bound,
-/// or leadership is lost (a replica that lost its lease must stop at once).
+/// Returns an error when the cluster cannot be reached (unless told to wait for it), the
+/// admin address cannot be bound, or leadership is lost (a replica that lost its lease must
+/// stop at once).
 pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let lease = lease_config(&args)?;
     let metrics = Arc::new(Metrics::new(controllers::register_metrics));
     let fence = if lease.is_some() { WriteFence::closed() } else { WriteFence::open() };
-    let client = client::connect(
-        args.kubeconfig.as_deref(),
-        args.context.as_deref(),
-        Some(metrics.clone()),
-        fence.clone(),
-    )
-    .await?;
+    // The admin server comes first, so that liveness holds while kopper waits for the API
+    // server, and readiness says what it waits for.
     let listener = TcpListener::bind(args.admin_addr).await.with_context(|| {
         format!("cannot listen on --admin-addr {} (is the port in use?)", args.admin_addr)
     })?;
-    let ctx = Arc::new(Context::new(client.clone(), metrics, args.settings()).with_fence(fence.clone()));
+    let readiness = Readiness::default();
+    readiness.register(API_SERVER);
     let enabled = args.enabled_controllers();
     for name in &enabled {
-        ctx.readiness.register(name.as_str());
+        readiness.register(name.as_str());
     }
-
     let admin_stop = Shutdown::new();
     let admin = tokio::spawn(admin::serve(
         listener,
-        ctx.metrics.clone(),
-        ctx.readiness.clone(),
+        metrics.clone(),
+        readiness.clone(),
         args.api_unreachable_threshold,
-        admin_stop.wait(),
-    ));
-    let probe = tokio::spawn(admin::probe_api_server(
-        client.clone(),
-        ctx.metrics.clone(),
-        admin::probe_interval(args.api_unreachable_threshold),
         admin_stop.wait(),
     ));
     let stop = Shutdown::new();
@@ -65,11 +63,64 @@ pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'sta
         trigger.trigger();
     });
 
-    let result = run_controllers(&ctx, &args, &enabled, lease.map(|config| (config, fence)), &stop).await;
+    let result = match connect(&args, &metrics, &fence, &stop).await {
+        Ok(Some(client)) => {
+            readiness.mark_synced(API_SERVER);
+            let mut ctx = Context::new(client.clone(), metrics, args.settings()).with_fence(fence.clone());
+            ctx.readiness = readiness;
+            let ctx = Arc::new(ctx);
+            let probe = tokio::spawn(admin::probe_api_server(
+                client,
+                ctx.metrics.clone(),
+                admin::probe_interval(args.api_unreachable_threshold),
+                admin_stop.wait(),
+            ));
+            let result =
+                run_controllers(&ctx, &args, &enabled, lease.map(|config| (config, fence)), &stop).await;
+            probe.abort();
+            result
+        }
+        Ok(None) => Ok(()),
+        Err(error) => Err(error.into()),
+    };
     forward_shutdown.abort();
     stop_admin(admin, &admin_stop).await;
-    probe.abort();
     result
+}
+
+/// Connects to the API server. When `--wait-for-api-server` says so (in a pod, by default),
+/// an API server that cannot be reached is waited for, trying again every few seconds
+/// until `stop`: after an outage longer than the lease, a replica restarted by its pod then
+/// comes up with the API server instead of crash-looping behind it. Elsewhere (someone at a
+/// terminal) it is an error at once. `None`: stopped while waiting.
+async fn connect(
+    args: &RunArgs,
+    metrics: &Arc<Metrics>,
+    fence: &Arc<WriteFence>,
+    stop: &Shutdown,
+) -> Result<Option<kube::Client>, client::ConnectError> {
+    let wait = match args.wait_for_api_server {
+        WaitForApiServer::True => true,
+        WaitForApiServer::False => false,
+        WaitForApiServer::Auto => client::running_in_cluster(),
+    };
+    let mut delay = std::time::Duration::from_secs(1);
+    loop {
+        let kubeconfig = args.kubeconfig.as_deref();
+        match client::connect(kubeconfig, args.context.as_deref(), Some(metrics.clone()), fence.clone()).await
+        {
+            Ok(client) => return Ok(Some(client)),
+            Err(client::ConnectError::Unreachable { url, cause }) if wait => {
+                warn!(%url, %cause, "cannot reach the Kubernetes API server; trying again in {}s", delay.as_secs());
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = stop.wait() => return Ok(None),
+                }
+                delay = (delay * 2).min(CONNECT_RETRY_MAX);
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// Stops the admin server, giving open connections (a Prometheus scrape) a moment to end.

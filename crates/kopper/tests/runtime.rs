@@ -221,6 +221,55 @@ async fn unreachable_api_server_is_an_error_that_suggests_demo() {
     assert!(message.contains("kopper demo"), "{message}");
 }
 
+/// In a pod (here: told so), kopper waits at start-up for an API server it cannot reach,
+/// with `/healthz` up and `/readyz` saying what it waits for, and starts working once the
+/// API server answers: a replica restarted during an outage does not crash-loop.
+#[tokio::test]
+async fn told_to_wait_kopper_starts_once_the_api_server_answers() {
+    let cluster = Cluster::start().await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let text =
+        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
+    std::fs::write(&kubeconfig, text).unwrap();
+    partition.cut();
+    let admin = free_admin_addr();
+    let flags = ["--controllers", "pod-labeler", "--admin-addr", &admin, "--wait-for-api-server", "true"];
+    let operator = Operator::start(run_args(&kubeconfig, &flags));
+
+    let (_, waiting) = eventually("/readyz to say what kopper waits for", || async {
+        http_get(&admin, "/readyz").await.filter(|(status, _)| *status == 503)
+    })
+    .await;
+    assert!(waiting.contains("api-server"), "{waiting}");
+    assert_eq!(http_get(&admin, "/healthz").await.map(|(status, _)| status), Some(200), "alive meanwhile");
+    assert!(!operator.handle.is_finished(), "waiting, not exited");
+
+    partition.restore();
+    eventually("/readyz to return 200", || async {
+        http_get(&admin, "/readyz").await.filter(|(status, _)| *status == 200)
+    })
+    .await;
+    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
+    operator.stop().await.unwrap();
+}
+
+/// Stopped while it waits for the API server, kopper exits cleanly.
+#[tokio::test]
+async fn kopper_waiting_for_the_api_server_stops_when_told() {
+    let cluster = Cluster::start().await;
+    let kubeconfig = cluster.kubeconfig.clone();
+    cluster.sim.shutdown().await;
+    let admin = free_admin_addr();
+    let flags = ["--admin-addr", &admin, "--wait-for-api-server", "true"];
+    let operator = Operator::start(run_args(&kubeconfig, &flags));
+    eventually("the admin server", || async { http_get(&admin, "/healthz").await }).await;
+
+    operator.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn unreachable_api_server_is_one_line_on_stderr_naming_the_server_and_demo() {
     let cluster = Cluster::start().await;
