@@ -480,10 +480,18 @@ impl Engine {
         for kind in ObjectKind::ALL {
             let scopes = Scope::for_sources(source_namespaces(&rules, kind).into_iter());
             needed.extend(scopes.into_iter().map(|scope| (kind, scope)));
-            let view = self.caches.scoped.view(kind);
+            // One look at each watched object, asking only the rules that read its namespace:
+            // asking every rule to look at every object cost rules × objects for each pass.
+            let mut readers: HashMap<&str, Vec<&Rule>> = HashMap::new();
             for rule in rules.iter().filter(|rule| rule.kind == kind) {
-                let objects = view.objects_in(rule.sources.namespaces.iter().map(String::as_str));
-                for object in objects.into_iter().filter(|object| rule.sources.matches(object)) {
+                for namespace in &rule.sources.namespaces {
+                    readers.entry(namespace.as_str()).or_default().push(rule);
+                }
+            }
+            let view = self.caches.scoped.view(kind);
+            for object in view.objects_in(readers.keys().copied()) {
+                let readers = readers.get(object.namespace.as_str()).map_or(&[][..], Vec::as_slice);
+                if readers.iter().any(|rule| rule.sources.matches(&object)) {
                     source_uids.insert((kind, object.uid));
                     source_names.insert((kind, object.name));
                 }

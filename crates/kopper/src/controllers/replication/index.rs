@@ -185,6 +185,10 @@ pub struct ParsedRules {
     /// Those of them that hold kopper's finalizer: only those may get copies outside their
     /// own pass, since only their cleanup is sure to run.
     pub finalized: Arc<[Rule]>,
+    /// The labels that mark the copies of each rule in `in_force`, in the same order: two
+    /// SHA-256 digests and a few strings per rule, made once per change to the rules rather
+    /// than for every rule at every copy event.
+    pub labels: Arc<[RuleLabels]>,
 }
 
 impl RuleStores {
@@ -242,7 +246,8 @@ impl RuleStores {
             }
             in_force.push(rule);
         }
-        ParsedRules { in_force: in_force.into(), finalized: finalized.into() }
+        let labels: Vec<RuleLabels> = in_force.iter().map(|rule| RuleLabels::of(&rule.id)).collect();
+        ParsedRules { in_force: in_force.into(), finalized: finalized.into(), labels: labels.into() }
     }
 
     /// Whether the object `rule` was read from is still there, unchanged in identity, not
@@ -340,13 +345,12 @@ impl Router {
         let writer = after
             .as_ref()
             .filter(|after| as_written && before.as_ref().is_none_or(|before| before == *after));
-        let rules = self.rules.in_force();
+        let ParsedRules { in_force: rules, labels, .. } = self.rules.parsed();
         let view = self.view(kind);
         let namespace = meta.namespace.as_deref().unwrap_or_default();
         let name = meta.name.as_deref().unwrap_or_default();
         let source_named = |rule: &Rule, name: &str| self.has_source_named(view.as_ref(), rule, name);
-        for rule in rules.iter().filter(|rule| rule.kind == kind) {
-            let labels = RuleLabels::of(&rule.id);
+        for (rule, labels) in rules.iter().zip(labels.iter()).filter(|(rule, _)| rule.kind == kind) {
             if writer.is_some_and(|writer| labels.is(writer)) {
                 continue;
             }

@@ -190,7 +190,7 @@ impl Engine {
     async fn namespaces_changed(&self, ctx: &Context, changes: &[Merged]) {
         // Who wins a copy two rules want is decided among all rules in force, as in a pass;
         // copies are written only for those whose cleanup is sure to run.
-        let ParsedRules { in_force: rules, finalized } = self.router.rules.parsed();
+        let ParsedRules { in_force: rules, finalized, .. } = self.router.rules.parsed();
         let writing: HashSet<&RuleId> = finalized
             .iter()
             .filter(|rule| changes.iter().any(|change| change.newly_targeted_by(rule).is_some()))
