@@ -1080,7 +1080,7 @@ async fn stopping_while_a_cache_cannot_list_ends_promptly() {
 /// Copies blocked under more names than name watches may be open cost one cluster-wide
 /// watch, not a connection per name (tenants choose how many names they block), and every
 /// one still follows when its blocker goes; the cluster-wide watch lasts only while that
-/// many names are blocked.
+/// many names are blocked, and a name's watch only while something blocks it.
 #[tokio::test]
 async fn copies_blocked_under_many_names_share_one_watch_and_follow_when_freed() {
     let cluster = Cluster::start().await;
@@ -1106,20 +1106,37 @@ async fn copies_blocked_under_many_names_share_one_watch_and_follow_when_freed()
         cluster.copy_has("team-a", &format!("app-{n}"), "level", "info").await;
     }
     cluster.rule_status("main-rule", |s| s["conflictCount"] == names - 2).await;
-    assert!(watches("name") as usize <= replication::scoped::MAX_NAME_WATCHES);
+    assert_eq!(watches("cluster"), 1, "still more names blocked than the cap");
 
-    // Fewer blocked names than the cap (their sources gone): the cluster-wide watch gives
-    // way to a watch per name again, and a copy still follows when its blocker goes.
+    // Fewer blocked names than the cap, once a blocker goes: the cluster-wide watch gives
+    // way to a watch per name still blocked (a name whose blocker went needs none).
+    cluster
+        .config_maps("team-a")
+        .delete(&format!("app-{}", names - 2), &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster.copy_has("team-a", &format!("app-{}", names - 2), "level", "info").await;
+    let still_blocked = names - 3;
+    eventually("the cluster-wide watch to give way to the name watches still needed", || async {
+        (watches("cluster") == 0 && watches("name") as usize == still_blocked).then_some(())
+    })
+    .await;
+
+    // Names whose sources are gone need no watch either, and a copy still follows when its
+    // blocker goes.
     for n in 1..=4 {
         cluster.config_maps("default").delete(&format!("app-{n}"), &DeleteParams::default()).await.unwrap();
     }
-    let left = names - 4;
-    eventually("the cluster-wide watch to give way to name watches", || async {
-        (watches("cluster") == 0 && watches("name") as usize == left).then_some(())
+    eventually("the watches of names no source has any more to stop", || async {
+        (watches("cluster") == 0 && watches("name") as usize == still_blocked - 4).then_some(())
     })
     .await;
     cluster.config_maps("team-a").delete("app-5", &DeleteParams::default()).await.unwrap();
     cluster.copy_has("team-a", "app-5", "level", "info").await;
+    eventually("the freed name's watch to stop", || async {
+        (watches("name") as usize == still_blocked - 5).then_some(())
+    })
+    .await;
 }
 
 /// Memory follows what is replicated now, not what was: a source's content is dropped once

@@ -1,7 +1,7 @@
 //! One pass of the engine for one rule: read what the caches cannot tell (source content),
 //! decide with a [`RulePass`] a few namespaces at a time, apply each batch, report.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -19,9 +19,9 @@ use prometheus_client::registry::Registry;
 use super::apply::{self, WriteError};
 use super::copies::CopyIndex;
 use super::desired::{
-    Change, CopyKey, CopyState, Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo, ObjectInfo,
-    ObjectKind, Payload, REPLICATED_BY_LABEL, Rule, RuleId, RuleLabels, RulePass, RulePlan, Source, World,
-    cleanup, source_namespaces,
+    Change, ConflictReason, CopyKey, CopyState, Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo,
+    ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL, Rule, RuleId, RuleLabels, RulePass, RulePlan,
+    Source, World, cleanup, source_namespaces,
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
@@ -233,6 +233,14 @@ impl Engine {
         }
         let gauges = rule_gauges(rule.kind, &tally);
         ctx.metrics.set_rule_gauges(controller_of(rule.id.kind), &rule.id.to_string(), Some(gauges));
+        let blocked_under: BTreeSet<&str> = tally
+            .findings
+            .conflicts
+            .iter()
+            .filter(|conflict| conflict.reason == ConflictReason::NotManagedByKopper.reason())
+            .map(|conflict| conflict.name.as_str())
+            .collect();
+        self.caches.scoped.still_blocked(&rule.id, rule.kind, &blocked_under);
         self.retire_scoped_watches(ctx);
         self.report(ctx, object, Ok(object.redact(tally.findings))).await?;
         failures(tally.failed)
@@ -457,7 +465,7 @@ impl Engine {
         }
         for key in &applied.unmanaged {
             // Watch that name, so kopper sees the object that holds the place go.
-            self.caches.scoped.watch_name(kind, &key.name);
+            self.caches.scoped.watch_name(kind, &key.name, &rule.id);
         }
         let controller = controller_of(rule.id.kind);
         applied.written.iter().chain(&applied.removed).for_each(|_| ctx.metrics.wrote(controller));
@@ -497,7 +505,12 @@ impl Engine {
                 }
             }
         }
-        self.caches.scoped.retire(&needed, |kind, name| source_names.contains(&(kind, name.to_owned())));
+        let in_force: HashSet<&RuleId> = rules.iter().map(|rule| &rule.id).collect();
+        self.caches.scoped.retire(
+            &needed,
+            |rule| in_force.contains(rule),
+            |kind, name| source_names.contains(&(kind, name.to_owned())),
+        );
         self.gates.retain(&self.router.rules.all_ids().into_iter().collect());
         self.router.memo.keep_sources(&ctx.metrics, &source_uids);
     }

@@ -4,7 +4,7 @@
 //! start and stop as rules change, so memory follows what is replicated, not what the
 //! cluster holds.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -19,7 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 
-use super::desired::{Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind};
+use super::desired::{Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, RuleId};
 use super::index::{Router, Synced};
 use crate::runtime::metrics::ScopedWatchLabels;
 
@@ -120,11 +120,14 @@ pub struct Scoped {
     metrics: Arc<crate::runtime::Metrics>,
     shutdown: Shutdown,
     watches: Mutex<HashMap<(ObjectKind, Scope), Running>>,
-    /// Names found blocking a copy, per kind, while some rule still copies under them: what
-    /// the name watches (or the cluster-wide watch standing in for them) are for. Locked
-    /// after `watches`.
-    blocked: Mutex<HashMap<ObjectKind, BTreeSet<String>>>,
+    /// Names found blocking a copy, per kind, with the rules whose copies they block: what
+    /// the name watches (or the cluster-wide watch standing in for them) are for. A name
+    /// goes once no rule's last pass found it blocked (its blocker went), or no rule copies
+    /// under it any more. Locked after `watches`.
+    blocked: Mutex<Blocked>,
 }
+
+type Blocked = HashMap<ObjectKind, BTreeMap<String, BTreeSet<RuleId>>>;
 
 /// A view of the scoped watches of one kind, taken once per pass.
 #[derive(Default)]
@@ -253,19 +256,19 @@ impl Scoped {
         }
     }
 
-    fn lock_blocked(&self) -> MutexGuard<'_, HashMap<ObjectKind, BTreeSet<String>>> {
+    fn lock_blocked(&self) -> MutexGuard<'_, Blocked> {
         self.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Watches objects named `name` in every namespace, so that kopper sees an object that
-    /// blocks a copy go. Past [`MAX_NAME_WATCHES`] blocked names of a kind, one cluster-wide
-    /// watch covers them all and the name watches stop.
-    pub fn watch_name(&self, kind: ObjectKind, name: &str) {
+    /// blocks a copy of rule `by` go. Past [`MAX_NAME_WATCHES`] blocked names of a kind, one
+    /// cluster-wide watch covers them all and the name watches stop.
+    pub fn watch_name(&self, kind: ObjectKind, name: &str, by: &RuleId) {
         // One lock from counting to starting, so concurrent passes cannot exceed the cap.
         let mut watches = self.lock();
         let mut blocked = self.lock_blocked();
         let names = blocked.entry(kind).or_default();
-        names.insert(name.to_owned());
+        names.entry(name.to_owned()).or_default().insert(by.clone());
         let blocked_names = names.len();
         drop(blocked);
         let covered = watches.contains_key(&(kind, Scope::Cluster))
@@ -283,20 +286,46 @@ impl Scoped {
         self.count_watches(&watches);
     }
 
+    /// A full pass of rule `by` found its copies of `kind` blocked under `names` (by objects
+    /// kopper did not make), and under no other: names it found blocked before and not now
+    /// no longer need watching for it. (A name the namespace path found blocked while the
+    /// pass ran is dropped with the rest; the pass that path wakes finds it again, through
+    /// its create meeting the blocker, and watches it anew.)
+    pub fn still_blocked(&self, by: &RuleId, kind: ObjectKind, names: &BTreeSet<&str>) {
+        let mut blocked = self.lock_blocked();
+        if let Some(blocked) = blocked.get_mut(&kind) {
+            blocked.retain(|name, rules| {
+                if !names.contains(name.as_str()) {
+                    rules.remove(by);
+                }
+                !rules.is_empty()
+            });
+        }
+    }
+
     /// Stops the watches no rule needs: namespace and cluster-wide watches `needed` does not
-    /// name, and the watches of blocked names no rule copies under any more (`copied` says
-    /// which names still are). The cluster-wide watch that stood in for name watches stays
-    /// while more names are blocked than name watches may be open; once fewer are, the
-    /// names still blocked get their own watches again.
-    pub fn retire(&self, needed: &HashSet<(ObjectKind, Scope)>, copied: impl Fn(ObjectKind, &str) -> bool) {
+    /// name, and the watches of blocked names no rule in force (`in_force`) found blocked,
+    /// or no rule copies under any more (`copied` says which names still are). The
+    /// cluster-wide watch that stood in for name watches stays while more names are blocked
+    /// than name watches may be open; once fewer are, the names still blocked get their own
+    /// watches again.
+    pub fn retire(
+        &self,
+        needed: &HashSet<(ObjectKind, Scope)>,
+        in_force: impl Fn(&RuleId) -> bool,
+        copied: impl Fn(ObjectKind, &str) -> bool,
+    ) {
         let mut watches = self.lock();
         let mut blocked = self.lock_blocked();
         for (kind, names) in blocked.iter_mut() {
-            names.retain(|name| copied(*kind, name));
+            names.retain(|name, rules| {
+                rules.retain(&in_force);
+                !rules.is_empty() && copied(*kind, name)
+            });
         }
-        let count = |kind: ObjectKind| blocked.get(&kind).map_or(0, BTreeSet::len);
+        let count = |kind: ObjectKind| blocked.get(&kind).map_or(0, BTreeMap::len);
         let is_blocked =
-            |kind: ObjectKind, name: &str| blocked.get(&kind).is_some_and(|names| names.contains(name));
+            |kind: ObjectKind, name: &str| blocked.get(&kind).is_some_and(|names| names.contains_key(name));
         Self::stop_where(&mut watches, |kind, scope| match scope {
             Scope::Namespace(_) => !needed.contains(&(kind, scope.clone())),
             Scope::Cluster => !needed.contains(&(kind, Scope::Cluster)) && count(kind) <= MAX_NAME_WATCHES,
@@ -306,7 +335,7 @@ impl Scoped {
             if watches.contains_key(&(kind, Scope::Cluster)) {
                 continue;
             }
-            for name in blocked.get(&kind).into_iter().flatten() {
+            for name in blocked.get(&kind).into_iter().flat_map(BTreeMap::keys) {
                 self.start(&mut watches, kind, Scope::Name(name.clone()));
             }
         }
