@@ -107,11 +107,16 @@ async fn connect(
     let mut delay = std::time::Duration::from_secs(1);
     loop {
         let kubeconfig = args.kubeconfig.as_deref();
-        match client::connect(kubeconfig, args.context.as_deref(), Some(metrics.clone()), fence.clone()).await
-        {
+        let connecting =
+            client::connect(kubeconfig, args.context.as_deref(), Some(metrics.clone()), fence.clone());
+        let attempt = tokio::select! {
+            attempt = connecting => attempt,
+            () = stop.wait() => return Ok(None),
+        };
+        match attempt {
             Ok(client) => return Ok(Some(client)),
-            Err(client::ConnectError::Unreachable { url, cause }) if wait => {
-                warn!(%url, %cause, "cannot reach the Kubernetes API server; trying again in {}s", delay.as_secs());
+            Err(error) if wait && error.is_unreachable() => {
+                warn!("{error}; trying again in {}s", delay.as_secs());
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
                     () = stop.wait() => return Ok(None),

@@ -256,12 +256,18 @@ async fn told_to_wait_kopper_starts_once_the_api_server_answers() {
     operator.stop().await.unwrap();
 }
 
-/// Stopped while it waits for the API server, kopper exits cleanly.
+/// Stopped while it waits for an API server that takes connections and never answers,
+/// kopper exits cleanly: neither the wait nor the attempt in flight holds it.
 #[tokio::test]
 async fn kopper_waiting_for_the_api_server_stops_when_told() {
     let cluster = Cluster::start().await;
-    let kubeconfig = cluster.kubeconfig.clone();
-    cluster.sim.shutdown().await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let text =
+        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
+    std::fs::write(&kubeconfig, text).unwrap();
+    partition.black_hole();
     let admin = free_admin_addr();
     let flags = ["--admin-addr", &admin, "--wait-for-api-server", "true"];
     let operator = Operator::start(run_args(&kubeconfig, &flags));
@@ -277,7 +283,8 @@ async fn unreachable_api_server_is_one_line_on_stderr_naming_the_server_and_demo
     cluster.sim.shutdown().await;
 
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kopper"))
-        .args(["run", "--log-level", "info", "--admin-addr", "127.0.0.1:0", "--kubeconfig"])
+        .args(["run", "--log-level", "info", "--admin-addr", "127.0.0.1:0", "--wait-for-api-server", "false"])
+        .arg("--kubeconfig")
         .arg(&kubeconfig)
         .env_remove("KOPPER_LOG_FORMAT")
         .output()

@@ -33,7 +33,26 @@ pub enum ConnectError {
          --kubeconfig and --context, or run `kopper demo` to try kopper without a cluster)"
     )]
     Unreachable { url: String, cause: kube::Error },
+    #[error(
+        "the Kubernetes API server at {url} took the connection but did not answer within {}s (is \
+         something in between holding it? check --kubeconfig and --context)",
+        waited.as_secs()
+    )]
+    NoAnswer { url: String, waited: std::time::Duration },
 }
+
+impl ConnectError {
+    /// Whether the API server (or the way to it) failed, rather than the configuration:
+    /// worth trying again.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::Unreachable { .. } | Self::NoAnswer { .. })
+    }
+}
+
+/// How long the start-up check waits for the API server's answer: kube's client sets no
+/// read timeout, and an API server that takes the connection and never answers would
+/// otherwise hold `kopper run` for good.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Builds a client from, in order: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config`, the pod's
 /// service account; then checks that the API server answers, so a wrong address fails at
@@ -63,12 +82,11 @@ pub async fn connect(
     // ERROR level, so the span exists (and telemetry can recognise the probe) at any --log-level
     // that logs errors; with `kopper=off` kube's line would show again.
     let probe = tracing::error_span!(PROBE_SPAN, %url);
-    client
-        .apiserver_version()
-        .instrument(probe)
-        .await
-        .map_err(|cause| ConnectError::Unreachable { url, cause })?;
-    Ok(client)
+    match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version().instrument(probe)).await {
+        Ok(Ok(_)) => Ok(client),
+        Ok(Err(cause)) => Err(ConnectError::Unreachable { url, cause }),
+        Err(_elapsed) => Err(ConnectError::NoAnswer { url, waited: PROBE_TIMEOUT }),
+    }
 }
 
 async fn load_config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<kube::Config, ConnectError> {

@@ -6,11 +6,13 @@
 //! its renewal loop noticed. So every write to the API server goes through [`FenceLayer`],
 //! which refuses it unless the monotonic clock is still before the deadline the last
 //! successful renewal earned (the time the renewal was sent plus the renew deadline, which is
-//! shorter than the lease duration). A write let through is abandoned if it has not been
-//! answered by that deadline: one still waiting for a connection (to a server that is slow
-//! to accept, or across a partition that heals later) is never sent after it. Only a write
-//! already on the wire at the deadline can land after it, and the margin between the renew
-//! deadline and the lease duration is there for that. Requests to the Lease itself pass, so
+//! shorter than the lease duration). A write let through is abandoned once the fence closes
+//! (no renewal moved the deadline on) before it is answered: one still waiting for a
+//! connection (to a server that is slow to accept, or across a partition) is never sent
+//! after that. A write already sent cannot be called back: its bytes may sit in the
+//! kernel's buffers across a partition that heals later, or the server may apply it late.
+//! Fencing narrows that window to writes in flight at the deadline; closing it would take
+//! fencing tokens the Kubernetes API does not have. Requests to the Lease itself pass, so
 //! renewing and releasing still work; reads pass too.
 
 use std::future::Future;
@@ -76,6 +78,26 @@ impl WriteFence {
     }
 }
 
+impl WriteFence {
+    /// Waits for `write`, let through while the fence was open until `deadline`, for as long
+    /// as the fence stays open: a renewal that succeeds meanwhile moves the deadline on (a
+    /// slow admission webhook, or a bucket emptied in many batches, outlasts one renewal),
+    /// and the write is abandoned only once the fence closed or its deadline passed with no
+    /// renewal.
+    pub async fn while_open<F: Future>(&self, mut deadline: Instant, write: F) -> Result<F::Output, Fenced> {
+        let mut write = std::pin::pin!(write);
+        loop {
+            match tokio::time::timeout_at(deadline, write.as_mut()).await {
+                Ok(output) => return Ok(output),
+                Err(_elapsed) => match self.write_deadline()? {
+                    Some(renewed) => deadline = renewed,
+                    None => return Ok(write.await),
+                },
+            }
+        }
+    }
+}
+
 /// A write refused because this replica cannot prove it still leads.
 #[derive(Debug, thiserror::Error)]
 #[error("not written: this replica cannot prove it still holds the leader lease")]
@@ -116,7 +138,7 @@ fn is_fenced_write(method: &http::Method, path: &str) -> bool {
 impl<S, B, R> Service<http::Request<B>> for FencedService<S>
 where
     S: Service<http::Request<B>, Response = http::Response<R>>,
-    S::Error: Into<BoxError>,
+    S::Error: Into<BoxError> + Send,
     S::Future: Send + 'static,
     R: Send + 'static,
 {
@@ -138,14 +160,12 @@ where
             None
         };
         let response = self.inner.call(request);
+        let fence = self.fence.clone();
         Box::pin(async move {
             match deadline {
                 // Dropping the response future cancels a request not yet written (hyper checks
                 // before it writes), so a late write is never sent.
-                Some(deadline) => match tokio::time::timeout_at(deadline, response).await {
-                    Ok(response) => response.map_err(Into::into),
-                    Err(_elapsed) => Err(Fenced.into()),
-                },
+                Some(deadline) => fence.while_open(deadline, response).await?.map_err(Into::into),
                 None => response.await.map_err(Into::into),
             }
         })
@@ -223,6 +243,24 @@ mod tests {
 
         let read = service.call(request(http::Method::GET, "/api/v1/namespaces/a/configmaps")).await;
         assert!(read.is_ok(), "reads have no deadline");
+        assert!(answered.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_write_is_waited_for_while_renewals_keep_the_fence_open() {
+        let fence = WriteFence::closed();
+        fence.open_until(Instant::now() + Duration::from_secs(8));
+        let renewing = fence.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            renewing.open_until(Instant::now() + Duration::from_secs(10));
+        });
+        let (inner, answered) = slow_service(Duration::from_secs(12));
+        let mut service = FenceLayer::new(fence).layer(inner);
+
+        let write = service.call(request(http::Method::POST, "/api/v1/namespaces/a/configmaps")).await;
+
+        assert!(write.is_ok(), "the renewal at 5 s kept the fence open until 15 s");
         assert!(answered.load(std::sync::atomic::Ordering::SeqCst));
     }
 

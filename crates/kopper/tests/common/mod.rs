@@ -135,6 +135,9 @@ pub fn run_args(kubeconfig: &Path, extra: &[&str]) -> RunArgs {
         "127.0.0.1:0",
         "--leader-elect",
         "false",
+        // Tests are not run as kopper's pod, even on a runner that is a pod.
+        "--wait-for-api-server",
+        "false",
     ];
     let command = Cli::try_parse_from(base.iter().chain(extra)).unwrap().into_command();
     let Command::Run(args) = command else { panic!("expected run") };
