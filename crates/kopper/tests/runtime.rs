@@ -460,29 +460,44 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_the_standby_took_ov
 }
 
 /// A TCP proxy between kopper and the API server that a test can cut (dropping every open
-/// connection and refusing new ones, as a network partition would), black-hole (dropping
-/// every open connection, then taking new ones and never answering, as a dead route or a
-/// hung proxy would) and restore.
+/// connection and resetting new ones, as a network partition would), close (no one listens:
+/// connections are refused, as when the API server is down), black-hole (dropping every open
+/// connection, then taking new ones and never answering, as a dead route or a hung proxy
+/// would) and restore.
 struct Partition {
     url: String,
+    addr: std::net::SocketAddr,
+    upstream: std::net::SocketAddr,
     open: std::sync::Arc<std::sync::atomic::AtomicBool>,
     silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
-    accept: tokio::task::JoinHandle<()>,
+    accept: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Partition {
     async fn start(upstream: std::net::SocketAddr) -> Self {
-        use std::sync::atomic::Ordering;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let silent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (open_flag, silent_flag, tracked) = (open.clone(), silent.clone(), connections.clone());
+        let addr = listener.local_addr().unwrap();
+        let partition = Self {
+            url: format!("http://{addr}"),
+            addr,
+            upstream,
+            open: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            silent: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            connections: std::sync::Arc::default(),
+            accept: std::sync::Mutex::new(None),
+        };
+        partition.serve(listener);
+        partition
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        use std::sync::atomic::Ordering;
+        let (open, silent, tracked) = (self.open.clone(), self.silent.clone(), self.connections.clone());
+        let upstream = self.upstream;
         let accept = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
-                if silent_flag.load(Ordering::SeqCst) {
+                if silent.load(Ordering::SeqCst) {
                     let held = tokio::spawn(async move {
                         std::future::pending::<()>().await;
                         drop(inbound);
@@ -490,7 +505,7 @@ impl Partition {
                     tracked.lock().unwrap().push(held.abort_handle());
                     continue;
                 }
-                if !open_flag.load(Ordering::SeqCst) {
+                if !open.load(Ordering::SeqCst) {
                     continue; // dropped: the connection is reset
                 }
                 let task = tokio::spawn(async move {
@@ -501,31 +516,52 @@ impl Partition {
                 tracked.lock().unwrap().push(task.abort_handle());
             }
         });
-        Self { url, open, silent, connections, accept }
+        *self.accept.lock().unwrap() = Some(accept);
+    }
+
+    fn drop_connections(&self) {
+        self.connections.lock().unwrap().drain(..).for_each(|connection| connection.abort());
     }
 
     fn black_hole(&self) {
         self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.connections.lock().unwrap().drain(..).for_each(|connection| connection.abort());
+        self.drop_connections();
     }
 
     fn cut(&self) {
         self.open.store(false, std::sync::atomic::Ordering::SeqCst);
-        self.connections.lock().unwrap().drain(..).for_each(|connection| connection.abort());
+        self.drop_connections();
+    }
+
+    /// Stops listening: connections are refused until [`Self::restore`].
+    fn close(&self) {
+        if let Some(accept) = self.accept.lock().unwrap().take() {
+            accept.abort();
+        }
+        self.drop_connections();
     }
 
     fn restore(&self) {
         self.open.store(true, std::sync::atomic::Ordering::SeqCst);
         if self.silent.swap(false, std::sync::atomic::Ordering::SeqCst) {
             // Connections taken while silent carry requests that will never be answered.
-            self.connections.lock().unwrap().drain(..).for_each(|connection| connection.abort());
+            self.drop_connections();
+        }
+        if self.accept.lock().unwrap().is_none() {
+            // The same port again; connections closed there may linger in TIME_WAIT.
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_reuseaddr(true).unwrap();
+            socket.bind(self.addr).unwrap();
+            self.serve(socket.listen(1024).unwrap());
         }
     }
 }
 
 impl Drop for Partition {
     fn drop(&mut self) {
-        self.accept.abort();
+        if let Some(accept) = self.accept.lock().unwrap().take() {
+            accept.abort();
+        }
     }
 }
 
@@ -630,7 +666,7 @@ async fn an_api_server_back_from_a_cut_with_other_data_is_listed_again() {
     let unanswered_watches = r#"kopper_api_requests_total{verb="watch",code="error"}"#;
     let unanswered_before = metric(&admin, unanswered_watches).await.unwrap_or(0.0);
 
-    partition.cut();
+    partition.close();
     let cluster = cluster.with_api_server_restarted(kubesim::Config::default()).await;
     create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
     let config_maps = Api::<ConfigMap>::namespaced(cluster.client.clone(), "default");

@@ -132,9 +132,10 @@ async fn keep(
         metrics.cached_objects.get_or_create(&labels).set(i64::try_from(store.len()).unwrap_or(i64::MAX));
         // A send fails only when nobody listens, and then there is nobody to tell.
         match event {
-            watcher::Event::Init => metrics.relisted(&labels.controller, &labels.kind),
-            watcher::Event::InitApply(_) => {}
+            // Counted once the list is done: a list that fails starts again with another `Init`.
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
             watcher::Event::InitDone => {
+                metrics.relisted(&labels.controller, &labels.kind);
                 synced.send_replace(true);
                 let _ = subscribers.send(NamespaceEvent::Resync);
             }

@@ -11,11 +11,12 @@
 //! An API server that comes back with other data does not always say so: once its
 //! resourceVersion has passed the one a watch holds (an etcd restored from a backup, then
 //! written to before kopper reconnects), a resume succeeds and serves only what came after,
-//! and kopper would never see the rest, nor that objects it holds are gone. So a watch that
-//! could not even be resumed, for want of an answer (no connection, one cut off), lists
-//! again too: the API server was down or out of reach, and may be back with other data. A
-//! watch cut off mid-stream whose resume is answered (a load balancer ending a connection)
-//! just resumes, as before.
+//! and kopper would never see the rest, nor that objects it holds are gone. So a watch whose
+//! resume found no API server there (the connection refused or never made, or a gateway
+//! saying 502 or 503 for it) lists again too: the API server was down, and may be back with
+//! other data. A watch cut off mid-stream, or whose resume met a connection closed under it
+//! (a load balancer ending connections, a keep-alive timing out), just resumes, as before:
+//! a list of every copy is not a price to pay for a connection reset.
 
 use std::fmt::Debug;
 
@@ -43,9 +44,9 @@ where
                 tracing::warn!("the API server cannot resume this watch ({error}); listing again");
                 stream = fresh();
             }
-            Err(error) if is_unanswered_resume(error) => {
+            Err(error) if resume_found_no_server(error) => {
                 tracing::warn!(
-                    "the API server did not answer this watch's resume ({error}); listing again once it \
+                    "no API server was there to resume this watch ({error}); listing again once one \
                      answers, as it may be back with other data"
                 );
                 stream = fresh();
@@ -103,10 +104,37 @@ where
     format!("the API server does not serve {kind}: CustomResourceDefinition {crd} is not installed{install}")
 }
 
-/// Whether resuming a watch failed with no answer from the API server (no connection, or
-/// one cut off before the answer): not a refusal, which comes as a status.
-fn is_unanswered_resume(error: &watcher::Error) -> bool {
-    matches!(error, watcher::Error::WatchStartFailed(kube::Error::HyperError(_) | kube::Error::Service(_)))
+/// Whether resuming a watch failed because no API server was there: no connection could be
+/// made, or a gateway in front answered 502 or 503 for it.
+fn resume_found_no_server(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) => matches!(status.code, 502 | 503),
+        watcher::Error::WatchStartFailed(error) => could_not_connect(error),
+        _ => false,
+    }
+}
+
+/// Whether `error` comes from a connection that could not be made: refused, timed out, or
+/// with no route to the address.
+fn could_not_connect(error: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind;
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::TimedOut
+                    | ErrorKind::HostUnreachable
+                    | ErrorKind::NetworkUnreachable
+                    | ErrorKind::AddrNotAvailable
+            )
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// Whether the API server says the resourceVersion a watch holds is one it cannot serve.
@@ -140,19 +168,34 @@ mod tests {
         assert!(message.contains("kopper crds | kubectl apply"), "{message}");
     }
 
+    /// An error wrapped as kube's layers wrap a failed connection.
+    #[derive(Debug, thiserror::Error)]
+    #[error("client error (Connect)")]
+    struct Wrapped(#[source] std::io::Error);
+
+    fn resume_failed(kind: std::io::ErrorKind) -> watcher::Error {
+        let wrapped = Wrapped(std::io::Error::from(kind));
+        watcher::Error::WatchStartFailed(kube::Error::Service(Box::new(wrapped)))
+    }
+
     #[test]
-    fn only_a_resume_left_unanswered_means_listing_again() {
-        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        let unanswered = watcher::Error::WatchStartFailed(kube::Error::Service(Box::new(refused)));
-        assert!(is_unanswered_resume(&unanswered));
+    fn only_a_resume_that_found_no_server_means_listing_again() {
+        assert!(resume_found_no_server(&resume_failed(std::io::ErrorKind::ConnectionRefused)));
+        assert!(resume_found_no_server(&resume_failed(std::io::ErrorKind::TimedOut)));
+        let gateway = watcher::Error::WatchStartFailed(kube::Error::Api(status(503, "no healthy upstream")));
+        assert!(resume_found_no_server(&gateway));
+        assert!(
+            !resume_found_no_server(&resume_failed(std::io::ErrorKind::ConnectionReset)),
+            "a connection closed under the resume: the server was there"
+        );
         let forbidden = watcher::Error::WatchStartFailed(kube::Error::Api(status(403, "forbidden")));
-        assert!(!is_unanswered_resume(&forbidden), "an answer, handled as the status says");
-        let cut_mid_stream = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        let cut = watcher::Error::WatchFailed(kube::Error::Service(Box::new(cut_mid_stream)));
-        assert!(!is_unanswered_resume(&cut), "a watch cut mid-stream just resumes");
-        let first_list = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        let listing = watcher::Error::InitialListFailed(kube::Error::Service(Box::new(first_list)));
-        assert!(!is_unanswered_resume(&listing), "a watch that lists anyway");
+        assert!(!resume_found_no_server(&forbidden), "an answer, handled as the status says");
+        let refused = Wrapped(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let cut = watcher::Error::WatchFailed(kube::Error::Service(Box::new(refused)));
+        assert!(!resume_found_no_server(&cut), "a watch cut mid-stream just resumes");
+        let refused = Wrapped(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let listing = watcher::Error::InitialListFailed(kube::Error::Service(Box::new(refused)));
+        assert!(!resume_found_no_server(&listing), "a watch that lists anyway");
     }
 
     #[test]

@@ -451,7 +451,9 @@ pub fn spawn<K: Replicable>(
         while let Some(event) = events.next().await {
             match event {
                 Ok(event) => {
-                    if matches!(event, watcher::Event::Init) {
+                    // Counted once the list is done: a list that fails starts again with
+                    // another `Init`.
+                    if matches!(event, watcher::Event::InitDone) {
                         metrics.relisted(&labels.controller, &labels.kind);
                     }
                     apply_event(&index, &router, event, &mut listing)

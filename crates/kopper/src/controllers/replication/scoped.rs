@@ -418,7 +418,8 @@ impl Scoped {
             while let Some(event) = events.next().await {
                 match event {
                     Ok(event) => {
-                        if matches!(event, watcher::Event::Init) {
+                        // Counted once the list is done (see `copies`).
+                        if matches!(event, watcher::Event::InitDone) {
                             metrics.relisted(super::RULE_CONTROLLER, &kind_label);
                         }
                         apply_event(kind, &store, &router, event, &mut listing)
