@@ -367,6 +367,33 @@ async fn updating_a_copy_keeps_the_finalizers_and_owners_others_gave_it() {
         .unwrap();
 }
 
+/// A copy deleted while another controller's finalizer holds it cannot be made again until
+/// that controller lets go: status says so (not that copies are being written), and the copy
+/// comes back once the finalizer goes.
+#[tokio::test]
+async fn a_copy_held_in_deletion_by_another_finalizer_is_reported_and_made_again_once_gone() {
+    let cluster = Cluster::with_copy("key", "value").await;
+    let held = json!({"metadata": {"finalizers": ["example.com/hold"]}});
+    let copies = cluster.config_maps("team-a");
+    let old = copies.patch("app-config", &PatchParams::default(), &Patch::Merge(&held)).await.unwrap();
+    copies.delete("app-config", &DeleteParams::default()).await.unwrap();
+
+    let status =
+        cluster.rule_status("main-rule", |s| s["conditions"][0]["reason"] == "CopyBeingDeleted").await;
+    assert_eq!(status["conditions"][0]["status"], "False");
+    assert_eq!(status["copiesInSync"], 0);
+
+    let released = json!({"metadata": {"finalizers": null}});
+    copies.patch("app-config", &PatchParams::default(), &Patch::Merge(&released)).await.unwrap();
+    eventually("the copy to be made again", || async {
+        let copy = copies.get_opt("app-config").await.unwrap()?;
+        (copy.uid() != old.uid() && copy.metadata.deletion_timestamp.is_none()).then_some(())
+    })
+    .await;
+    cluster.copy_has("team-a", "app-config", "key", "value").await;
+    cluster.rule_status("main-rule", |s| s["conditions"][0]["reason"] == "Synced").await;
+}
+
 /// A copy someone took over (kopper's managed-by label removed) is theirs: deleting the
 /// rule leaves it, even though it still names the rule.
 #[tokio::test]

@@ -103,7 +103,8 @@ pub struct ConfigMapSyncStatus {
     /// `Ready` is True when every destination holds an up-to-date copy. Reason
     /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own;
     /// `DestinationRefused` that a named destination does not accept copies from here;
-    /// `Progressing` that copies are still being written.
+    /// `Progressing` that copies are still being written; `CopyBeingDeleted` that copies are
+    /// held in deletion by another controller's finalizer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

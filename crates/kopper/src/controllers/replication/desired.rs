@@ -896,6 +896,9 @@ pub struct RulePlan {
     pub in_sync_namespaces: BTreeSet<String>,
     /// Copies this rule should own.
     pub wanted: usize,
+    /// Wanted copies that are being deleted (held by another controller's finalizer), to be
+    /// made again once they are gone.
+    pub being_deleted: usize,
     /// Rules that now own copies this rule made, and should be woken to take them over.
     pub hand_over: BTreeSet<RuleId>,
 }
@@ -1047,7 +1050,10 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
             return plan.changes.push(Change::Conflict { key, reason: ConflictReason::NotManagedByKopper });
         }
         // Its deletion will be seen and the copy created again then.
-        Found::Copy(state) if state.deleting => return,
+        Found::Copy(state) if state.deleting => {
+            plan.being_deleted += 1;
+            return;
+        }
         Found::Copy(state) => state,
     };
     if state.holds(template.content, &template.marks) {

@@ -682,10 +682,8 @@ fn rule_gauges(kind: ObjectKind, tally: &PassTally) -> RuleGauges {
         conflicts: i64::try_from(conflicts).unwrap_or(i64::MAX),
         out_of_sync: i64::try_from(findings.wanted.saturating_sub(findings.copies_in_sync))
             .unwrap_or(i64::MAX),
-        not_ready: conflicts > 0
-            || !tally.failed.is_empty()
-            || !findings.refused_destinations.is_empty()
-            || findings.missing_source.is_some(),
+        // As the rule's Ready condition says.
+        not_ready: findings.readiness().0 == "False",
     }
 }
 

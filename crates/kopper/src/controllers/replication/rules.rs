@@ -42,6 +42,8 @@ pub struct Findings {
     /// Namespaces holding an up-to-date copy.
     pub synced_namespaces: BTreeSet<String>,
     pub copies_in_sync: usize,
+    /// Wanted copies being deleted, held by another controller's finalizer.
+    pub copies_being_deleted: usize,
     pub conflicts: Vec<CopyConflict>,
     /// Whether this pass wrote or deleted any copy.
     pub wrote: bool,
@@ -64,6 +66,7 @@ impl Findings {
     pub fn add(&mut self, plan: &RulePlan, applied: &Applied) {
         self.wanted += plan.wanted;
         self.copies_in_sync += plan.in_sync + applied.written.len();
+        self.copies_being_deleted += plan.being_deleted;
         self.synced_namespaces.extend(plan.in_sync_namespaces.iter().cloned());
         self.synced_namespaces.extend(applied.written.iter().map(|key| key.namespace.clone()));
         let found_unmanaged = applied.unmanaged.iter().map(|key| (key, &ConflictReason::NotManagedByKopper));
@@ -78,7 +81,7 @@ impl Findings {
     }
 
     /// The `Ready` condition's status, reason and message.
-    fn readiness(&self) -> (&'static str, &'static str, String) {
+    pub(super) fn readiness(&self) -> (&'static str, &'static str, String) {
         if self.failed > 0 {
             ("False", "WriteFailed", format!("{} could not be written; retrying", copies(self.failed)))
         } else if !self.conflicts.is_empty() || self.hidden_conflicts > 0 {
@@ -104,6 +107,19 @@ impl Findings {
             )
         } else if self.sources_matched == 0 {
             ("True", "NoSources", "no source object matches the selector".to_owned())
+        } else if self.copies_in_sync < self.wanted
+            && self.copies_being_deleted >= self.wanted - self.copies_in_sync
+        {
+            // Nothing kopper can do until another controller lets go of its copies.
+            (
+                "False",
+                "CopyBeingDeleted",
+                format!(
+                    "{} being deleted, held by another controller's finalizer; each is made again once it \
+                     is gone",
+                    copies(self.copies_being_deleted)
+                ),
+            )
         } else if self.copies_in_sync < self.wanted {
             // A write that met another writer, or a copy deleted while it was updated: the
             // pass that follows writes it, and status says so meanwhile.
@@ -477,6 +493,25 @@ mod tests {
         let condition = &status["status"]["conditions"][0];
         assert_eq!((&condition["status"], &condition["reason"]), (&json!("False"), &json!("Progressing")));
         assert_eq!(condition["message"], "2 of 3 copies in sync; the rest are being written");
+    }
+
+    #[test]
+    fn copies_held_in_deletion_by_others_are_named_as_such_not_as_being_written() {
+        let object = sync("tenant", "tenant");
+        let findings = Ok(Findings {
+            sources_matched: 1,
+            wanted: 3,
+            copies_in_sync: 2,
+            copies_being_deleted: 1,
+            ..Findings::default()
+        });
+        let status = object.next_status(&findings, now()).unwrap();
+        let condition = &status["status"]["conditions"][0];
+        assert_eq!(
+            (&condition["status"], &condition["reason"]),
+            (&json!("False"), &json!("CopyBeingDeleted"))
+        );
+        assert!(condition["message"].as_str().unwrap().contains("finalizer"), "{condition}");
     }
 
     #[test]

@@ -134,7 +134,9 @@ pub struct ReplicationRuleStatus {
     /// `Ready` is True when every copy this rule wants is in place and up to date. Reason
     /// `Conflict`: an object kopper did not make (or a rule that takes precedence) holds a
     /// place; `WriteFailed`: writes fail and are retried; `Progressing`: copies are still
-    /// being written (after a write met another writer, say).
+    /// being written (after a write met another writer, say); `CopyBeingDeleted`: copies are
+    /// being deleted but held by another controller's finalizer, and are made again once
+    /// gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
