@@ -55,14 +55,20 @@ pub fn probe_interval(api_unreachable_threshold: Duration) -> Duration {
     (api_unreachable_threshold / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
-/// Asks the API server for its version every `every` until `stop`, so `/readyz` judges
-/// reachability from a recent answer whatever else kopper is doing. Without it, readiness
-/// heard only from the requests controllers happen to make: a replica whose only request
-/// for minutes had failed (a transient 503, then a quiet cluster) read as unreachable, and
-/// one whose requests hung on an API server that takes connections and never answers
-/// (a black-holed route) read as fine, since a request that never ends records nothing. The
-/// answer is counted by the client's request layer (`kopper_api_requests_total`, verb
-/// `get`); no answer within `every` counts as a failure here.
+/// The API server's own readiness endpoint, which [`probe_api_server`] asks.
+pub const API_READINESS_PATH: &str = "/readyz";
+
+/// Asks the API server whether it is ready (`GET /readyz`, open to every authenticated
+/// client) every `every` until `stop`, so kopper's `/readyz` judges reachability from a
+/// recent answer whatever else kopper is doing. Without it, readiness heard only from the
+/// requests controllers happen to make: a replica whose only request for minutes had
+/// failed (a transient 503, then a quiet cluster) read as unreachable, and one whose
+/// requests hung on an API server that takes connections and never answers (a black-holed
+/// route) read as fine, since a request that never ends records nothing. The API server's
+/// `/readyz` fails while it cannot serve (etcd down, shutting down), which `/version` would
+/// not show. The request is counted in `kopper_api_requests_total` (verb `get`); a 200 or a
+/// 403 (the server is up, RBAC aside) counts as an answer, anything else or nothing within
+/// `every` as a failure.
 pub async fn probe_api_server(
     client: kube::Client,
     metrics: Arc<Metrics>,
@@ -74,9 +80,19 @@ pub async fn probe_api_server(
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            if tokio::time::timeout(every, client.apiserver_version()).await.is_err() {
-                metrics.api_request("get", "error");
-            }
+            let request = http::Request::get(API_READINESS_PATH).body(Vec::new());
+            let Ok(request) = request else { return };
+            let answered = match tokio::time::timeout(every, client.request_text(request)).await {
+                Ok(Ok(_)) => true,
+                Ok(Err(kube::Error::Api(status))) => status.code == 403,
+                Ok(Err(_)) => false,
+                Err(_elapsed) => {
+                    // Dropped before the request layer saw an answer: counted here.
+                    metrics.count_api_request("get", "error");
+                    false
+                }
+            };
+            metrics.api_answered(answered);
         }
     };
     tokio::select! {

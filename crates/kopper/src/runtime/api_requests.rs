@@ -52,6 +52,7 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let verb = verb_of(request.method(), request.uri());
         let watch = (verb == "watch").then(|| watched(request.uri()));
+        let probe = request.uri().path() == super::admin::API_READINESS_PATH;
         let metrics = self.metrics.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
@@ -60,7 +61,13 @@ where
                 Ok(response) => response.status().as_str().to_owned(),
                 Err(_) => "error".to_owned(),
             };
-            metrics.api_request(verb, &code);
+            if probe {
+                // The probe judges the answer itself: a 500 from `/readyz` is a server that
+                // cannot serve.
+                metrics.count_api_request(verb, &code);
+            } else {
+                metrics.api_request(verb, &code);
+            }
             if let Some(watch) = watch {
                 let answered = matches!(&result, Ok(response) if response.status().is_success());
                 metrics.watch_request(&watch, !answered);

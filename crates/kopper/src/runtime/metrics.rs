@@ -265,13 +265,25 @@ impl Metrics {
     }
 
     pub fn api_request(&self, verb: &str, code: &str) {
-        self.api_requests
-            .get_or_create(&RequestLabels { verb: verb.to_owned(), code: code.to_owned() })
-            .inc();
+        self.count_api_request(verb, code);
         // No answer, or a gateway or the server saying it cannot serve now. A 500 is an
         // answer (from a server that is up); a request refused that way again and again is
         // the watch check's business.
-        let failed = matches!(code, "error" | "502" | "503" | "504");
+        self.api_answered(!matches!(code, "error" | "502" | "503" | "504"));
+    }
+
+    /// Counts a request in `kopper_api_requests_total` only: the readiness probe's, whose
+    /// verdict [`Self::api_answered`] takes instead.
+    pub fn count_api_request(&self, verb: &str, code: &str) {
+        self.api_requests
+            .get_or_create(&RequestLabels { verb: verb.to_owned(), code: code.to_owned() })
+            .inc();
+    }
+
+    /// Whether the API server just answered (or failed to): a failure starts the stretch
+    /// `/readyz` measures, an answer ends it.
+    pub fn api_answered(&self, answered: bool) {
+        let failed = !answered;
         let mut since = self.api_failing_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match (failed, *since) {
             (true, None) => *since = Some(std::time::Instant::now()),
