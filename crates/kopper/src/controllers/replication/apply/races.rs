@@ -214,6 +214,21 @@ async fn a_delete_of_a_copy_a_tenant_replaced_deletes_nothing() {
 }
 
 #[tokio::test]
+async fn a_replacement_of_a_copy_a_tenant_replaced_deletes_and_overwrites_nothing() {
+    let cluster = Cluster::start().await;
+    let (uid, _) = cluster.write_copy(&copy_holding(ObjectKind::ConfigMap, "v1")).await;
+    cluster.delete_at_place().await;
+    cluster.tenant_config_map().await;
+    let copy = copy_holding(ObjectKind::ConfigMap, "v2");
+
+    let applied = cluster.execute(Change::Replace { existing_uid: uid, copy: copy.clone() }).await;
+
+    assert_eq!(applied.raced, [copy.key]);
+    assert!(applied.written.is_empty() && applied.removed.is_empty() && applied.failed.is_empty());
+    assert_eq!(cluster.data_at_place().await, tenant_data());
+}
+
+#[tokio::test]
 async fn a_delete_of_a_copy_already_gone_counts_as_removed() {
     let cluster = Cluster::start().await;
     let copy = copy_holding(ObjectKind::ConfigMap, "v1");
