@@ -228,11 +228,7 @@ async fn unreachable_api_server_is_an_error_that_suggests_demo() {
 async fn told_to_wait_kopper_starts_once_the_api_server_answers() {
     let cluster = Cluster::start().await;
     let partition = Partition::start(cluster.sim.addr()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let text =
-        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
-    std::fs::write(&kubeconfig, text).unwrap();
+    let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
     partition.cut();
     let admin = free_admin_addr();
     let flags = ["--controllers", "pod-labeler", "--admin-addr", &admin, "--wait-for-api-server", "true"];
@@ -262,11 +258,7 @@ async fn told_to_wait_kopper_starts_once_the_api_server_answers() {
 async fn kopper_waiting_for_the_api_server_stops_when_told() {
     let cluster = Cluster::start().await;
     let partition = Partition::start(cluster.sim.addr()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let text =
-        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
-    std::fs::write(&kubeconfig, text).unwrap();
+    let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
     partition.black_hole();
     let admin = free_admin_addr();
     let flags = ["--admin-addr", &admin, "--wait-for-api-server", "true"];
@@ -474,7 +466,29 @@ struct Partition {
     accept: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// One of the ways a [`Partition`] fails.
+type PartitionFailure = fn(&Partition);
+
+/// Waits for kopper's `/readyz` at `admin` to answer `want`; its status and body then.
+async fn readyz(admin: &str, want: u16) -> (u16, String) {
+    eventually(&format!("/readyz {want}"), || async {
+        http_get(admin, "/readyz").await.filter(|(status, _)| *status == want)
+    })
+    .await
+}
+
 impl Partition {
+    /// A kubeconfig for `cluster` that reaches it through this partition, and the
+    /// directory that holds it (removed when dropped).
+    fn kubeconfig(&self, cluster: &Cluster) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let text =
+            std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &self.url);
+        std::fs::write(&kubeconfig, text).unwrap();
+        (dir, kubeconfig)
+    }
+
     async fn start(upstream: std::net::SocketAddr) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -567,77 +581,34 @@ impl Drop for Partition {
 
 /// While the API server cannot be reached for longer than --api-unreachable-threshold,
 /// /readyz says so; once it answers again, readiness and the work come back without a
-/// restart.
+/// restart. Both when connections fail, and when the API server takes them and never
+/// answers (a black-holed route, a hung proxy): then no request of kopper's ends in an
+/// error, they hang, and only the question kopper asks on its own (`probe_api_server`)
+/// going unanswered tells.
 #[tokio::test]
-async fn readyz_fails_while_the_api_server_is_unreachable_and_recovers_by_itself() {
-    let cluster = Cluster::start().await;
-    let partition = Partition::start(cluster.sim.addr()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let text =
-        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
-    std::fs::write(&kubeconfig, text).unwrap();
-    let admin = free_admin_addr();
-    let flags = ["--controllers", "pod-labeler", "--admin-addr", &admin, "--api-unreachable-threshold", "1s"];
-    let operator = Operator::start(run_args(&kubeconfig, &flags));
-    let readyz = |want: u16| {
-        let admin = admin.clone();
-        async move {
-            eventually(&format!("/readyz {want}"), || async {
-                http_get(&admin, "/readyz").await.filter(|(status, _)| *status == want)
-            })
-            .await
-        }
-    };
-    readyz(200).await;
+async fn readyz_fails_while_the_api_server_is_unreachable_or_silent_and_recovers_by_itself() {
+    let failures: [(&str, PartitionFailure); 2] =
+        [("cut", Partition::cut), ("black-holed", Partition::black_hole)];
+    for (failure, fail) in failures {
+        let cluster = Cluster::start().await;
+        let partition = Partition::start(cluster.sim.addr()).await;
+        let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
+        let admin = free_admin_addr();
+        let flags =
+            ["--controllers", "pod-labeler", "--admin-addr", &admin, "--api-unreachable-threshold", "1s"];
+        let operator = Operator::start(run_args(&kubeconfig, &flags));
+        readyz(&admin, 200).await;
 
-    partition.cut();
-    let (_, body) = readyz(503).await;
-    assert!(body.contains("API server has not answered"), "{body}");
+        fail(&partition);
+        let (_, body) = readyz(&admin, 503).await;
+        assert!(body.contains("API server has not answered"), "{failure}: {body}");
 
-    partition.restore();
-    readyz(200).await;
-    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
-    wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
-    operator.stop().await.unwrap();
-}
-
-/// An API server that takes connections and never answers (a black-holed route, a hung
-/// proxy) fails `/readyz` too, although no request of kopper's ends in an error: they hang.
-/// kopper asks the API server on its own (`probe_api_server`), and a question left
-/// unanswered counts.
-#[tokio::test]
-async fn readyz_fails_while_the_api_server_takes_connections_and_never_answers() {
-    let cluster = Cluster::start().await;
-    let partition = Partition::start(cluster.sim.addr()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let text =
-        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
-    std::fs::write(&kubeconfig, text).unwrap();
-    let admin = free_admin_addr();
-    let flags = ["--controllers", "pod-labeler", "--admin-addr", &admin, "--api-unreachable-threshold", "1s"];
-    let operator = Operator::start(run_args(&kubeconfig, &flags));
-    let readyz = |want: u16| {
-        let admin = admin.clone();
-        async move {
-            eventually(&format!("/readyz {want}"), || async {
-                http_get(&admin, "/readyz").await.filter(|(status, _)| *status == want)
-            })
-            .await
-        }
-    };
-    readyz(200).await;
-
-    partition.black_hole();
-    let (_, body) = readyz(503).await;
-    assert!(body.contains("API server has not answered"), "{body}");
-
-    partition.restore();
-    readyz(200).await;
-    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
-    wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
-    operator.stop().await.unwrap();
+        partition.restore();
+        readyz(&admin, 200).await;
+        create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
+        wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
+        operator.stop().await.unwrap();
+    }
 }
 
 /// An API server cut off from kopper comes back with other data whose resourceVersion has
@@ -648,11 +619,7 @@ async fn readyz_fails_while_the_api_server_takes_connections_and_never_answers()
 async fn an_api_server_back_from_a_cut_with_other_data_is_listed_again() {
     let cluster = Cluster::start().await;
     let partition = Partition::start(cluster.sim.addr()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let text =
-        std::fs::read_to_string(&cluster.kubeconfig).unwrap().replace(&cluster.sim.url(), &partition.url);
-    std::fs::write(&kubeconfig, text).unwrap();
+    let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
     let admin = free_admin_addr();
     let operator =
         Operator::start(run_args(&kubeconfig, &["--controllers", "pod-labeler", "--admin-addr", &admin]));
@@ -699,16 +666,7 @@ async fn readyz_fails_while_a_watch_is_refused_and_recovers_by_itself() {
     let admin = free_admin_addr();
     let flags = ["--controllers", "pod-labeler", "--admin-addr", &admin, "--api-unreachable-threshold", "1s"];
     let operator = Operator::start(cluster.run_args(&flags));
-    let readyz = |want: u16| {
-        let admin = admin.clone();
-        async move {
-            eventually(&format!("/readyz {want}"), || async {
-                http_get(&admin, "/readyz").await.filter(|(status, _)| *status == want)
-            })
-            .await
-        }
-    };
-    readyz(200).await;
+    readyz(&admin, 200).await;
 
     let refused = kubesim::Fault {
         verb: Some("watch".into()),
@@ -718,11 +676,11 @@ async fn readyz_fails_while_a_watch_is_refused_and_recovers_by_itself() {
     };
     cluster.sim.faults().fail_next(refused);
     cluster.sim.faults().close_watches();
-    let (_, body) = readyz(503).await;
+    let (_, body) = readyz(&admin, 503).await;
     assert!(body.contains("a watch has been refused") && body.contains("/pods"), "{body}");
 
     cluster.sim.faults().clear();
-    readyz(200).await;
+    readyz(&admin, 200).await;
     create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
     wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
     operator.stop().await.unwrap();

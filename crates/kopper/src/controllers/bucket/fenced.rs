@@ -153,12 +153,11 @@ mod tests {
     use super::*;
     use crate::controllers::bucket::aws::{AwsProvider, AwsSettings, StaticCredentials};
 
-    #[tokio::test]
-    async fn writes_are_refused_while_the_fence_is_closed_and_reads_go_out() {
-        let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let inner = AwsProvider::new(AwsSettings {
+    /// A provider whose S3 and IAM endpoint is `address`.
+    async fn provider_at(address: std::net::SocketAddr) -> AwsProvider {
+        AwsProvider::new(AwsSettings {
             region: "us-east-1".into(),
-            endpoint: Some(format!("http://{closed_port}")),
+            endpoint: Some(format!("http://{address}")),
             iam_endpoint: None,
             force_path_style: true,
             credentials: Some(StaticCredentials {
@@ -167,7 +166,13 @@ mod tests {
                 session_token: None,
             }),
         })
-        .await;
+        .await
+    }
+
+    #[tokio::test]
+    async fn writes_are_refused_while_the_fence_is_closed_and_reads_go_out() {
+        let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let inner = provider_at(closed_port).await;
         let fenced = Fenced { inner, fence: WriteFence::closed() };
         for refused in [
             fenced.create_bucket("b", "us-east-1").await.unwrap_err(),
@@ -185,18 +190,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_still_unanswered_at_the_lease_deadline_is_abandoned() {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let inner = AwsProvider::new(AwsSettings {
-            region: "us-east-1".into(),
-            endpoint: Some(format!("http://{}", silent.local_addr().unwrap())),
-            iam_endpoint: None,
-            force_path_style: true,
-            credentials: Some(StaticCredentials {
-                access_key_id: "id".into(),
-                secret_access_key: "secret".into(),
-                session_token: None,
-            }),
-        })
-        .await;
+        let inner = provider_at(silent.local_addr().unwrap()).await;
         let fence = WriteFence::closed();
         fence.open_until(tokio::time::Instant::now() + std::time::Duration::from_secs(2));
         let fenced = Fenced { inner, fence };
