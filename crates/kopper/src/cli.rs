@@ -34,7 +34,8 @@ impl Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the operator against the cluster of the current kubeconfig (or in-cluster). The default.
+    /// Run the operator against the cluster of the current kubeconfig (or in-cluster); the
+    /// command when none is given.
     Run(RunArgs),
     /// Print every kopper CustomResourceDefinition as multi-document YAML.
     Crds(CrdsArgs),

@@ -72,9 +72,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     stop.trigger();
     operator.await.context("the operator task failed")??;
     sim.shutdown().await;
+    // Whoever read the summary may be gone by now (a closed pipe): these lines are a
+    // courtesy, not worth failing the exit for.
+    let say = |line: String| {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), "{line}");
+    };
+    say("\nstopped kopper and the embedded API server (its objects were in memory only)".to_owned());
     if args.kubeconfig_out.is_none() {
         // Best effort: a temporary file the system cleans anyway.
-        let _ = std::fs::remove_file(&kubeconfig);
+        if std::fs::remove_file(&kubeconfig).is_ok() {
+            say(format!("removed {}", kubeconfig.display()));
+        }
+    } else {
+        say(format!("kept {} (--kubeconfig-out)", kubeconfig.display()));
     }
     Ok(())
 }
@@ -311,6 +322,11 @@ async fn print_summary(client: &kube::Client, applied: &[String]) -> anyhow::Res
     for label in applied {
         println!("  {label}");
     }
+    println!(
+        "and a workload for them to act on: namespaces {} and pod {}/{DEMO_POD} (annotated for the pod labeler)",
+        DEMO_NAMESPACES.join(", "),
+        DEMO_NAMESPACES[0]
+    );
     let namespaces: Api<Namespace> = Api::all(client.clone());
     println!("\nnamespaces:");
     for namespace in namespaces.list(&ListParams::default()).await? {

@@ -155,3 +155,39 @@ async fn a_refused_rule_is_a_finding_and_a_broken_file_an_error_naming_it() {
     assert_eq!(plan.code, Some(1), "{}{}", plan.stdout, plan.stderr);
     assert!(plan.stderr.contains("broken.yaml: document 1: ReplicationRule r"), "{}", plan.stderr);
 }
+
+/// A ConfigMapSync whose destinations have not consented, or whose source does not exist,
+/// would not get what it asks for even with no conflict: plan says why, as its status would,
+/// and a pipeline gating on the exit status stops.
+#[tokio::test]
+async fn a_rule_whose_destinations_refuse_it_or_whose_source_is_missing_is_a_finding() {
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sync = |name: &str, source: &str| {
+        format!(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ConfigMapSync\nmetadata: {{name: {name}, namespace: team-a}}\n\
+             spec: {{sourceNamespace: team-a, configMapName: {source}, destinationNamespaces: [team-b]}}\n"
+        )
+    };
+    config_map(&cluster, "team-a", json!({"metadata": {"name": "settings"}, "data": {"a": "1"}})).await;
+
+    let file = write_file(dir.path(), "unconsented.yaml", &sync("to-b", "settings"));
+    let plan = kopper_plan(&cluster, &["-f", &file, "--files-only"]).await;
+    assert_eq!(plan.code, Some(3), "{}{}", plan.stdout, plan.stderr);
+    assert!(
+        plan.stdout.contains(
+            "! unmet: team-b does not accept copies from namespace team-a: its owner can accept them with \
+             the annotation kopper.dev/accept-replication-from=team-a"
+        ),
+        "{}",
+        plan.stdout
+    );
+
+    let file = write_file(dir.path(), "missing.yaml", &sync("missing", "nowhere"));
+    let plan = kopper_plan(&cluster, &["-f", &file, "--files-only", "-o", "json"]).await;
+    assert_eq!(plan.code, Some(3), "{}{}", plan.stdout, plan.stderr);
+    let report: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    let unmet = report["rules"][0]["unmet"].as_array().unwrap();
+    assert!(unmet.iter().any(|line| line == "the source team-a/nowhere does not exist"), "{report:#}");
+    assert_eq!(report["summary"]["unmet"], 1, "{report:#}");
+}

@@ -11,8 +11,9 @@ use crate::controllers::namespace_access::plan::PolicyPlan;
 use crate::controllers::replication::desired::{Change, RuleId, RuleKind};
 use crate::controllers::replication::plan::RulePlan;
 
-/// The exit status when the plan finds conflicts or refused rules (1 is an error, 2 a bad
-/// flag), so that a pipeline can tell "this would not work" from "plan could not run".
+/// The exit status when the plan finds conflicts, refused rules or rules that would not get
+/// what they ask for (1 is an error, 2 a bad flag), so that a pipeline can tell "this would
+/// not work" from "plan could not run".
 pub const FINDINGS_EXIT_CODE: u8 = 3;
 
 /// Which rules' findings decide the exit status.
@@ -45,6 +46,10 @@ pub struct RuleReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
     pub changes: Vec<ChangeReport>,
+    /// What the rule asks for and would not get, besides conflicts: destinations that do
+    /// not accept its copies, a source it names that does not exist.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unmet: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -80,6 +85,8 @@ pub struct Summary {
     pub delete: usize,
     pub conflicts: usize,
     pub refused: usize,
+    /// Rules that would not get all they ask for, besides conflicts.
+    pub unmet: usize,
 }
 
 impl Report {
@@ -97,13 +104,18 @@ impl Report {
         if rule.refused.is_some() {
             self.summary.refused += 1;
         }
+        if !rule.unmet.is_empty() {
+            self.summary.unmet += 1;
+        }
         self.rules.push(rule);
     }
 
     /// Whether a pipeline should stop: some rule `gate` covers would not get what it asks for.
     pub fn has_findings(&self, gate: Gate) -> bool {
         self.rules.iter().filter(|rule| gate == Gate::All || rule.file.is_some()).any(|rule| {
-            rule.refused.is_some() || rule.changes.iter().any(|change| change.action == Verb::Conflict)
+            rule.refused.is_some()
+                || !rule.unmet.is_empty()
+                || rule.changes.iter().any(|change| change.action == Verb::Conflict)
         })
     }
 
@@ -115,13 +127,18 @@ impl Report {
         let s = &self.summary;
         let _ = writeln!(
             out,
-            "Plan: {} to create, {} to update, {} to replace, {} to delete, {}, {}.",
+            "Plan: {} to create, {} to update, {} to replace, {} to delete, {}, {}{}.",
             s.create,
             s.update,
             s.replace,
             s.delete,
             counted(s.conflicts, "conflict", "conflicts"),
             counted(s.refused, "refused rule", "refused rules"),
+            if s.unmet > 0 {
+                format!(", {}", counted(s.unmet, "rule unmet", "rules unmet"))
+            } else {
+                String::new()
+            },
         );
         out
     }
@@ -143,6 +160,9 @@ fn render_rule(out: &mut String, rule: &RuleReport) {
         return;
     }
     let _ = writeln!(out);
+    for unmet in &rule.unmet {
+        let _ = writeln!(out, "  ! unmet: {unmet}");
+    }
     if rule.changes.is_empty() {
         let _ = writeln!(out, "  no changes");
     }
@@ -180,6 +200,7 @@ pub fn replication_rule(plan: &RulePlan, file: Option<PathBuf>) -> RuleReport {
         file,
         refused: plan.refused.clone(),
         changes: plan.changes.iter().map(copy_change).collect(),
+        unmet: plan.unmet.clone(),
     }
 }
 
@@ -231,6 +252,7 @@ pub fn namespace_access(plan: &PolicyPlan, file: Option<PathBuf>) -> RuleReport 
         file,
         refused: plan.refused.clone(),
         changes: writes.chain(problems).collect(),
+        unmet: Vec::new(),
     }
 }
 
@@ -257,7 +279,20 @@ mod tests {
             file: None,
             refused: refused.map(str::to_owned),
             changes,
+            unmet: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_rule_that_would_not_get_all_it_asks_for_is_a_finding_and_says_why() {
+        let mut report = Report::default();
+        let mut unmet = rule(Vec::new(), None);
+        unmet.unmet.push("the source team-c/cfg does not exist".into());
+        report.push(unmet);
+        assert!(report.has_findings(Gate::All));
+        let text = report.to_text();
+        assert!(text.contains("  ! unmet: the source team-c/cfg does not exist"), "{text}");
+        assert!(text.ends_with("0 refused rules, 1 rule unmet.\n"), "{text}");
     }
 
     #[test]

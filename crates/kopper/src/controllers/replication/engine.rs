@@ -403,6 +403,7 @@ impl Engine {
             tally.findings.missing_source = Some(format!("{namespace}/{name}"));
         }
         tally.findings.refused_destinations = rule.refused_destinations(&namespaces);
+        tally.findings.own_namespace = rule.id.namespace.clone();
         let batch = (COPIES_PER_BATCH / pass.copies_per_namespace().max(1)).max(1);
         for targets in pass.targets().chunks(batch) {
             let mut plan = RulePlan::default();

@@ -9,7 +9,7 @@ use super::desired::{
     Change, CopyKey, CopyState, Existing, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId,
     Source, World, plan_rule,
 };
-use super::rules::RuleObject;
+use super::rules::{RuleObject, refused_destinations_message};
 use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::replication_rule::types::ReplicationRule;
 use crate::runtime::Settings;
@@ -49,6 +49,9 @@ pub struct RulePlan {
     pub id: RuleId,
     pub refused: Option<String>,
     pub changes: Vec<Change>,
+    /// What the rule asks for and would not get, besides conflicts (its status says the
+    /// same): destinations that do not accept its copies, the one source it names missing.
+    pub unmet: Vec<String>,
 }
 
 /// Every change the rules would make and every conflict they would report, decided as the
@@ -69,15 +72,16 @@ pub fn plan_rules(
     }
     let mut plans: Vec<RulePlan> = refused
         .into_iter()
-        .map(|(id, refusal)| RulePlan { id, refused: Some(refusal), changes: Vec::new() })
+        .map(|(id, refusal)| RulePlan { id, refused: Some(refusal), changes: Vec::new(), unmet: Vec::new() })
         .collect();
     for rule in &rules {
         let objects = match rule.kind {
             ObjectKind::ConfigMap => &cluster.config_maps,
             ObjectKind::Secret => &cluster.secrets,
         };
-        let changes = plan_one(rule, &rules, &cluster.namespaces, objects);
-        plans.push(RulePlan { id: rule.id.clone(), refused: None, changes });
+        let (changes, sources_matched) = plan_one(rule, &rules, &cluster.namespaces, objects);
+        let unmet = unmet(rule, &cluster.namespaces, sources_matched);
+        plans.push(RulePlan { id: rule.id.clone(), refused: None, changes, unmet });
     }
     plans.sort_by(|a, b| a.id.cmp(&b.id));
     plans
@@ -98,13 +102,29 @@ fn collect<R: RuleObject>(
     }
 }
 
-/// The changes `rule` would make, with every object's content at hand.
+/// What `rule` asks for and would not get besides conflicts, as its status would say it.
+fn unmet(rule: &Rule, namespaces: &BTreeMap<String, NamespaceInfo>, sources_matched: usize) -> Vec<String> {
+    let mut unmet = Vec::new();
+    let refused = rule.refused_destinations(namespaces);
+    if !refused.is_empty() {
+        unmet.push(refused_destinations_message(&refused, rule.id.namespace.as_deref()));
+    }
+    if sources_matched == 0
+        && let (Some(name), [namespace]) = (&rule.sources.name, rule.sources.namespaces.as_slice())
+    {
+        unmet.push(format!("the source {namespace}/{name} does not exist"));
+    }
+    unmet
+}
+
+/// The changes `rule` would make, with every object's content at hand, and how many sources
+/// it matches.
 fn plan_one(
     rule: &Rule,
     rules: &[Rule],
     namespaces: &BTreeMap<String, NamespaceInfo>,
     objects: &[Source],
-) -> Vec<Change> {
+) -> (Vec<Change>, usize) {
     let infos: Vec<ObjectInfo> = objects.iter().map(|object| (*object.info).clone()).collect();
     let world = World::new(rules, namespaces, &infos);
     let sources: HashMap<String, Source> = world
@@ -124,5 +144,6 @@ fn plan_one(
             (object.info.key(rule.kind), existing)
         })
         .collect();
-    plan_rule(rule, &world, &sources, &existing).changes
+    let plan = plan_rule(rule, &world, &sources, &existing);
+    (plan.changes, plan.sources_matched)
 }

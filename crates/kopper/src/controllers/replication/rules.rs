@@ -51,6 +51,8 @@ pub struct Findings {
     pub failed: usize,
     /// Destinations named in a tenant's spec that it may not write into.
     pub refused_destinations: Vec<String>,
+    /// The namespace the rule lives in (a ConfigMapSync's), which destinations consent to.
+    pub own_namespace: Option<String>,
     /// Conflicts left out of `conflicts`, and synced namespaces left out of
     /// `synced_namespaces`, because their namespace is not one the rule's owner named (see
     /// [`RuleObject::redact`]). They are counted, not named.
@@ -92,12 +94,7 @@ impl Findings {
             (
                 "False",
                 "DestinationRefused",
-                format!(
-                    "{} do not accept copies from this namespace: the owner of each can annotate it with \
-                     {}=<this namespace>",
-                    self.refused_destinations.join(", "),
-                    crate::tenancy::ACCEPT_REPLICATION_FROM
-                ),
+                refused_destinations_message(&self.refused_destinations, self.own_namespace.as_deref()),
             )
         } else if let Some(source) = &self.missing_source {
             (
@@ -358,6 +355,22 @@ fn selector(selector: &LabelSelector, field: &str) -> Result<Selector, Refusal> 
         .map_err(|error| Refusal { reason: "InvalidSelector", message: format!("{field}: {error}") })
 }
 
+/// Why named destinations get no copy, and how each one's owner can consent; `from`: the
+/// namespace the copies come from (the rule's own). For status and `kopper plan`.
+pub fn refused_destinations_message(destinations: &[String], from: Option<&str>) -> String {
+    let verb = if destinations.len() == 1 { "does" } else { "do" };
+    let (source, value) = match from {
+        Some(namespace) => (format!("namespace {namespace}"), namespace),
+        None => ("this namespace".to_owned(), "<this namespace>"),
+    };
+    let owners = if destinations.len() == 1 { "its owner" } else { "the owner of each" };
+    format!(
+        "{} {verb} not accept copies from {source}: {owners} can accept them with the annotation {}={value}",
+        destinations.join(", "),
+        crate::tenancy::ACCEPT_REPLICATION_FROM
+    )
+}
+
 /// `1 copy`, `2 copies`.
 fn copies(n: usize) -> String {
     if n == 1 { "1 copy".to_owned() } else { format!("{n} copies") }
@@ -512,6 +525,18 @@ mod tests {
             (&json!("False"), &json!("CopyBeingDeleted"))
         );
         assert!(condition["message"].as_str().unwrap().contains("finalizer"), "{condition}");
+    }
+
+    #[test]
+    fn refused_destinations_are_named_with_the_annotation_that_accepts_copies_from_here() {
+        let one = refused_destinations_message(&["plain-ns".to_owned()], Some("team-c"));
+        assert_eq!(
+            one,
+            "plain-ns does not accept copies from namespace team-c: its owner can accept them with the \
+             annotation kopper.dev/accept-replication-from=team-c"
+        );
+        let two = refused_destinations_message(&["a".to_owned(), "b".to_owned()], None);
+        assert!(two.starts_with("a, b do not accept copies from this namespace: the owner of each"), "{two}");
     }
 
     #[test]
