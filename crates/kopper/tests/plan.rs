@@ -96,7 +96,7 @@ async fn plan_shows_a_file_rule_next_to_the_cluster_rules_and_writes_nothing() {
     assert!(out.contains("+ create  RoleBinding team-b/ad-kubernetes-team-b"), "{out}");
     assert!(!out.contains("kube-system"), "protected namespaces get nothing: {out}");
     assert!(
-        plan.stderr.contains("skipped 1 document(s) that are not kopper rules (ConfigMap)"),
+        plan.stderr.contains("planned as if applied with the rules: ConfigMap default/shared-settings"),
         "{}",
         plan.stderr
     );
@@ -179,6 +179,18 @@ async fn a_rule_whose_destinations_refuse_it_or_whose_source_is_missing_is_a_fin
             "! unmet: team-b does not accept copies from namespace team-a: its owner can accept them with \
              the annotation kopper.dev/accept-replication-from=team-a"
         ),
+        "{}",
+        plan.stdout
+    );
+
+    // The consent applied with the rule, in the same file, is planned as if applied.
+    let consenting = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-b\n  annotations: \
+                      {kopper.dev/accept-replication-from: team-a}\n---\n";
+    let file = write_file(dir.path(), "consented.yaml", &format!("{consenting}{}", sync("to-b", "settings")));
+    let plan = kopper_plan(&cluster, &["-f", &file, "--files-only"]).await;
+    assert_eq!(plan.code, Some(0), "{}{}", plan.stdout, plan.stderr);
+    assert!(
+        plan.stdout.contains("+ create  ConfigMap team-b/settings (from team-a/settings)"),
         "{}",
         plan.stdout
     );

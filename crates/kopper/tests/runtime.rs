@@ -459,7 +459,8 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_the_standby_took_ov
 struct Partition {
     url: String,
     addr: std::net::SocketAddr,
-    upstream: std::net::SocketAddr,
+    /// Where connections go: changed by [`Self::route_to`].
+    upstream: std::sync::Arc<std::sync::Mutex<std::net::SocketAddr>>,
     open: std::sync::Arc<std::sync::atomic::AtomicBool>,
     silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
@@ -490,12 +491,12 @@ impl Partition {
     }
 
     async fn start(upstream: std::net::SocketAddr) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = Self::listen_outside_the_ephemeral_range();
         let addr = listener.local_addr().unwrap();
         let partition = Self {
             url: format!("http://{addr}"),
             addr,
-            upstream,
+            upstream: std::sync::Arc::new(std::sync::Mutex::new(upstream)),
             open: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
             silent: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
             connections: std::sync::Arc::default(),
@@ -505,10 +506,35 @@ impl Partition {
         partition
     }
 
+    /// A listener on a port below Linux's ephemeral range (32768 and up), so that while
+    /// [`Self::close`] has it closed, no socket another test binds to port 0 can take it.
+    fn listen_outside_the_ephemeral_range() -> tokio::net::TcpListener {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let start = 20_000 + nanos % 12_000;
+        (0..12_000u32)
+            .map(|offset| 20_000 + (start - 20_000 + offset) % 12_000)
+            .find_map(|port| Self::listen_at(([127, 0, 0, 1], u16::try_from(port).unwrap()).into()).ok())
+            .expect("a free port between 20000 and 32000")
+    }
+
+    fn listen_at(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+        // Connections closed there may linger in TIME_WAIT.
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(1024)
+    }
+
+    /// Sends new connections to another API server (one back with other data).
+    fn route_to(&self, upstream: std::net::SocketAddr) {
+        *self.upstream.lock().unwrap() = upstream;
+    }
+
     fn serve(&self, listener: tokio::net::TcpListener) {
         use std::sync::atomic::Ordering;
         let (open, silent, tracked) = (self.open.clone(), self.silent.clone(), self.connections.clone());
-        let upstream = self.upstream;
+        let upstream = self.upstream.clone();
         let accept = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 if silent.load(Ordering::SeqCst) {
@@ -522,8 +548,9 @@ impl Partition {
                 if !open.load(Ordering::SeqCst) {
                     continue; // dropped: the connection is reset
                 }
+                let to = *upstream.lock().unwrap();
                 let task = tokio::spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                     }
                 });
@@ -562,11 +589,7 @@ impl Partition {
             self.drop_connections();
         }
         if self.accept.lock().unwrap().is_none() {
-            // The same port again; connections closed there may linger in TIME_WAIT.
-            let socket = tokio::net::TcpSocket::new_v4().unwrap();
-            socket.set_reuseaddr(true).unwrap();
-            socket.bind(self.addr).unwrap();
-            self.serve(socket.listen(1024).unwrap());
+            self.serve(Self::listen_at(self.addr).unwrap());
         }
     }
 }
@@ -634,7 +657,9 @@ async fn an_api_server_back_from_a_cut_with_other_data_is_listed_again() {
     let unanswered_before = metric(&admin, unanswered_watches).await.unwrap_or(0.0);
 
     partition.close();
-    let cluster = cluster.with_api_server_restarted(kubesim::Config::default()).await;
+    // The API server back with other data (a fresh kubesim behind the same address).
+    let cluster = Cluster::start().await;
+    partition.route_to(cluster.sim.addr());
     create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
     let config_maps = Api::<ConfigMap>::namespaced(cluster.client.clone(), "default");
     for n in 0.. {

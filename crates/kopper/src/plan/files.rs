@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use kube::Resource;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -22,7 +23,11 @@ pub struct FileRules {
     pub config_map_syncs: Vec<ConfigMapSync>,
     pub namespace_accesses: Vec<NamespaceAccess>,
     pub origins: BTreeMap<RuleKey, PathBuf>,
-    /// Documents that are not kopper rules (a Namespace next to a rule, say), by kind.
+    /// Namespaces and ConfigMaps in the files, planned as if applied with the rules: the
+    /// namespace that accepts a ConfigMapSync's copies, or its source, often comes with it.
+    pub namespaces: Vec<Namespace>,
+    pub config_maps: Vec<ConfigMap>,
+    /// Other documents, which plan leaves out, by kind.
     pub skipped: Vec<String>,
 }
 
@@ -33,6 +38,17 @@ pub fn key_of<K: Resource<DynamicType = ()>>(object: &K) -> RuleKey {
 }
 
 impl FileRules {
+    /// The Namespaces and ConfigMaps planned as if applied, for people to see what plan
+    /// took from the files besides rules.
+    pub fn taken_as_applied(&self) -> Vec<String> {
+        let namespaces =
+            self.namespaces.iter().map(|namespace| format!("Namespace {}", namespace.name_any()));
+        let config_maps = self.config_maps.iter().map(|config_map| {
+            format!("ConfigMap {}/{}", config_map.namespace().unwrap_or_default(), config_map.name_any())
+        });
+        namespaces.chain(config_maps).collect()
+    }
+
     /// Reads every file (`-` is standard input). Namespaced rules without a namespace get
     /// `default_namespace`, as with kubectl.
     pub fn read(paths: &[PathBuf], default_namespace: &str) -> anyhow::Result<Self> {
@@ -72,6 +88,12 @@ impl FileRules {
                 (true, "Bucket") => self.skipped.push("Bucket".into()),
                 (true, other) => {
                     return Err(at(format!("kopper.dev has no kind {other:?} that plan covers")));
+                }
+                (false, "Namespace") if document["apiVersion"] == "v1" => {
+                    self.namespaces.push(typed(document, None).map_err(at)?);
+                }
+                (false, "ConfigMap") if document["apiVersion"] == "v1" => {
+                    self.config_maps.push(typed(document, Some(default_namespace)).map_err(at)?);
                 }
                 (false, other) => {
                     self.skipped.push(if other.is_empty() { "(no kind)".into() } else { other.into() })
@@ -240,12 +262,13 @@ spec:
 "#;
 
     #[test]
-    fn rules_are_read_with_their_file_and_other_kinds_skipped() {
+    fn rules_are_read_with_their_file_and_namespaces_taken_as_applied() {
         let mut rules = FileRules::default();
         rules.add(RULES, Path::new("rules.yaml"), "apps").unwrap();
         assert_eq!(rules.replication_rules.len(), 1);
         assert_eq!(rules.config_map_syncs[0].metadata.namespace.as_deref(), Some("apps"));
-        assert_eq!(rules.skipped, ["Namespace"]);
+        assert!(rules.skipped.is_empty(), "{:?}", rules.skipped);
+        assert_eq!(rules.taken_as_applied(), ["Namespace team-a"], "planned as if applied with the rules");
         let namespaced = RULES.replace("metadata: {name: shared}", "metadata: {name: shared, namespace: x}");
         let mut again = FileRules::default();
         again.add(&namespaced, Path::new("rules.yaml"), "apps").unwrap();

@@ -32,6 +32,10 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     )
     .await?;
     let files = FileRules::read(&args.files, client.default_namespace())?;
+    let taken = files.taken_as_applied();
+    if !taken.is_empty() {
+        eprintln_quiet(&format!("kopper plan: planned as if applied with the rules: {}", taken.join(", ")));
+    }
     if !files.skipped.is_empty() {
         eprintln_quiet(&format!(
             "kopper plan: skipped {} document(s) that are not kopper rules ({})",
@@ -56,11 +60,12 @@ pub async fn plan(client: &Client, args: &PlanArgs, files: &FileRules) -> anyhow
     let replication_rules = merged(&rules_in_cluster(client, args).await?, &files.replication_rules);
     let config_map_syncs = merged(&rules_in_cluster(client, args).await?, &files.config_map_syncs);
     let policies = merged(&rules_in_cluster(client, args).await?, &files.namespace_accesses);
-    let namespaces = list_all::<Namespace>(client).await?;
+    let namespaces = merged(&list_all::<Namespace>(client).await?, &files.namespaces);
     // Secrets are read only when a rule copies Secrets: plan needs no more access than that.
     let copies_secrets = replication_rules.iter().any(|rule| rule.spec.kind == ReplicatedKind::Secret);
     let secrets = if copies_secrets { list_all::<Secret>(client).await? } else { Vec::new() };
-    let cluster = ClusterObjects::new(&namespaces, &list_all::<ConfigMap>(client).await?, &secrets);
+    let config_maps = merged(&list_all::<ConfigMap>(client).await?, &files.config_maps);
+    let cluster = ClusterObjects::new(&namespaces, &config_maps, &secrets);
     let mut bindings = list_all::<RoleBinding>(client).await?;
     if args.files_only {
         // The cluster's other policies are left out, not deleted: their bindings stay theirs.

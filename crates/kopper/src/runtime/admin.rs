@@ -92,7 +92,7 @@ pub async fn probe_api_server(
                     false
                 }
             };
-            metrics.api_answered(answered);
+            metrics.api_ready(answered);
         }
     };
     tokio::select! {

@@ -87,6 +87,10 @@ pub struct Metrics {
     /// Since when every request to the API server has failed (no answer, 502, 503, 504); `None`
     /// while it answers. Fed by the client's request layer, read by `/readyz`.
     api_failing_since: Mutex<Option<std::time::Instant>>,
+    /// Since when the API server's own `/readyz` has not said it is ready; `None` while it
+    /// does. Only the probe's next answer ends it: other requests answered (from the API
+    /// server's watch cache, or a 500 from a store that is down) do not show it can serve.
+    api_not_ready_since: Mutex<Option<std::time::Instant>>,
     /// Watches whose requests fail while other requests succeed, by what they watch: since
     /// when they fail, and when they failed last. Fed by the request layer, read by `/readyz`.
     watches_failing: Mutex<BTreeMap<String, (std::time::Instant, std::time::Instant)>>,
@@ -149,6 +153,7 @@ impl Metrics {
             api_requests: Family::default(),
             rule_gauges: Mutex::default(),
             api_failing_since: Mutex::default(),
+            api_not_ready_since: Mutex::default(),
             watches_failing: Mutex::default(),
         };
         metrics.register_into(kopper);
@@ -273,22 +278,26 @@ impl Metrics {
     }
 
     /// Counts a request in `kopper_api_requests_total` only: the readiness probe's, whose
-    /// verdict [`Self::api_answered`] takes instead.
+    /// verdict [`Self::api_ready`] takes instead.
     pub fn count_api_request(&self, verb: &str, code: &str) {
         self.api_requests
             .get_or_create(&RequestLabels { verb: verb.to_owned(), code: code.to_owned() })
             .inc();
     }
 
-    /// Whether the API server just answered (or failed to): a failure starts the stretch
-    /// `/readyz` measures, an answer ends it.
-    pub fn api_answered(&self, answered: bool) {
-        let failed = !answered;
-        let mut since = self.api_failing_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match (failed, *since) {
-            (true, None) => *since = Some(std::time::Instant::now()),
-            (false, Some(_)) => *since = None,
-            _ => {}
+    /// Whether a request was answered (or failed for want of an answer): a failure starts
+    /// the stretch `/readyz` measures, an answer ends it.
+    fn api_answered(&self, answered: bool) {
+        stretch(&self.api_failing_since, !answered);
+    }
+
+    /// What the API server's own `/readyz` said: not ready (or no answer) starts a stretch
+    /// that only its saying ready ends. Ready also ends the stretch of failed requests: the
+    /// server answers, however long ago the last other request failed.
+    pub fn api_ready(&self, ready: bool) {
+        stretch(&self.api_not_ready_since, !ready);
+        if ready {
+            stretch(&self.api_failing_since, false);
         }
     }
 
@@ -314,10 +323,17 @@ impl Metrics {
             .max_by_key(|(_, failing_for)| *failing_for)
     }
 
-    /// How long every request to the API server has been failing; `None` while it answers.
+    /// How long the API server has failed to serve kopper: every request failing, or its
+    /// own `/readyz` not ready, whichever has lasted longer; `None` while it serves.
     pub fn api_unreachable_for(&self) -> Option<std::time::Duration> {
-        let since = *self.api_failing_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        since.map(|since| since.elapsed())
+        let read = |since: &Mutex<Option<std::time::Instant>>| {
+            *since.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        [read(&self.api_failing_since), read(&self.api_not_ready_since)]
+            .into_iter()
+            .flatten()
+            .map(|since| since.elapsed())
+            .max()
     }
 
     pub fn watch_failed(&self, controller: &str, kind: &str) {
@@ -400,6 +416,16 @@ fn classic_text(openmetrics: &str) -> String {
     out
 }
 
+/// Starts (`failed`) or ends a stretch of failures; a stretch already started keeps its start.
+fn stretch(since: &Mutex<Option<std::time::Instant>>, failed: bool) {
+    let mut since = since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match (failed, *since) {
+        (true, None) => *since = Some(std::time::Instant::now()),
+        (false, Some(_)) => *since = None,
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +459,27 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("kopper_conflicts{controller=\"replication-rule\"} 1"), "{text}");
         assert!(text.contains("kopper_copies_out_of_sync{kind=\"ConfigMap\"} 4"), "{text}");
+    }
+
+    #[test]
+    fn an_api_server_not_ready_stays_unreachable_whatever_other_requests_get_back() {
+        let metrics = Metrics::default();
+        assert_eq!(metrics.api_unreachable_for(), None);
+        metrics.api_ready(false);
+        metrics.api_request("watch", "200");
+        metrics.api_request("update", "500");
+        assert!(metrics.api_unreachable_for().is_some(), "answers from its cache or a failing store");
+        metrics.api_ready(true);
+        assert_eq!(metrics.api_unreachable_for(), None);
+    }
+
+    #[test]
+    fn a_lone_failed_request_ends_with_the_api_server_s_next_ready() {
+        let metrics = Metrics::default();
+        metrics.api_request("update", "503");
+        assert!(metrics.api_unreachable_for().is_some());
+        metrics.api_ready(true);
+        assert_eq!(metrics.api_unreachable_for(), None, "no other request needed to end it");
     }
 
     #[test]

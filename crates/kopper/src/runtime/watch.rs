@@ -114,12 +114,17 @@ fn resume_found_no_server(error: &watcher::Error) -> bool {
     }
 }
 
-/// Whether `error` comes from a connection that could not be made: refused, timed out, or
-/// with no route to the address.
+/// Whether `error` comes from a connection that could not be made: refused, timed out, with
+/// no route to the address, or ended while it was being set up (a TCP load balancer in
+/// front of an API server that is down takes the connection and drops it in the TLS
+/// handshake, which hyper-util reports as a connect error).
 fn could_not_connect(error: &(dyn std::error::Error + 'static)) -> bool {
     use std::io::ErrorKind;
     let mut cause = Some(error);
     while let Some(error) = cause {
+        if error.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(|error| error.is_connect()) {
+            return true;
+        }
         if let Some(io) = error.downcast_ref::<std::io::Error>()
             && matches!(
                 io.kind(),
@@ -127,7 +132,6 @@ fn could_not_connect(error: &(dyn std::error::Error + 'static)) -> bool {
                     | ErrorKind::TimedOut
                     | ErrorKind::HostUnreachable
                     | ErrorKind::NetworkUnreachable
-                    | ErrorKind::AddrNotAvailable
             )
         {
             return true;

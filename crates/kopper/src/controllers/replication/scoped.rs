@@ -293,9 +293,10 @@ impl Scoped {
     /// its create meeting the blocker, and watches it anew.)
     pub fn still_blocked(&self, by: &RuleId, kind: ObjectKind, names: &BTreeSet<&str>) {
         let mut blocked = self.lock_blocked();
-        if let Some(blocked) = blocked.get_mut(&kind) {
+        // Names of the other kind are no longer the rule's either (its kind changed).
+        for (of, blocked) in blocked.iter_mut() {
             blocked.retain(|name, rules| {
-                if !names.contains(name.as_str()) {
+                if *of != kind || !names.contains(name.as_str()) {
                     rules.remove(by);
                 }
                 !rules.is_empty()
