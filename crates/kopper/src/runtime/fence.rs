@@ -60,10 +60,6 @@ impl WriteFence {
         !self.always_open
     }
 
-    pub fn is_open(&self) -> bool {
-        self.write_deadline().is_ok()
-    }
-
     /// Until when a write made now may be sent: `Ok(None)` without leader election (no
     /// limit), the deadline the last renewal earned while it lasts, [`Fenced`] after it.
     pub fn write_deadline(&self) -> Result<Option<Instant>, Fenced> {
@@ -79,12 +75,17 @@ impl WriteFence {
 }
 
 impl WriteFence {
-    /// Waits for `write`, let through while the fence was open until `deadline`, for as long
-    /// as the fence stays open: a renewal that succeeds meanwhile moves the deadline on (a
-    /// slow admission webhook, or a bucket emptied in many batches, outlasts one renewal),
-    /// and the write is abandoned only once the fence closed or its deadline passed with no
-    /// renewal.
-    pub async fn while_open<F: Future>(&self, mut deadline: Instant, write: F) -> Result<F::Output, Fenced> {
+    /// Waits for `write`, let through while the fence was open until `deadline` (`None`: no
+    /// limit, as [`Self::write_deadline`] says), for as long as the fence stays open: a
+    /// renewal that succeeds meanwhile moves the deadline on (a slow admission webhook, or a
+    /// bucket emptied in many batches, outlasts one renewal), and the write is abandoned only
+    /// once the fence closed or its deadline passed with no renewal.
+    pub async fn while_open<F: Future>(
+        &self,
+        deadline: Option<Instant>,
+        write: F,
+    ) -> Result<F::Output, Fenced> {
+        let Some(mut deadline) = deadline else { return Ok(write.await) };
         let mut write = std::pin::pin!(write);
         loop {
             match tokio::time::timeout_at(deadline, write.as_mut()).await {
@@ -161,14 +162,9 @@ where
         };
         let response = self.inner.call(request);
         let fence = self.fence.clone();
-        Box::pin(async move {
-            match deadline {
-                // Dropping the response future cancels a request not yet written (hyper checks
-                // before it writes), so a late write is never sent.
-                Some(deadline) => fence.while_open(deadline, response).await?.map_err(Into::into),
-                None => response.await.map_err(Into::into),
-            }
-        })
+        // Dropping the response future cancels a request not yet written (hyper checks before
+        // it writes), so a late write is never sent.
+        Box::pin(async move { fence.while_open(deadline, response).await?.map_err(Into::into) })
     }
 }
 
@@ -192,15 +188,15 @@ mod tests {
     #[tokio::test]
     async fn a_fence_is_open_only_until_the_deadline_the_last_renewal_earned() {
         let fence = WriteFence::closed();
-        assert!(!fence.is_open(), "closed until the lease is taken");
+        assert!(fence.write_deadline().is_err(), "closed until the lease is taken");
         fence.open_until(Instant::now() + Duration::from_millis(30));
-        assert!(fence.is_open());
+        assert!(fence.write_deadline().is_ok());
         tokio::time::sleep(Duration::from_millis(40)).await;
-        assert!(!fence.is_open(), "a leader that did not renew in time stops writing");
+        assert!(fence.write_deadline().is_err(), "a leader that did not renew in time stops writing");
         fence.open_until(Instant::now() + Duration::from_secs(8));
         fence.close();
-        assert!(!fence.is_open());
-        assert!(WriteFence::open().is_open());
+        assert!(fence.write_deadline().is_err());
+        assert_eq!(WriteFence::open().write_deadline().ok(), Some(None), "open, with no deadline");
     }
 
     /// An inner service whose answer takes `delay`, and a flag set once it has answered.

@@ -35,8 +35,7 @@ impl<P: Provider> Fenced<P> {
             message: message.to_owned(),
         };
         match self.fence.write_deadline() {
-            Ok(None) => write,
-            Ok(Some(deadline)) => async move {
+            Ok(deadline) => async move {
                 self.fence.while_open(deadline, write).await.unwrap_or_else(|_fenced| {
                     Err(refused("abandoned: this replica could not prove it still holds the leader lease before an answer came"))
                 })

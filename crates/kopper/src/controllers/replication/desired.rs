@@ -278,6 +278,15 @@ impl Rule {
         }
     }
 
+    /// The one source this rule names (`namespace/name`, a ConfigMapSync's), when it matched
+    /// none: the rule cannot do what it asks for, unlike a selector that matches nothing yet.
+    pub fn missing_named_source(&self, sources_matched: usize) -> Option<String> {
+        match (&self.sources.name, self.sources.namespaces.as_slice()) {
+            (Some(name), [namespace]) if sources_matched == 0 => Some(format!("{namespace}/{name}")),
+            _ => None,
+        }
+    }
+
     /// The namespaces this rule names as destinations that it may not write into (not
     /// protected, no consent), whether or not they exist: telling them apart would tell a
     /// tenant which namespaces exist. Only a tenant's rule (ConfigMapSync) has any.

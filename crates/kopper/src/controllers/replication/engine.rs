@@ -397,11 +397,7 @@ impl Engine {
         let pass = RulePass::new(rule, &world, &sources);
         let mut tally = PassTally::default();
         tally.findings.sources_matched = pass.sources_matched;
-        if pass.sources_matched == 0
-            && let (Some(name), [namespace]) = (&rule.sources.name, rule.sources.namespaces.as_slice())
-        {
-            tally.findings.missing_source = Some(format!("{namespace}/{name}"));
-        }
+        tally.findings.missing_source = rule.missing_named_source(pass.sources_matched);
         tally.findings.refused_destinations = rule.refused_destinations(&namespaces);
         tally.findings.own_namespace = rule.id.namespace.clone();
         let batch = (COPIES_PER_BATCH / pass.copies_per_namespace().max(1)).max(1);

@@ -109,10 +109,8 @@ fn unmet(rule: &Rule, namespaces: &BTreeMap<String, NamespaceInfo>, sources_matc
     if !refused.is_empty() {
         unmet.push(refused_destinations_message(&refused, rule.id.namespace.as_deref()));
     }
-    if sources_matched == 0
-        && let (Some(name), [namespace]) = (&rule.sources.name, rule.sources.namespaces.as_slice())
-    {
-        unmet.push(format!("the source {namespace}/{name} does not exist"));
+    if let Some(source) = rule.missing_named_source(sources_matched) {
+        unmet.push(format!("the source {source} does not exist"));
     }
     unmet
 }
