@@ -247,9 +247,7 @@ async fn told_to_wait_kopper_starts_once_the_api_server_answers() {
         http_get(&admin, "/readyz").await.filter(|(status, _)| *status == 200)
     })
     .await;
-    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
-    wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
-    operator.stop().await.unwrap();
+    labels_a_new_pod_and_stops(&cluster, operator).await;
 }
 
 /// Stopped while it waits for an API server that takes connections and never answers,
@@ -470,6 +468,13 @@ struct Partition {
 /// One of the ways a [`Partition`] fails.
 type PartitionFailure = fn(&Partition);
 
+/// kopper at work once more: a pod annotated now gets its label. Then kopper is stopped.
+async fn labels_a_new_pod_and_stops(cluster: &Cluster, operator: Operator) {
+    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
+    wait_for_label(cluster, "after", "kopper.dev/pod-name", Some("after")).await;
+    operator.stop().await.unwrap();
+}
+
 /// Waits for kopper's `/readyz` at `admin` to answer `want`; its status and body then.
 async fn readyz(admin: &str, want: u16) -> (u16, String) {
     eventually(&format!("/readyz {want}"), || async {
@@ -628,9 +633,7 @@ async fn readyz_fails_while_the_api_server_is_unreachable_or_silent_and_recovers
 
         partition.restore();
         readyz(&admin, 200).await;
-        create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
-        wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
-        operator.stop().await.unwrap();
+        labels_a_new_pod_and_stops(&cluster, operator).await;
     }
 }
 
@@ -706,9 +709,7 @@ async fn readyz_fails_while_a_watch_is_refused_and_recovers_by_itself() {
 
     cluster.sim.faults().clear();
     readyz(&admin, 200).await;
-    create_pod(&cluster.pods("default"), &pod("after", &[(ANNOTATION, "true")], &[])).await;
-    wait_for_label(&cluster, "after", "kopper.dev/pod-name", Some("after")).await;
-    operator.stop().await.unwrap();
+    labels_a_new_pod_and_stops(&cluster, operator).await;
 }
 
 /// An API server that comes back without its data (restarted without its store, or an etcd
