@@ -104,6 +104,27 @@ fn every_field_has_a_description_written_for_users() {
     assert!(problems.is_empty(), "fields without a description for users:\n{}", problems.join("\n"));
 }
 
+/// Every kind that shows its Ready status in `kubectl get` also shows why under
+/// `kubectl get -o wide`, so a user seeing `False` need not read the whole status to learn
+/// the reason.
+#[test]
+fn every_ready_column_has_its_reason_under_wide() {
+    let ready_reason = r#".status.conditions[?(@.type=="Ready")].reason"#;
+    let mut missing = Vec::new();
+    for crd in kopper::crds::all() {
+        for version in &crd.spec.versions {
+            let columns = version.additional_printer_columns.as_deref().unwrap_or_default();
+            let shows_ready = columns.iter().any(|column| column.name == "Ready");
+            let reason = columns.iter().find(|column| column.json_path == ready_reason);
+            let wide_only = reason.is_some_and(|column| column.name == "Reason" && column.priority == Some(1));
+            if shows_ready && !wide_only {
+                missing.push(format!("{} {}", crd.spec.names.kind, version.name));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "kinds with a Ready column but no Reason column under -o wide: {missing:?}");
+}
+
 /// kubesim (like kube-apiserver with these CRDs) refuses a selector with an unknown operator,
 /// a malformed label key, or values that do not fit the operator, naming the field, instead of storing it for kopper to trip on.
 #[tokio::test]

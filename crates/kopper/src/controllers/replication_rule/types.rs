@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"In sync","type":"integer","jsonPath":".status.copiesInSync","description":"Copies in place and up to date"}"#,
     printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflictCount"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
