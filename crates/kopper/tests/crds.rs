@@ -116,7 +116,8 @@ fn every_ready_column_has_its_reason_under_wide() {
             let columns = version.additional_printer_columns.as_deref().unwrap_or_default();
             let shows_ready = columns.iter().any(|column| column.name == "Ready");
             let reason = columns.iter().find(|column| column.json_path == ready_reason);
-            let wide_only = reason.is_some_and(|column| column.name == "Reason" && column.priority == Some(1));
+            let wide_only =
+                reason.is_some_and(|column| column.name == "Reason" && column.priority == Some(1));
             if shows_ready && !wide_only {
                 missing.push(format!("{} {}", crd.spec.names.kind, version.name));
             }

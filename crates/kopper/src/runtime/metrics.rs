@@ -2,7 +2,7 @@
 //! error categories, never object names. `docs/operations.md` says what each alert built on
 //! them means and what to do.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -360,6 +360,34 @@ impl Metrics {
                 None => return,
             },
         };
+        self.publish_rule_gauges(&all, controller, kind);
+    }
+
+    /// Forgets the rules `keep` refuses (`keep(controller, rule)`): rules deleted without
+    /// their finalizer running (removed by hand) are never cleaned up, and would otherwise
+    /// count towards the gauges, and fire their alerts, until kopper restarts.
+    pub fn retain_rule_gauges(&self, keep: impl Fn(&str, &str) -> bool) {
+        let mut all = self.rule_gauges.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut gone = BTreeSet::new();
+        all.retain(|(controller, rule), gauges| {
+            let kept = keep(controller, rule);
+            if !kept {
+                gone.insert((controller.clone(), gauges.kind.clone()));
+            }
+            kept
+        });
+        for (controller, kind) in gone {
+            self.publish_rule_gauges(&all, &controller, kind);
+        }
+    }
+
+    /// Sets the gauges of `controller` and of copies of `kind` from every rule's share.
+    fn publish_rule_gauges(
+        &self,
+        all: &BTreeMap<(String, String), RuleGauges>,
+        controller: &str,
+        kind: String,
+    ) {
         let of_controller = all.iter().filter(|((c, _), _)| c == controller).map(|(_, g)| g);
         let (conflicts, not_ready) =
             of_controller.fold((0, 0), |(c, n), g| (c + g.conflicts, n + i64::from(g.not_ready)));
@@ -459,6 +487,12 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("kopper_conflicts{controller=\"replication-rule\"} 1"), "{text}");
         assert!(text.contains("kopper_copies_out_of_sync{kind=\"ConfigMap\"} 4"), "{text}");
+        // "c" deleted without its finalizer running: forgotten at the next sweep.
+        metrics.retain_rule_gauges(|_, rule| rule != "c");
+        let text = metrics.encode();
+        assert!(text.contains("kopper_rules_not_ready{controller=\"config-map-sync\"} 0"), "{text}");
+        assert!(text.contains("kopper_copies_out_of_sync{kind=\"ConfigMap\"} 0"), "{text}");
+        assert!(text.contains("kopper_conflicts{controller=\"replication-rule\"} 1"), "{text}");
     }
 
     #[test]

@@ -377,6 +377,21 @@ impl CopyIndex {
         strings.retain(|value| Arc::strong_count(value) > 1);
     }
 
+    /// Prunes the strings once they outnumber what the copies can use (a name and a
+    /// namespace each) by [`STRINGS_SLACK`]: names come and go with copies (a namespace a
+    /// CI run made, a tenant's own objects carrying kopper's label under fresh names) and
+    /// the watch resumes for days without a list, so waiting for one would keep every name
+    /// ever seen. Pruning costs one look at each string, paid once per that many removals.
+    fn prune_strings_if_outgrown(&self) {
+        let outgrown = {
+            let strings = self.strings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            strings.len() > 2 * self.len() + STRINGS_SLACK
+        };
+        if outgrown {
+            self.prune_strings();
+        }
+    }
+
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, CopyMap> {
         self.copies.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -421,9 +436,15 @@ impl CopyIndex {
         if removed.is_some() {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
+        drop(map);
+        self.prune_strings_if_outgrown();
         removed
     }
 }
+
+/// Strings beyond two per copy kept before they are pruned (see
+/// [`CopyIndex::prune_strings_if_outgrown`]).
+const STRINGS_SLACK: usize = 1024;
 
 /// The label selector of kopper's copies; every other object is left to the scoped
 /// watches of [`super::scoped`].
@@ -564,6 +585,29 @@ mod tests {
             "binaryData": {"logo": "AAE="},
             "immutable": true
         })
+    }
+
+    /// Copies made and deleted under fresh names, with no list in between (the watch
+    /// resumes for days): the names kept stay bounded by the copies that exist.
+    #[test]
+    fn names_of_deleted_copies_are_forgotten_without_a_list() {
+        let index = CopyIndex::new(ObjectKind::ConfigMap);
+        let kept =
+            ObjectMeta { namespace: Some("team-a".into()), name: Some("settings".into()), ..at_version("1") };
+        index.insert(&kept, CopyState::new(&kept, &Payload::default()));
+        for round in 0..20 * STRINGS_SLACK {
+            let meta = ObjectMeta {
+                namespace: Some(format!("ci-{round}")),
+                name: Some(format!("build-{round}")),
+                ..at_version("2")
+            };
+            index.insert(&meta, CopyState::new(&meta, &Payload::default()));
+            assert!(index.remove(&meta).is_some());
+        }
+        let strings = index.strings.lock().unwrap().len();
+        assert!(strings <= 2 + 2 * STRINGS_SLACK, "{strings} names kept for 1 copy");
+        assert!(CopyIndex::get(&index.read(), "team-a", "settings").is_some());
+        assert_eq!(index.len(), 1);
     }
 
     #[test]

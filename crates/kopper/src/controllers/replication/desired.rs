@@ -25,6 +25,9 @@ pub const REPLICATED_BY_LABEL: &str = "kopper.dev/replicated-by";
 pub const RULE_ANNOTATION: &str = "kopper.dev/rule";
 /// The uid of the rule object that made a copy: its cleanup deletes only copies naming it.
 pub const RULE_UID_ANNOTATION: &str = "kopper.dev/rule-uid";
+/// Names the ServiceAccount whose token a Secret holds: how a service-account token is
+/// told from its metadata alone (see [`ObjectInfo::credential_type`]).
+pub const SERVICE_ACCOUNT_NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
 pub const SOURCE_NAMESPACE_ANNOTATION: &str = "kopper.dev/source-namespace";
 pub const SOURCE_NAME_ANNOTATION: &str = "kopper.dev/source-name";
 pub const SOURCE_UID_ANNOTATION: &str = "kopper.dev/source-uid";
@@ -340,7 +343,7 @@ impl ObjectInfo {
     /// The cluster credential type (see [`CREDENTIAL_SECRET_TYPES`]) a Secret is, told from
     /// its metadata alone (the watches hold no more), as the API server and Helm mark them.
     pub fn credential_type(&self) -> Option<&'static str> {
-        if self.annotations.contains_key("kubernetes.io/service-account.name") {
+        if self.annotations.contains_key(SERVICE_ACCOUNT_NAME_ANNOTATION) {
             Some(CREDENTIAL_SECRET_TYPES[0])
         } else if self.name.starts_with("bootstrap-token-") {
             Some(CREDENTIAL_SECRET_TYPES[1])

@@ -304,7 +304,7 @@ impl Engine {
             format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{REPLICATED_BY_LABEL}={}", labels.current);
         let mut changes = Vec::new();
         for kind in ObjectKind::ALL {
-            let mut page = ListParams::default().labels(&selector).limit(CLEANUP_LIST_PAGE);
+            let mut page = ListParams::default().labels(&selector).limit(super::scoped::METADATA_PAGE_SIZE);
             loop {
                 let (listed, next) = match kind {
                     ObjectKind::ConfigMap => list_page::<ConfigMap>(client, &page).await,
@@ -339,15 +339,15 @@ impl Engine {
     }
 
     /// Deletes copies whose rule no longer exists: left behind when a rule's finalizer
-    /// was removed by hand, or kopper was uninstalled and reinstalled in between.
+    /// was removed by hand, or kopper was uninstalled and reinstalled in between. Such a
+    /// rule's share of the rule gauges goes too, as its cleanup never ran.
     pub async fn collect_orphans(&self, ctx: &Context) {
-        let rules: HashSet<String> = self
-            .router
-            .rules
-            .all_ids()
-            .iter()
-            .flat_map(|id| [id.label_value(), id.legacy_label_value()])
-            .collect();
+        let ids = self.router.rules.all_ids();
+        let live: HashSet<(&str, String)> =
+            ids.iter().map(|id| (controller_of(id.kind), id.to_string())).collect();
+        ctx.metrics.retain_rule_gauges(|controller, rule| live.contains(&(controller, rule.to_owned())));
+        let rules: HashSet<String> =
+            ids.iter().flat_map(|id| [id.label_value(), id.legacy_label_value()]).collect();
         let changes =
             self.copies_where(|copy| copy.rule.as_deref().is_some_and(|rule| !rules.contains(rule)));
         if changes.is_empty() {
@@ -622,9 +622,6 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
         Err(_) => Vec::new(),
     }
 }
-
-/// Copies listed per request when a cleanup asks the API server for a rule's copies.
-const CLEANUP_LIST_PAGE: u32 = 500;
 
 /// Where a cleanup looks for the copies it deletes.
 #[derive(Clone, Copy)]

@@ -19,12 +19,24 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 
-use super::desired::{Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, RuleId};
+use super::desired::{
+    Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, RuleId,
+    SERVICE_ACCOUNT_NAME_ANNOTATION,
+};
 use super::index::{Router, Synced};
 use crate::runtime::metrics::ScopedWatchLabels;
 
 /// How long a pass waits for a new scoped watch's first list before it fails and is retried.
 const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Objects per page when the engine lists metadata of objects tenants write (the scoped
+/// watches here, a rule's copies at cleanup). Metadata alone can be large, and tenants
+/// decide it: annotations may hold 256 KiB (kubectl's last-applied copy of the object
+/// among them) and managedFields as much again in keys. kube's default page of 500 could
+/// then be over 100 MiB of text, held twice while decoded; ten bound a page near 12 MiB
+/// whatever tenants store, for one request per ten objects, paid at a watch's first list
+/// and after each relist.
+pub const METADATA_PAGE_SIZE: u32 = 10;
 
 /// Source namespaces of one kind watched one by one; beyond this, one cluster-wide watch
 /// replaces them. Each watch holds a connection to the API server, so a ConfigMapSync in
@@ -395,17 +407,11 @@ impl Scoped {
             + Sync
             + 'static,
     {
-        let (api, config) = match scope {
-            Scope::Namespace(namespace) => {
-                (Api::<Meta<K>>::namespaced(self.client.clone(), namespace), watcher::Config::default())
-            }
-            Scope::Name(name) => (
-                Api::<Meta<K>>::all(self.client.clone()),
-                watcher::Config::default().fields(&format!("metadata.name={name}")),
-            ),
-            Scope::Cluster => (Api::<Meta<K>>::all(self.client.clone()), watcher::Config::default()),
+        let api = match scope {
+            Scope::Namespace(namespace) => Api::<Meta<K>>::namespaced(self.client.clone(), namespace),
+            Scope::Name(_) | Scope::Cluster => Api::<Meta<K>>::all(self.client.clone()),
         };
-        let config = config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"));
+        let config = watch_config(scope);
         let events =
             crate::runtime::watch::watcher(api, config).default_backoff().take_until(self.shutdown.clone());
         let router = self.router.clone();
@@ -436,15 +442,26 @@ impl Scoped {
     }
 }
 
+/// What a scoped watch asks for: objects kopper did not make, in pages of
+/// [`METADATA_PAGE_SIZE`], and for a name, only that name.
+fn watch_config(scope: &Scope) -> watcher::Config {
+    let config = match scope {
+        Scope::Name(name) => watcher::Config::default().fields(&format!("metadata.name={name}")),
+        Scope::Namespace(_) | Scope::Cluster => watcher::Config::default(),
+    };
+    config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}")).page_size(METADATA_PAGE_SIZE)
+}
+
 fn kind_of<K: Resource<DynamicType = ()>>() -> ObjectKind {
     if K::kind(&()) == "Secret" { ObjectKind::Secret } else { ObjectKind::ConfigMap }
 }
 
-/// What is kept of an object that is not a copy: enough to match it as a source, never its
-/// annotations (kubectl's last-applied copy of the whole object among them).
+/// What is kept of an object that is not a copy: enough to match it as a source, and of its
+/// annotations (kubectl's last-applied copy of the whole object among them) only the one
+/// that tells a service-account token, a credential, from other Secrets.
 fn info_of<K>(object: &PartialObjectMeta<K>) -> ObjectInfo {
     let mut info = ObjectInfo::from_meta(&object.metadata);
-    info.annotations.clear();
+    info.annotations.retain(|key, _| key == SERVICE_ACCOUNT_NAME_ANNOTATION);
     info
 }
 
@@ -488,6 +505,47 @@ fn apply_event<K>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tenant's objects can carry hundreds of KiB of metadata each: every scoped watch
+    /// lists them a few at a time, never in kube's default pages of 500, and never sees
+    /// kopper's own copies (the copy watch has those).
+    /// A service-account token is a credential a rule copies only when allowed to: the
+    /// annotation that tells it is kept, the rest (last-applied among them) is not.
+    #[test]
+    fn a_watched_secret_keeps_only_what_tells_a_credential() {
+        let token = PartialObjectMeta::<k8s_openapi::api::core::v1::Secret> {
+            metadata: kube::api::ObjectMeta {
+                name: Some("builder-token".into()),
+                namespace: Some("ci".into()),
+                annotations: Some(BTreeMap::from([
+                    (SERVICE_ACCOUNT_NAME_ANNOTATION.into(), "builder".into()),
+                    ("kubectl.kubernetes.io/last-applied-configuration".into(), "{}".into()),
+                ])),
+                ..kube::api::ObjectMeta::default()
+            },
+            ..PartialObjectMeta::default()
+        };
+        let info = info_of(&token);
+        assert_eq!(info.credential_type(), Some(crate::tenancy::CREDENTIAL_SECRET_TYPES[0]));
+        assert_eq!(info.annotations.keys().collect::<Vec<_>>(), [SERVICE_ACCOUNT_NAME_ANNOTATION]);
+    }
+
+    #[test]
+    fn every_scoped_watch_lists_small_pages_of_objects_kopper_did_not_make() {
+        for scope in [Scope::Namespace("team-a".into()), Scope::Name("settings".into()), Scope::Cluster] {
+            let config = watch_config(&scope);
+            assert_eq!(config.page_size, Some(METADATA_PAGE_SIZE), "{scope:?}");
+            assert_eq!(
+                config.label_selector.as_deref(),
+                Some(format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}").as_str()),
+                "{scope:?}"
+            );
+        }
+        assert_eq!(
+            watch_config(&Scope::Name("settings".into())).field_selector.as_deref(),
+            Some("metadata.name=settings")
+        );
+    }
 
     fn store(ready: bool, objects: &[(&str, &str)]) -> Arc<ScopeStore> {
         let store = ScopeStore::new();
