@@ -26,6 +26,7 @@ use super::desired::{
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
 use super::scoped::{Scope, ScopeNotReady};
+use super::source_cache::SourceCache;
 use super::{RULE_CONTROLLER, controller_of};
 use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory};
@@ -91,8 +92,8 @@ impl ErrorCategory for SyncError {
 /// was seen, and conflicts per rule.
 #[derive(Default)]
 pub struct Memo {
-    /// Source content by kind and uid, valid for the version it records.
-    sources: Mutex<HashMap<(ObjectKind, String), Source>>,
+    /// Source content by kind and uid, valid for the version it records, bounded in bytes.
+    sources: Mutex<SourceCache>,
     /// When a source version was first seen, by uid, for the latency histogram.
     changed: Mutex<HashMap<String, (String, Instant)>>,
 }
@@ -118,11 +119,11 @@ impl Memo {
     /// not what was once; sets `kopper_cached_source_contents`.
     fn keep_sources(&self, metrics: &crate::runtime::Metrics, copied: &HashSet<(ObjectKind, String)>) {
         let mut sources = lock(&self.sources);
-        sources.retain(|(kind, uid), _| copied.contains(&(*kind, uid.clone())));
+        sources.retain(copied);
         let uids: HashSet<&String> = copied.iter().map(|(_, uid)| uid).collect();
         lock(&self.changed).retain(|uid, _| uids.contains(uid));
         for kind in ObjectKind::ALL {
-            let held = sources.keys().filter(|(of, _)| *of == kind).count();
+            let held = sources.count(kind);
             let labels = crate::runtime::metrics::KindLabels { kind: kind.to_string() };
             metrics
                 .cached_source_contents
@@ -132,9 +133,7 @@ impl Memo {
     }
 
     fn cached_source(&self, kind: ObjectKind, info: &ObjectInfo) -> Option<Source> {
-        let sources = lock(&self.sources);
-        let cached = sources.get(&(kind, info.uid.clone()))?;
-        (cached.info.resource_version == info.resource_version).then(|| cached.clone())
+        lock(&self.sources).get(kind, info)
     }
 }
 
@@ -537,7 +536,7 @@ impl Engine {
                 }
                 let fetched = read(client, kind, &info.namespace, &info.name).await?;
                 if let Some(source) = &fetched {
-                    lock(&memo.sources).insert((kind, source.info.uid.clone()), source.clone());
+                    lock(&memo.sources).insert(kind, source.clone());
                 }
                 Ok(fetched)
             })

@@ -25,7 +25,8 @@
 //!   burst by one pass per [`pacing::MIN_WAKE_GAP`]; the watch event of a copy kopper wrote
 //!   wakes no pass of the rule that wrote it.
 //!
-//! Sources' content is read once per version. A rule holds the finalizer [`FINALIZER`]
+//! Sources' content is read once per version, and kept between passes up to a byte budget
+//! ([`source_cache`]) whatever tenants name. A rule holds the finalizer [`FINALIZER`]
 //! until its copies are removed; copies whose rule vanished without it (a finalizer removed
 //! by hand) are deleted at start and every minute. So besides
 //! get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on ConfigMaps
@@ -42,6 +43,7 @@ pub mod pacing;
 pub mod plan;
 pub mod rules;
 pub mod scoped;
+pub mod source_cache;
 
 use std::future::Future;
 use std::sync::Arc;
