@@ -105,11 +105,13 @@ async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> 
         Change::Update { existing_uid, seen_version: None, copy } => {
             update(client, field_manager, copy, existing_uid).await
         }
-        Change::Replace { existing_uid, copy } => match delete(client, &copy.key, existing_uid).await {
-            Outcome::Deleted(_) => create(client, field_manager, copy).await,
-            other => other,
-        },
-        Change::Delete { key, uid } => delete(client, key, uid).await,
+        Change::Replace { existing_uid, seen_version, copy } => {
+            match delete(client, &copy.key, existing_uid, seen_version.as_deref()).await {
+                Outcome::Deleted(_) => create(client, field_manager, copy).await,
+                other => other,
+            }
+        }
+        Change::Delete { key, uid, seen_version } => delete(client, key, uid, seen_version.as_deref()).await,
         Change::Conflict { .. } => Outcome::Skipped,
     }
 }
@@ -276,10 +278,14 @@ async fn look(client: &Client, key: &CopyKey) -> Result<Option<ObjectMeta>, kube
     })
 }
 
-/// Deletes the copy the plan saw, and no other object that may have taken its name since.
-async fn delete(client: &Client, key: &CopyKey, uid: &str) -> Outcome {
-    let params = DeleteParams::default()
-        .preconditions(Preconditions { uid: Some(uid.to_owned()), resource_version: None });
+/// Deletes the copy the plan saw, and no other object that may have taken its name since;
+/// with `seen_version`, not that copy either if it changed since (a tenant may have taken
+/// it over by removing kopper's label).
+async fn delete(client: &Client, key: &CopyKey, uid: &str, seen_version: Option<&str>) -> Outcome {
+    let params = DeleteParams::default().preconditions(Preconditions {
+        uid: Some(uid.to_owned()),
+        resource_version: seen_version.map(str::to_owned),
+    });
     let result = match key.kind {
         ObjectKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), &key.namespace)
             .delete(&key.name, &params)
@@ -293,8 +299,8 @@ async fn delete(client: &Client, key: &CopyKey, uid: &str) -> Outcome {
     match result {
         Ok(()) => Outcome::Deleted(key.clone()),
         Err(kube::Error::Api(status)) if status.is_not_found() => Outcome::Deleted(key.clone()),
-        // The uid precondition failed: the name now holds another object, which the next
-        // pass judges on its own.
+        // A precondition failed: the name now holds another object, or the copy changed
+        // since kopper saw it; the next pass judges what is there on its own.
         Err(kube::Error::Api(status)) if status.is_conflict() => Outcome::Raced(key.clone()),
         Err(source) => Outcome::Failed(WriteError::Delete { key: key.clone(), source }),
     }

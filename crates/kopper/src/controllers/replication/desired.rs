@@ -718,6 +718,11 @@ pub struct CopyState {
 }
 
 impl CopyState {
+    /// The resourceVersion a write of this copy may be conditioned on, if known.
+    pub fn seen_version(&self) -> Option<String> {
+        self.plain_version.map(|version| version.to_string())
+    }
+
     /// Whether the copy holds `content` (a [`Payload::digest`]) and every mark in `marks`;
     /// marks others added are not looked at.
     pub fn holds(&self, content: u64, marks: &Marks) -> bool {
@@ -859,15 +864,19 @@ pub enum Change {
         copy: DesiredCopy,
     },
     /// The existing copy cannot be changed in place (immutable, or a Secret of another type):
-    /// delete it, then create it again.
+    /// delete it, then create it again. The delete is conditioned as [`Change::Delete`]'s.
     Replace {
         existing_uid: String,
+        seen_version: Option<String>,
         copy: DesiredCopy,
     },
-    /// A copy kopper made that nothing wants any more.
+    /// A copy kopper made that nothing wants any more. Deleted only if it is still the
+    /// object of uid `uid` and, when known, still at `seen_version`: a copy a tenant took
+    /// over in place (kopper's label removed) since kopper's watch saw it is left alone.
     Delete {
         key: CopyKey,
         uid: String,
+        seen_version: Option<String>,
     },
     Conflict {
         key: CopyKey,
@@ -1039,6 +1048,7 @@ impl<'a> RulePass<'a> {
                         name: name.to_owned(),
                     },
                     uid: copy.uid.to_string(),
+                    seen_version: copy.seen_version(),
                 }),
             }
         }
@@ -1075,10 +1085,10 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
         || state.secret_type.as_deref() != template.source.payload.secret_type.as_deref();
     let copy = template.into_namespace(namespace);
     let existing_uid = state.uid.to_string();
+    let seen_version = state.seen_version();
     if unchangeable {
-        plan.changes.push(Change::Replace { existing_uid, copy });
+        plan.changes.push(Change::Replace { existing_uid, seen_version, copy });
     } else {
-        let seen_version = state.plain_version.map(|version| version.to_string());
         plan.changes.push(Change::Update { existing_uid, seen_version, copy });
     }
 }
@@ -1131,6 +1141,7 @@ pub fn cleanup<'c>(
         .map(|(namespace, name, copy)| Change::Delete {
             key: CopyKey { kind, namespace: namespace.to_owned(), name: name.to_owned() },
             uid: copy.uid.to_string(),
+            seen_version: copy.seen_version(),
         })
         .collect()
 }

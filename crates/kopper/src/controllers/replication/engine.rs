@@ -635,7 +635,7 @@ enum Listing {
 /// the other, are two copies).
 fn deleted_copy(change: &Change) -> (&CopyKey, Option<&str>) {
     match change {
-        Change::Delete { key, uid } => (key, Some(uid.as_str())),
+        Change::Delete { key, uid, .. } => (key, Some(uid.as_str())),
         other => (other.key(), None),
     }
 }

@@ -25,7 +25,7 @@ use super::engine::Memo;
 use super::namespaces::{NamespaceChange, NamespaceChanges};
 use super::pacing::{Signal, Urgency};
 use super::rules::RuleObject;
-use super::scoped::{Scoped, ScopedView};
+use super::scoped::{ListedChange, Scope, Scoped, ScopedView};
 use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::replication_rule::types::ReplicationRule;
 use crate::runtime::namespaces::{NamespaceEvent, NamespaceFeed};
@@ -302,6 +302,11 @@ impl RuleStores {
     }
 }
 
+/// Objects a scoped watch's list may find changed and still have routed one by one (see
+/// [`Router::scope_listed`]); past this, every rule is woken instead, which bounds the
+/// routing one list can cost.
+const MAX_ROUTED_CHANGES: usize = 1_000;
+
 /// What the cache tasks need to route a change.
 pub struct Router {
     pub rules: RuleStores,
@@ -314,6 +319,35 @@ pub struct Router {
 impl Router {
     pub fn wake_all(&self) {
         self.rules.all_ids().iter().for_each(|rule| self.wakers.wake(rule));
+    }
+
+    /// A scoped watch of `kind` over `scope` listed (first, or again after an outage):
+    /// wakes the rules that asked for the scope (those reading the namespace, or whose
+    /// copies the name was blocking) and routes each of `changes` as its event would have
+    /// been. Tenants decide when name and namespace watches start (a name squatted, a
+    /// ConfigMapSync in a new namespace), so their lists must not wake every rule for a
+    /// pass over every namespace. A cluster-wide list, or one that changed more than
+    /// [`MAX_ROUTED_CHANGES`] objects, wakes every rule instead.
+    pub fn scope_listed(&self, kind: ObjectKind, scope: &Scope, changes: &[ListedChange]) {
+        let asked: BTreeSet<RuleId> = match scope {
+            Scope::Cluster => return self.wake_all(),
+            _ if changes.len() > MAX_ROUTED_CHANGES => return self.wake_all(),
+            Scope::Namespace(namespace) => self
+                .rules
+                .in_force()
+                .iter()
+                .filter(|rule| rule.kind == kind && rule.sources.namespaces.contains(namespace))
+                .map(|rule| rule.id.clone())
+                .collect(),
+            Scope::Name(name) => {
+                let scoped = self.scoped.get().and_then(Weak::upgrade);
+                scoped.map(|scoped| scoped.blocked_by(kind, name)).unwrap_or_default()
+            }
+        };
+        asked.iter().for_each(|rule| self.wakers.wake(rule));
+        for (before, after) in changes {
+            self.object_changed(kind, before.as_ref(), after.as_ref());
+        }
     }
 
     /// Whether `rule` has a source named `name` (in one of its source namespaces).
@@ -573,6 +607,62 @@ mod tests {
         changes.unbounded_send(Ok(watcher::Event::Delete(rule("a", "Secret")))).unwrap();
         events.next().await;
         assert!(stores.in_force().is_empty());
+    }
+
+    /// Woken rules' names, in order, from what `woken` holds now.
+    fn woken_now(woken: &mut Wakes<ReplicationRule>) -> Vec<String> {
+        let mut names: Vec<String> = std::iter::from_fn(|| woken.try_recv().ok())
+            .map(|signal| match signal {
+                Signal::Wake(rule, _) => rule.name,
+                Signal::PassTook(rule, _) => panic!("{rule} woken with a pass's time"),
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// A tenant starts a name or namespace watch when it likes (a name squatted, a
+    /// ConfigMapSync in a new namespace): its list wakes the rules it concerns, not every
+    /// rule for a pass over every namespace.
+    #[tokio::test]
+    async fn a_scoped_list_wakes_only_the_rules_it_concerns() {
+        let (stores, changes, events) = fed_rule_stores();
+        let mut events = std::pin::pin!(events);
+        let (wakers, mut woken, _syncs) = Wakers::new();
+        let router = Router { rules: stores, wakers, memo: Arc::default(), scoped: OnceLock::new() };
+        let elsewhere: Guarded<ReplicationRule> = serde_yaml::from_str(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: b, uid: uid-b}\n\
+             spec: {kind: ConfigMap, namespaces: [elsewhere], selector: {matchLabels: {a: b}}}",
+        )
+        .unwrap();
+        for rule in [finalized(rule("a", "ConfigMap")), finalized(elsewhere)] {
+            changes.unbounded_send(Ok(watcher::Event::Apply(rule))).unwrap();
+            events.next().await;
+        }
+        let kind = ObjectKind::ConfigMap;
+
+        router.scope_listed(kind, &Scope::Namespace("src".into()), &[]);
+        assert_eq!(woken_now(&mut woken), ["a"], "the rule reading the namespace listed");
+        router.scope_listed(kind, &Scope::Name("settings".into()), &[]);
+        assert!(woken_now(&mut woken).is_empty(), "no rule was blocked under the name");
+
+        let source = ObjectInfo {
+            namespace: "elsewhere".into(),
+            name: "settings".into(),
+            uid: "u".into(),
+            resource_version: "7".into(),
+            labels: [("a".to_owned(), "b".to_owned())].into(),
+            ..ObjectInfo::default()
+        };
+        router.scope_listed(kind, &Scope::Name("settings".into()), &[(None, Some(source.clone()))]);
+        assert_eq!(woken_now(&mut woken), ["b"], "what the list found routed as its event");
+
+        router.scope_listed(kind, &Scope::Cluster, &[]);
+        assert_eq!(woken_now(&mut woken), ["a", "b"]);
+        let many = vec![(None, Some(source)); MAX_ROUTED_CHANGES + 1];
+        router.scope_listed(kind, &Scope::Name("settings".into()), &many);
+        assert_eq!(woken_now(&mut woken), ["a", "b"], "too many changes to route one by one");
     }
 
     #[tokio::test]

@@ -303,6 +303,12 @@ impl Scoped {
     /// no longer need watching for it. (A name the namespace path found blocked while the
     /// pass ran is dropped with the rest; the pass that path wakes finds it again, through
     /// its create meeting the blocker, and watches it anew.)
+    /// The rules whose copies an object named `name` of `kind` was last found blocking.
+    pub fn blocked_by(&self, kind: ObjectKind, name: &str) -> BTreeSet<RuleId> {
+        let blocked = self.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        blocked.get(&kind).and_then(|names| names.get(name)).cloned().unwrap_or_default()
+    }
+
     pub fn still_blocked(&self, by: &RuleId, kind: ObjectKind, names: &BTreeSet<&str>) {
         let mut blocked = self.lock_blocked();
         // Names of the other kind are no longer the rule's either (its kind changed).
@@ -429,7 +435,7 @@ impl Scoped {
                         if matches!(event, watcher::Event::InitDone) {
                             metrics.relisted(super::RULE_CONTROLLER, &kind_label);
                         }
-                        apply_event(kind, &store, &router, event, &mut listing)
+                        apply_event(kind, &scope, &store, &router, event, &mut listing)
                     }
                     Err(error) => {
                         tracing::warn!(%kind, ?scope, %error, "watch failed; retrying with backoff");
@@ -465,12 +471,32 @@ fn info_of<K>(object: &PartialObjectMeta<K>) -> ObjectInfo {
     info
 }
 
+/// What a list found changed against what the watch held before it (nothing, at a first
+/// list): each object added, changed (another resourceVersion) or gone, before and after.
+pub type ListedChange = (Option<ObjectInfo>, Option<ObjectInfo>);
+
+fn changes_between(
+    before: &HashMap<(String, String), ObjectInfo>,
+    after: &HashMap<(String, String), ObjectInfo>,
+) -> Vec<ListedChange> {
+    let added_or_changed = after.iter().filter_map(|(place, now)| match before.get(place) {
+        Some(then) if then.resource_version == now.resource_version => None,
+        then => Some((then.cloned(), Some(now.clone()))),
+    });
+    let gone = before
+        .iter()
+        .filter(|(place, _)| !after.contains_key(*place))
+        .map(|(_, then)| (Some(then.clone()), None));
+    added_or_changed.chain(gone).collect()
+}
+
 fn place(info: &ObjectInfo) -> (String, String) {
     (info.namespace.clone(), info.name.clone())
 }
 
 fn apply_event<K>(
     kind: ObjectKind,
+    scope: &Scope,
     store: &ScopeStore,
     router: &Router,
     event: watcher::Event<PartialObjectMeta<K>>,
@@ -484,9 +510,13 @@ fn apply_event<K>(
             listing.get_or_insert_default().insert(place(&info), info);
         }
         watcher::Event::InitDone => {
-            *objects() = listing.take().unwrap_or_default();
+            let changes = {
+                let mut objects = objects();
+                let before = std::mem::replace(&mut *objects, listing.take().unwrap_or_default());
+                changes_between(&before, &objects)
+            };
             store.ready.mark_ready();
-            router.wake_all();
+            router.scope_listed(kind, scope, &changes);
         }
         watcher::Event::Apply(object) => {
             let info = info_of(&object);
@@ -528,6 +558,38 @@ mod tests {
         let info = info_of(&token);
         assert_eq!(info.credential_type(), Some(crate::tenancy::CREDENTIAL_SECRET_TYPES[0]));
         assert_eq!(info.annotations.keys().collect::<Vec<_>>(), [SERVICE_ACCOUNT_NAME_ANNOTATION]);
+    }
+
+    /// A relist after an outage tells what changed meanwhile: added, changed and gone
+    /// objects, not those still at the version the watch held.
+    #[test]
+    fn a_list_finds_what_changed_since_the_watch_last_saw() {
+        let at = |name: &str, version: &str| {
+            let info = ObjectInfo {
+                namespace: "src".into(),
+                name: name.into(),
+                resource_version: version.into(),
+                ..ObjectInfo::default()
+            };
+            (place(&info), info)
+        };
+        let before = HashMap::from([at("kept", "1"), at("changed", "1"), at("gone", "1")]);
+        let after = HashMap::from([at("kept", "1"), at("changed", "2"), at("added", "3")]);
+        let mut found: Vec<(Option<String>, Option<String>)> = changes_between(&before, &after)
+            .into_iter()
+            .map(|(then, now)| {
+                let tag = |info: Option<ObjectInfo>| {
+                    info.map(|info| format!("{}@{}", info.name, info.resource_version))
+                };
+                (tag(then), tag(now))
+            })
+            .collect();
+        found.sort();
+        let tag = |text: &str| Some(text.to_owned());
+        assert_eq!(
+            found,
+            [(None, tag("added@3")), (tag("changed@1"), tag("changed@2")), (tag("gone@1"), None)]
+        );
     }
 
     #[test]

@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{DeleteParams, PostParams};
 
 use super::*;
-use crate::controllers::replication::desired::{Payload, RuleId, Source, desired_copy};
+use kube::ResourceExt;
+
+use crate::controllers::replication::desired::{MANAGED_BY_LABEL, Payload, RuleId, Source, desired_copy};
 
 const DEST: &str = "dest";
 const NAME: &str = "x";
@@ -205,7 +207,7 @@ async fn a_delete_of_a_copy_a_tenant_replaced_deletes_nothing() {
     };
     let tenant_uid = secrets.create(&PostParams::default(), &tenant_secret).await.unwrap().metadata.uid;
 
-    let applied = cluster.execute(Change::Delete { key: copy.key.clone(), uid }).await;
+    let applied = cluster.execute(Change::Delete { key: copy.key.clone(), uid, seen_version: None }).await;
 
     assert_eq!(applied.raced, [copy.key]);
     assert!(applied.removed.is_empty() && applied.failed.is_empty(), "{applied:?}");
@@ -221,21 +223,47 @@ async fn a_replacement_of_a_copy_a_tenant_replaced_deletes_and_overwrites_nothin
     cluster.tenant_config_map().await;
     let copy = copy_holding(ObjectKind::ConfigMap, "v2");
 
-    let applied = cluster.execute(Change::Replace { existing_uid: uid, copy: copy.clone() }).await;
+    let applied =
+        cluster.execute(Change::Replace { existing_uid: uid, seen_version: None, copy: copy.clone() }).await;
 
     assert_eq!(applied.raced, [copy.key]);
     assert!(applied.written.is_empty() && applied.removed.is_empty() && applied.failed.is_empty());
     assert_eq!(cluster.data_at_place().await, tenant_data());
 }
 
+/// A tenant takes a copy over in place (removes kopper's label, keeps the object) after
+/// kopper's watch saw it: kopper's delete, conditioned on the version it saw, leaves it.
+#[tokio::test]
+async fn a_delete_of_a_copy_a_tenant_took_over_in_place_deletes_nothing() {
+    let cluster = Cluster::start().await;
+    let copy = copy_holding(ObjectKind::ConfigMap, "v1");
+    let (uid, version) = cluster.write_copy(&copy).await;
+    let mut taken = cluster.config_maps().get(NAME).await.unwrap();
+    taken.metadata.labels.get_or_insert_default().remove(MANAGED_BY_LABEL);
+    cluster.config_maps().replace(NAME, &PostParams::default(), &taken).await.unwrap();
+
+    let delete =
+        Change::Delete { key: copy.key.clone(), uid: uid.clone(), seen_version: Some(version.clone()) };
+    let applied = cluster.execute(delete).await;
+    assert_eq!(applied.raced, std::slice::from_ref(&copy.key));
+    assert!(applied.removed.is_empty() && applied.failed.is_empty(), "{applied:?}");
+
+    let replace = Change::Replace { existing_uid: uid, seen_version: Some(version), copy: copy.clone() };
+    let applied = cluster.execute(replace).await;
+    assert_eq!(applied.raced, [copy.key]);
+    let kept = cluster.config_maps().get(NAME).await.unwrap();
+    assert!(!kept.labels().contains_key(MANAGED_BY_LABEL), "the tenant's object stays theirs");
+}
+
 #[tokio::test]
 async fn a_delete_of_a_copy_already_gone_counts_as_removed() {
     let cluster = Cluster::start().await;
     let copy = copy_holding(ObjectKind::ConfigMap, "v1");
-    let (uid, _) = cluster.write_copy(&copy).await;
+    let (uid, version) = cluster.write_copy(&copy).await;
     cluster.delete_at_place().await;
 
-    let applied = cluster.execute(Change::Delete { key: copy.key.clone(), uid }).await;
+    let applied =
+        cluster.execute(Change::Delete { key: copy.key.clone(), uid, seen_version: Some(version) }).await;
 
     assert_eq!(applied.removed.iter().collect::<Vec<_>>(), [&copy.key]);
     assert!(applied.raced.is_empty() && applied.failed.is_empty(), "{applied:?}");

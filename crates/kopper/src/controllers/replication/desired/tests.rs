@@ -411,7 +411,10 @@ fn copy_is_deleted_when_its_source_stops_matching() {
     let objects = [unlabelled];
     let world = World::new(&rules, &ns, &objects);
     let plan = plan_rule(&rules[0], &world, &HashMap::new(), &existing);
-    assert_eq!(plan.changes, vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into() }]);
+    assert_eq!(
+        plan.changes,
+        vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into(), seen_version: None }]
+    );
 }
 
 #[test]
@@ -487,7 +490,7 @@ fn immutable_copy_is_replaced_when_the_source_is_replaced() {
     let new_payloads = [("u2".to_owned(), read(&objects[0], immutable("v2")))].into();
     let plan = plan_rule(&rules[0], &world, &new_payloads, &[(old.key.clone(), written(&old))].into());
     match plan.changes.as_slice() {
-        [Change::Replace { existing_uid, copy }] => {
+        [Change::Replace { existing_uid, copy, .. }] => {
             assert_eq!(existing_uid, "copy-a");
             assert!(copy.payload.immutable);
         }
@@ -563,7 +566,10 @@ fn cleanup_deletes_only_the_rules_own_copies() {
     .into();
     let changes =
         cleanup(ObjectKind::ConfigMap, own_copies(&rule_id, RULE_UID, ObjectKind::ConfigMap, &existing));
-    assert_eq!(changes, vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into() }]);
+    assert_eq!(
+        changes,
+        vec![Change::Delete { key: key("a", "cfg"), uid: "copy-a".into(), seen_version: None }]
+    );
 }
 
 #[test]
@@ -654,7 +660,11 @@ fn a_pass_decided_in_batches_decides_as_one_in_a_go() {
     pass.stale_copies(own_copies(&rules[0].id, RULE_UID, ObjectKind::ConfigMap, &existing), &mut batched);
     assert_eq!(batched, whole);
     assert_eq!((whole.in_sync, whole.wanted, creates(&whole).len()), (1, 8, 7));
-    assert!(whole.changes.contains(&Change::Delete { key: key("a", "gone"), uid: "copy-a".into() }));
+    assert!(whole.changes.contains(&Change::Delete {
+        key: key("a", "gone"),
+        uid: "copy-a".into(),
+        seen_version: None
+    }));
 }
 
 #[test]
