@@ -1015,6 +1015,40 @@ async fn copies_of_a_rule_deleted_behind_kopper_s_back_are_collected_and_nothing
     cluster.copy_has("team-a", "other", "o", "1").await;
 }
 
+/// A rule whose finalizer was removed by hand, deleted, and made again under its name (by
+/// GitOps, say) with a narrower selector: the new object takes over the copies it wants,
+/// and those of its predecessor it does not want go too, instead of staying stale for as
+/// long as the name exists.
+#[tokio::test]
+async fn a_rule_made_again_under_its_name_removes_what_its_predecessor_copied_and_it_does_not_want() {
+    let mut cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    cluster
+        .config_map("default", "kept", json!({"copyrator": "true", "tier": "kept"}), json!({"v": "1"}))
+        .await;
+    cluster.config_map("default", "dropped", copyrator(), json!({"v": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.copy_has("team-a", "kept", "v", "1").await;
+    cluster.copy_has("team-a", "dropped", "v", "1").await;
+
+    cluster.stop_operator().await;
+    let no_finalizers = json!({"metadata": {"finalizers": null}});
+    cluster.rules().patch("main-rule", &PatchParams::default(), &Patch::Merge(&no_finalizers)).await.unwrap();
+    cluster.rules().delete("main-rule", &DeleteParams::default()).await.unwrap();
+    let narrower = RULE_SAMPLE.replace("copyrator: \"true\"", "tier: kept");
+    let made_again = cluster.apply_rule(&narrower).await;
+    cluster.start_operator();
+
+    cluster.copy_absent("team-a", "dropped").await;
+    let kept = eventually("the kept copy marked with the new object's uid", || async {
+        let copy = cluster.config_maps("team-a").get("kept").await.ok()?;
+        (copy.annotations().get("kopper.dev/rule-uid") == made_again.metadata.uid.as_ref()).then_some(copy)
+    })
+    .await;
+    assert_eq!(kept.data.unwrap()["v"], "1");
+    assert!(cluster.config_maps("default").get_opt("dropped").await.unwrap().is_some(), "the source stays");
+}
+
 #[tokio::test]
 async fn only_kopper_s_copies_are_cached_not_the_cluster_s_other_objects() {
     let cluster = Cluster::start().await;

@@ -20,14 +20,16 @@ use super::apply::{self, WriteError};
 use super::copies::CopyIndex;
 use super::desired::{
     Change, ConflictReason, CopyKey, CopyState, Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo,
-    ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL, Rule, RuleId, RuleLabels, RulePass, RulePlan,
-    Source, World, cleanup, source_namespaces,
+    ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL, Rule, RuleId, RuleKind, RuleLabels, RulePass,
+    RulePlan, Source, World, cleanup, source_namespaces,
 };
 use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
 use super::scoped::{Scope, ScopeNotReady};
 use super::source_cache::SourceCache;
 use super::{RULE_CONTROLLER, controller_of};
+use crate::controllers::config_map_sync::types::ConfigMapSync;
+use crate::controllers::replication_rule::types::ReplicationRule;
 use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory};
 
@@ -362,6 +364,61 @@ impl Engine {
         }
     }
 
+    /// Deletes copies made by an earlier object of a rule's name: a rule whose finalizer was
+    /// removed by hand, deleted, and made again (by GitOps, say) under the same name leaves
+    /// the copies its old object made. Its new object takes over those it wants (its passes
+    /// rewrite them), but never deletes one marked with another uid, so those it does not
+    /// want would stay, stale, for as long as the name exists. The uid is read afresh
+    /// before anything is deleted: a cache that has not yet seen the new object must not
+    /// make kopper delete the new object's copies.
+    pub async fn collect_predecessors_copies(&self, ctx: &Context) {
+        let cached: HashMap<String, (RuleId, String)> = self
+            .router
+            .rules
+            .all_uids()
+            .into_iter()
+            .flat_map(|(id, uid)| {
+                [(id.label_value(), (id.clone(), uid.clone())), (id.legacy_label_value(), (id, uid))]
+            })
+            .collect();
+        let stamped_otherwise = |copy: &CopyState| {
+            let rule = copy.rule.as_deref().and_then(|label| cached.get(label));
+            rule.zip(copy.rule_uid.as_deref())
+                .filter(|((_, uid), stamped)| uid != stamped)
+                .map(|((id, _), _)| id)
+        };
+        let mut rules: BTreeSet<RuleId> = BTreeSet::new();
+        for kind in ObjectKind::ALL {
+            let copies = self.caches.copies(kind).read();
+            rules.extend(CopyIndex::all(&copies).filter_map(|(_, _, copy)| stamped_otherwise(copy)).cloned());
+        }
+        for rule in rules {
+            let uid = match current_uid(&ctx.client, &rule).await {
+                Ok(Some(uid)) => uid,
+                // Gone: its copies are orphans, for the sweep once the cache sees it go.
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, %rule, "could not read the rule to judge its predecessor's copies");
+                    continue;
+                }
+            };
+            let labels = RuleLabels::of(&rule);
+            let changes = self.copies_where(|copy| {
+                labels.marks(copy) && copy.rule_uid.as_deref().is_some_and(|stamped| stamped != uid)
+            });
+            if changes.is_empty() {
+                continue;
+            }
+            tracing::info!(%rule, copies = changes.len(), "deleting copies an earlier object of this rule's name made");
+            let field_manager = ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME);
+            let applied = apply::execute(&ctx.client, &field_manager, &changes).await;
+            applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller_of(rule.kind)));
+            if let Some(error) = applied.failed.first() {
+                tracing::warn!(%error, %rule, "could not delete every copy an earlier object of the rule made");
+            }
+        }
+    }
+
     /// Deletions of the copies of either kind that `select` picks (not those already going).
     fn copies_where(&self, select: impl Fn(&CopyState) -> bool) -> Vec<Change> {
         ObjectKind::ALL.into_iter().flat_map(|kind| self.deletions(kind, &select)).collect()
@@ -638,6 +695,24 @@ fn deleted_copy(change: &Change) -> (&CopyKey, Option<&str>) {
         Change::Delete { key, uid, .. } => (key, Some(uid.as_str())),
         other => (other.key(), None),
     }
+}
+
+/// The uid of the rule object `rule` names, as the API server has it now; `None` if none.
+/// Listed by name rather than read: kopper may list and watch rules, not get them.
+async fn current_uid(client: &Client, rule: &RuleId) -> Result<Option<String>, kube::Error> {
+    let by_name = ListParams::default().fields(&format!("metadata.name={}", rule.name));
+    let uids: Vec<Option<String>> = match (&rule.kind, &rule.namespace) {
+        (RuleKind::ReplicationRule, _) => {
+            let listed = Api::<ReplicationRule>::all(client.clone()).list_metadata(&by_name).await?;
+            listed.items.into_iter().map(|object| object.metadata.uid).collect()
+        }
+        (RuleKind::ConfigMapSync, Some(namespace)) => {
+            let api = Api::<ConfigMapSync>::namespaced(client.clone(), namespace);
+            api.list_metadata(&by_name).await?.items.into_iter().map(|object| object.metadata.uid).collect()
+        }
+        (RuleKind::ConfigMapSync, None) => Vec::new(),
+    };
+    Ok(uids.into_iter().flatten().next())
 }
 
 /// One page of metadata of objects of kind `K`, and the token of the next page if any.

@@ -239,8 +239,9 @@ fn pass_inputs<K: Resource>(object: &K) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Deletes copies whose rule is gone once the caches are ready, then every
-/// [`ORPHAN_SWEEP_INTERVAL`], until shutdown. The sweep reads only the caches.
+/// Deletes copies whose rule is gone, and those an earlier object of a rule's name made,
+/// once the caches are ready, then every [`ORPHAN_SWEEP_INTERVAL`], until shutdown. The
+/// sweep reads the caches, and a rule afresh only when a copy names another of its uids.
 async fn collect_orphans(engine: Arc<Engine>, ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send) {
     let sweeps = async {
         if engine.ready().await.is_err() {
@@ -248,6 +249,7 @@ async fn collect_orphans(engine: Arc<Engine>, ctx: Arc<Context>, shutdown: impl 
         }
         loop {
             engine.collect_orphans(&ctx).await;
+            engine.collect_predecessors_copies(&ctx).await;
             tokio::time::sleep(ORPHAN_SWEEP_INTERVAL).await;
         }
     };
