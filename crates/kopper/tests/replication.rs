@@ -1030,6 +1030,7 @@ async fn a_rule_made_again_under_its_name_removes_what_its_predecessor_copied_an
     cluster.apply_rule(RULE_SAMPLE).await;
     cluster.copy_has("team-a", "kept", "v", "1").await;
     cluster.copy_has("team-a", "dropped", "v", "1").await;
+    let kept_uid = cluster.config_maps("team-a").get("kept").await.unwrap().metadata.uid;
 
     cluster.stop_operator().await;
     let no_finalizers = json!({"metadata": {"finalizers": null}});
@@ -1046,6 +1047,7 @@ async fn a_rule_made_again_under_its_name_removes_what_its_predecessor_copied_an
     })
     .await;
     assert_eq!(kept.data.unwrap()["v"], "1");
+    assert_eq!(kept.metadata.uid, kept_uid, "taken over in place, never deleted");
     assert!(cluster.config_maps("default").get_opt("dropped").await.unwrap().is_some(), "the source stays");
 }
 

@@ -364,61 +364,6 @@ impl Engine {
         }
     }
 
-    /// Deletes copies made by an earlier object of a rule's name: a rule whose finalizer was
-    /// removed by hand, deleted, and made again (by GitOps, say) under the same name leaves
-    /// the copies its old object made. Its new object takes over those it wants (its passes
-    /// rewrite them), but never deletes one marked with another uid, so those it does not
-    /// want would stay, stale, for as long as the name exists. The uid is read afresh
-    /// before anything is deleted: a cache that has not yet seen the new object must not
-    /// make kopper delete the new object's copies.
-    pub async fn collect_predecessors_copies(&self, ctx: &Context) {
-        let cached: HashMap<String, (RuleId, String)> = self
-            .router
-            .rules
-            .all_uids()
-            .into_iter()
-            .flat_map(|(id, uid)| {
-                [(id.label_value(), (id.clone(), uid.clone())), (id.legacy_label_value(), (id, uid))]
-            })
-            .collect();
-        let stamped_otherwise = |copy: &CopyState| {
-            let rule = copy.rule.as_deref().and_then(|label| cached.get(label));
-            rule.zip(copy.rule_uid.as_deref())
-                .filter(|((_, uid), stamped)| uid != stamped)
-                .map(|((id, _), _)| id)
-        };
-        let mut rules: BTreeSet<RuleId> = BTreeSet::new();
-        for kind in ObjectKind::ALL {
-            let copies = self.caches.copies(kind).read();
-            rules.extend(CopyIndex::all(&copies).filter_map(|(_, _, copy)| stamped_otherwise(copy)).cloned());
-        }
-        for rule in rules {
-            let uid = match current_uid(&ctx.client, &rule).await {
-                Ok(Some(uid)) => uid,
-                // Gone: its copies are orphans, for the sweep once the cache sees it go.
-                Ok(None) => continue,
-                Err(error) => {
-                    tracing::warn!(%error, %rule, "could not read the rule to judge its predecessor's copies");
-                    continue;
-                }
-            };
-            let labels = RuleLabels::of(&rule);
-            let changes = self.copies_where(|copy| {
-                labels.marks(copy) && copy.rule_uid.as_deref().is_some_and(|stamped| stamped != uid)
-            });
-            if changes.is_empty() {
-                continue;
-            }
-            tracing::info!(%rule, copies = changes.len(), "deleting copies an earlier object of this rule's name made");
-            let field_manager = ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME);
-            let applied = apply::execute(&ctx.client, &field_manager, &changes).await;
-            applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller_of(rule.kind)));
-            if let Some(error) = applied.failed.first() {
-                tracing::warn!(%error, %rule, "could not delete every copy an earlier object of the rule made");
-            }
-        }
-    }
-
     /// Deletions of the copies of either kind that `select` picks (not those already going).
     fn copies_where(&self, select: impl Fn(&CopyState) -> bool) -> Vec<Change> {
         ObjectKind::ALL.into_iter().flat_map(|kind| self.deletions(kind, &select)).collect()
@@ -482,9 +427,32 @@ impl Engine {
             ObjectKind::Secret => ObjectKind::ConfigMap,
         };
         plan.changes.extend(self.deletions(other, own));
+        // Copies an earlier object of the rule's name made: a rule whose finalizer was
+        // removed by hand, deleted and made again (by GitOps, say). Those this rule wants it
+        // has just taken over; the rest would otherwise stay, stale, for as long as the name
+        // exists. Only once the API server confirms this object is the current one: a cache
+        // still holding the earlier object must not delete its successor's copies.
+        let predecessors = |copy: &CopyState| labels.marks(copy) && !copy.deletable_by(&rule.uid);
+        if !self.copies_where(predecessors).is_empty() && self.is_current(ctx, rule).await {
+            let map = copies.read();
+            pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| predecessors(copy)), &mut plan);
+            drop(map);
+            plan.changes.extend(self.deletions(other, predecessors));
+        }
         self.apply_batch(ctx, rule, plan, &mut tally).await;
         tally.findings.conflicts.sort();
         Ok(tally)
+    }
+
+    /// Whether the API server holds `rule`'s object under its name now (not a successor).
+    async fn is_current(&self, ctx: &Context, rule: &Rule) -> bool {
+        match current_uid(&ctx.client, &rule.id).await {
+            Ok(uid) => uid.as_deref() == Some(rule.uid.as_str()),
+            Err(error) => {
+                tracing::debug!(%error, rule = %rule.id, "could not list the rule; its predecessor's copies wait");
+                false
+            }
+        }
     }
 
     /// Makes one batch of a pass's changes and adds what happened to `tally`.

@@ -282,19 +282,6 @@ impl RuleStores {
         }
     }
 
-    /// Every rule's identity with the uid of its object as the cache last saw it.
-    pub fn all_uids(&self) -> Vec<(RuleId, String)> {
-        let uid = |meta: &ObjectMeta| meta.uid.clone().unwrap_or_default();
-        let rules = self
-            .rules
-            .state()
-            .into_iter()
-            .map(|rule| (ReplicationRule::id_of(rule.meta()), uid(rule.meta())));
-        let syncs =
-            self.syncs.state().into_iter().map(|sync| (ConfigMapSync::id_of(sync.meta()), uid(sync.meta())));
-        rules.chain(syncs).collect()
-    }
-
     pub fn all_ids(&self) -> Vec<RuleId> {
         let rules = self.rules.state().into_iter().map(|rule| ReplicationRule::id_of(rule.meta()));
         rules.chain(self.syncs.state().into_iter().map(|sync| ConfigMapSync::id_of(sync.meta()))).collect()

@@ -239,9 +239,8 @@ fn pass_inputs<K: Resource>(object: &K) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Deletes copies whose rule is gone, and those an earlier object of a rule's name made,
-/// once the caches are ready, then every [`ORPHAN_SWEEP_INTERVAL`], until shutdown. The
-/// sweep reads the caches, and a rule afresh only when a copy names another of its uids.
+/// Deletes copies whose rule is gone once the caches are ready, then every
+/// [`ORPHAN_SWEEP_INTERVAL`], until shutdown. The sweep reads only the caches.
 async fn collect_orphans(engine: Arc<Engine>, ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send) {
     let sweeps = async {
         if engine.ready().await.is_err() {
@@ -249,7 +248,6 @@ async fn collect_orphans(engine: Arc<Engine>, ctx: Arc<Context>, shutdown: impl 
         }
         loop {
             engine.collect_orphans(&ctx).await;
-            engine.collect_predecessors_copies(&ctx).await;
             tokio::time::sleep(ORPHAN_SWEEP_INTERVAL).await;
         }
     };
