@@ -623,15 +623,18 @@ impl<'a> World<'a> {
         name: &str,
     ) -> Option<(&'a Rule, &'a ObjectInfo)> {
         let namespace = self.namespaces.get(namespace)?;
+        // A source of that name first (a lookup), then the rule's targets (globs and
+        // selectors): with many rules, few have a source of any one name.
         self.rules
             .iter()
-            .filter(|rule| rule.kind == kind && rule.targets(namespace))
+            .filter(|rule| rule.kind == kind)
             .flat_map(|rule| {
                 rule.sources.namespaces.iter().filter_map(move |source_namespace| {
                     let source = self.candidates.get(&(source_namespace.as_str(), name))?;
                     rule.sources.matches(source).then_some((rule, *source))
                 })
             })
+            .filter(|(rule, _)| rule.targets(namespace))
             .min_by(|(a, a_source), (b, b_source)| {
                 (a.precedence(), &a_source.namespace).cmp(&(b.precedence(), &b_source.namespace))
             })

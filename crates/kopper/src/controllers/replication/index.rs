@@ -65,6 +65,11 @@ impl Wakers {
         self.send(rule, Signal::Wake((), Urgency::Status));
     }
 
+    /// Wakes `rule` to repair a copy someone else changed, once its passes leave it time.
+    pub fn wake_to_repair(&self, rule: &RuleId) {
+        self.send(rule, Signal::Wake((), Urgency::Repair));
+    }
+
     /// `rule`'s pass took `took`.
     pub fn pass_took(&self, rule: &RuleId, took: Duration) {
         self.send(rule, Signal::PassTook((), took));
@@ -364,10 +369,12 @@ impl Router {
     }
 
     /// A copy changed: wakes the rules it was and is a copy of, and those that want a copy
-    /// where it is (one may take it over, or see a conflict clear). A copy that now holds
-    /// what kopper wrote to it (`as_written`) does not wake the rule that wrote it, whose
-    /// pass (or [`super::namespaces`]) knows what it wrote: a pass for each event of its own
-    /// writes would keep a core busy for as long as new namespaces keep coming.
+    /// where it is (one may take it over, or see a conflict clear), to repair it
+    /// ([`Urgency::Repair`]: paced by what their passes cost, as anyone may edit copies in
+    /// a loop). A copy that now holds what kopper wrote to it (`as_written`) does not wake
+    /// the rule that wrote it, whose pass (or [`super::namespaces`]) knows what it wrote: a
+    /// pass for each event of its own writes would keep a core busy for as long as new
+    /// namespaces keep coming.
     pub fn copy_changed(
         &self,
         kind: ObjectKind,
@@ -390,7 +397,7 @@ impl Router {
             }
             let made = made_by.iter().flatten().any(|made_by| labels.is(made_by));
             if made || wants_copy_at(rule, namespace, name, source_named) {
-                self.wakers.wake(&rule.id);
+                self.wakers.wake_to_repair(&rule.id);
             }
         }
     }
