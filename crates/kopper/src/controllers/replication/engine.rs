@@ -388,7 +388,7 @@ impl Engine {
         // The source namespaces of every rule of the kind: who wins a contested copy
         // depends on the other rules' sources too.
         let source_namespaces = source_namespaces(&rules, rule.kind);
-        let scopes = Scope::for_sources(source_namespaces.iter().copied());
+        let scopes = self.caches.scoped.for_sources(rule.kind, source_namespaces.iter().copied());
         self.caches.scoped.ensure_ready(rule.kind, scopes).await?;
         let view = self.caches.scoped.view(rule.kind);
         let namespaces = self.namespaces();
@@ -507,7 +507,7 @@ impl Engine {
         let mut source_names: HashSet<(ObjectKind, String)> = HashSet::new();
         let mut source_uids: HashSet<(ObjectKind, String)> = HashSet::new();
         for kind in ObjectKind::ALL {
-            let scopes = Scope::for_sources(source_namespaces(&rules, kind).into_iter());
+            let scopes = self.caches.scoped.for_sources(kind, source_namespaces(&rules, kind).into_iter());
             needed.extend(scopes.into_iter().map(|scope| (kind, scope)));
             // One look at each watched object, asking only the rules that read its namespace:
             // asking every rule to look at every object cost rules × objects for each pass.

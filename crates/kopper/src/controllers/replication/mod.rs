@@ -13,7 +13,8 @@
 //!   restart costs one paginated list of the copies, not a read of each;
 //! - everything else only where a rule needs it ([`scoped`]), metadata only: the rules'
 //!   source namespaces (one cluster-wide watch instead past
-//!   [`scoped::MAX_NAMESPACE_WATCHES`] of them), and the names of sources whose copy an
+//!   [`scoped::MAX_NAMESPACE_WATCHES`] of them, kept until they fall to
+//!   [`scoped::NAMESPACE_WATCHES_AGAIN`]), and the names of sources whose copy an
 //!   object kopper did not make blocks (to see it go; one cluster-wide watch instead past
 //!   [`scoped::MAX_NAME_WATCHES`] names). Elsewhere, before creating a copy kopper looks whether an
 //!   object is already there, and reports it as a conflict instead of touching it;

@@ -29,7 +29,6 @@ use super::desired::{
 };
 use super::engine::{Engine, PassTally, SyncError};
 use super::index::ParsedRules;
-use super::scoped::Scope;
 use crate::runtime::Context;
 
 /// One namespace as it was and as it is (`None`: not there).
@@ -270,7 +269,7 @@ impl Engine {
         }
         let mut served = Vec::new();
         let source_namespaces = source_namespaces(rules, kind);
-        let scopes = Scope::for_sources(source_namespaces.iter().copied());
+        let scopes = self.caches.scoped.for_sources(kind, source_namespaces.iter().copied());
         self.caches.scoped.ensure_ready(kind, scopes).await?;
         let view = self.caches.scoped.view(kind);
         let candidates = view.objects_in(source_namespaces.iter().copied());

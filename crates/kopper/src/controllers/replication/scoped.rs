@@ -44,6 +44,11 @@ pub const METADATA_PAGE_SIZE: u32 = 10;
 /// metadata of every object of the kind costs less than the connections.
 pub const MAX_NAMESPACE_WATCHES: usize = 32;
 
+/// Once one cluster-wide watch stands in for the source namespaces' watches, it stays until
+/// they fall to this many: a rule made and deleted in a loop at the limit must not make
+/// kopper list every object of the kind each time (hysteresis).
+pub const NAMESPACE_WATCHES_AGAIN: usize = MAX_NAMESPACE_WATCHES * 3 / 4;
+
 /// Names of one kind watched one by one to see an object that blocks a copy go; beyond
 /// this, one cluster-wide watch replaces them. Tenants choose how many names are blocked
 /// (a ConfigMapSync per name squatted somewhere), so the connections they cost are capped
@@ -62,9 +67,14 @@ pub enum Scope {
 }
 
 impl Scope {
-    /// The watches that cover the source namespaces `namespaces`.
-    pub fn for_sources<'n>(namespaces: impl ExactSizeIterator<Item = &'n str>) -> Vec<Scope> {
-        if namespaces.len() > MAX_NAMESPACE_WATCHES {
+    /// The watches that cover the source namespaces `namespaces`, given whether a
+    /// cluster-wide watch of the kind runs now (`cluster_now`).
+    pub fn for_sources<'n>(
+        namespaces: impl ExactSizeIterator<Item = &'n str>,
+        cluster_now: bool,
+    ) -> Vec<Scope> {
+        let limit = if cluster_now { NAMESPACE_WATCHES_AGAIN } else { MAX_NAMESPACE_WATCHES };
+        if namespaces.len() > limit {
             return vec![Scope::Cluster];
         }
         namespaces.map(|namespace| Scope::Namespace(namespace.to_owned())).collect()
@@ -303,6 +313,19 @@ impl Scoped {
     /// no longer need watching for it. (A name the namespace path found blocked while the
     /// pass ran is dropped with the rest; the pass that path wakes finds it again, through
     /// its create meeting the blocker, and watches it anew.)
+    /// [`Scope::for_sources`] for `kind`, knowing whether its cluster-wide watch runs now.
+    pub fn for_sources<'n>(
+        &self,
+        kind: ObjectKind,
+        namespaces: impl ExactSizeIterator<Item = &'n str>,
+    ) -> Vec<Scope> {
+        let cluster_now = {
+            let watches = self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            watches.contains_key(&(kind, Scope::Cluster))
+        };
+        Scope::for_sources(namespaces, cluster_now)
+    }
+
     /// The rules whose copies an object named `name` of `kind` was last found blocking.
     pub fn blocked_by(&self, kind: ObjectKind, name: &str) -> BTreeSet<RuleId> {
         let blocked = self.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -657,10 +680,17 @@ mod tests {
     }
 
     #[test]
-    fn many_source_namespaces_share_one_cluster_wide_watch() {
-        let few: Vec<String> = (0..MAX_NAMESPACE_WATCHES).map(|i| format!("ns-{i}")).collect();
-        assert_eq!(Scope::for_sources(few.iter().map(String::as_str)).len(), MAX_NAMESPACE_WATCHES);
-        let many: Vec<String> = (0..=MAX_NAMESPACE_WATCHES).map(|i| format!("ns-{i}")).collect();
-        assert_eq!(Scope::for_sources(many.iter().map(String::as_str)), [Scope::Cluster]);
+    fn many_source_namespaces_share_one_cluster_wide_watch_until_they_are_far_fewer() {
+        let namespaces = |count: usize| -> Vec<String> { (0..count).map(|i| format!("ns-{i}")).collect() };
+        let scopes = |count: usize, cluster_now| {
+            let names = namespaces(count);
+            Scope::for_sources(names.iter().map(String::as_str), cluster_now)
+        };
+        assert_eq!(scopes(MAX_NAMESPACE_WATCHES, false).len(), MAX_NAMESPACE_WATCHES);
+        assert_eq!(scopes(MAX_NAMESPACE_WATCHES + 1, false), [Scope::Cluster]);
+        // Back under the limit, the cluster-wide watch stays, until far fewer remain.
+        assert_eq!(scopes(MAX_NAMESPACE_WATCHES, true), [Scope::Cluster]);
+        assert_eq!(scopes(NAMESPACE_WATCHES_AGAIN + 1, true), [Scope::Cluster]);
+        assert_eq!(scopes(NAMESPACE_WATCHES_AGAIN, true).len(), NAMESPACE_WATCHES_AGAIN);
     }
 }
