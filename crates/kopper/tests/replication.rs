@@ -1116,6 +1116,47 @@ async fn config_map_syncs_in_many_tenant_namespaces_share_one_watch_and_all_copy
     assert_eq!(cluster.sim.counters().get("watch", "configmaps"), watches, "no watch per tenant");
     cluster.config_maps("tenant-0").delete("settings-0", &DeleteParams::default()).await.unwrap();
     cluster.copy_absent("hub", "settings-0").await;
+
+    // Back at the limit, the cluster-wide watch stays (a rule made and deleted in a loop
+    // there must not cost a list of every ConfigMap each time), until far fewer remain.
+    let watches = |scope: &str| {
+        let labels = ScopedWatchLabels { kind: "ConfigMap".into(), scope: scope.into() };
+        cluster.metrics.scoped_watches.get_or_create(&labels).get()
+    };
+    let cluster = &cluster;
+    let delete_sync = |tenant: usize| async move {
+        let syncs = Api::<ConfigMapSync>::namespaced(cluster.client.clone(), &format!("tenant-{tenant}"));
+        syncs.delete("to-hub", &DeleteParams::default()).await.unwrap();
+        cluster.copy_absent("hub", &format!("settings-{tenant}")).await;
+        eventually("the ConfigMapSync's cleanup", || async {
+            syncs.get_opt("to-hub").await.unwrap().is_none().then_some(())
+        })
+        .await;
+    };
+    let syncing = tenants + 1;
+    for tenant in 0..syncing - replication::scoped::MAX_NAMESPACE_WATCHES {
+        delete_sync(tenant).await;
+    }
+    assert_eq!((watches("cluster"), watches("namespace")), (1, 0), "the cluster-wide watch stays");
+    for tenant in syncing - replication::scoped::MAX_NAMESPACE_WATCHES
+        ..syncing - replication::scoped::NAMESPACE_WATCHES_AGAIN
+    {
+        delete_sync(tenant).await;
+    }
+    eventually("watches of each source namespace again", || async {
+        (watches("cluster") == 0).then_some(())
+    })
+    .await;
+    let last = syncing - 1;
+    cluster
+        .config_map(
+            &format!("tenant-{last}"),
+            &format!("settings-{last}"),
+            json!({}),
+            json!({"owner": "changed"}),
+        )
+        .await;
+    cluster.copy_has("hub", &format!("settings-{last}"), "owner", "changed").await;
 }
 
 #[tokio::test]

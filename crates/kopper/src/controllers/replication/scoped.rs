@@ -350,7 +350,7 @@ impl Scoped {
     /// or no rule copies under any more (`copied` says which names still are). The
     /// cluster-wide watch that stood in for name watches stays while more names are blocked
     /// than name watches may be open; once fewer are, the names still blocked get their own
-    /// watches again.
+    /// watches again. The `needed` watches not running yet are started.
     pub fn retire(
         &self,
         needed: &HashSet<(ObjectKind, Scope)>,
@@ -373,6 +373,12 @@ impl Scoped {
             Scope::Cluster => !needed.contains(&(kind, Scope::Cluster)) && count(kind) <= MAX_NAME_WATCHES,
             Scope::Name(name) => !is_blocked(kind, name),
         });
+        // What the rules need runs now, not once some pass asks for it: a change in a
+        // source namespace whose watch was just swapped (for one cluster-wide, or back)
+        // would otherwise go unseen.
+        for (kind, scope) in needed {
+            self.start(&mut watches, *kind, scope.clone());
+        }
         for kind in ObjectKind::ALL {
             if watches.contains_key(&(kind, Scope::Cluster)) {
                 continue;
