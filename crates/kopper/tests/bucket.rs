@@ -735,3 +735,29 @@ async fn a_refused_create_forgets_the_name_and_denials_do_not_reveal_kopper_s_pr
     assert!(!warning.note.unwrap_or_default().contains("123456789012"));
     operator.stop().await.unwrap();
 }
+
+/// A name recorded by an earlier pass (whose CreateBucket failed and whose check afterwards
+/// failed too) and refused for good in this pass is forgotten: the pass's report does not
+/// write it back from the status the pass started with, so spec.bucketName can be corrected.
+#[tokio::test]
+async fn a_name_refused_for_good_is_forgotten_though_an_earlier_pass_recorded_it() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    create_bucket(&cluster, "renamed", json!({"bucketName": "first-choice"})).await;
+    let intent = Patch::Merge(json!({"status": {"bucketName": "first-choice", "region": REGION}}));
+    buckets(&cluster).patch_status("renamed", &PatchParams::default(), &intent).await.unwrap();
+    let elsewhere =
+        json!([{"operation": "CreateBucket", "times": 1000, "status": 409, "code": "BucketAlreadyExists"}]);
+    proxy.set_faults(elsewhere).await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+
+    let refused = status(&wait_for_reason(&cluster, "renamed", "BucketNameTaken").await);
+    assert_eq!(refused.bucket_name, None, "the refused name is still recorded");
+    proxy.set_faults(json!([])).await;
+    let fix = Patch::Merge(json!({"spec": {"bucketName": "second-choice"}}));
+    buckets(&cluster).patch("renamed", &PatchParams::default(), &fix).await.unwrap();
+    let ready = status(&wait_for_reason_within(&cluster, "renamed", "Ready", THROUGH_FAULTS).await);
+    assert_eq!(ready.bucket_name.as_deref(), Some("second-choice"));
+    operator.stop().await.unwrap();
+}

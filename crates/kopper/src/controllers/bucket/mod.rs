@@ -671,7 +671,10 @@ fn set_ready(status: &mut BucketStatus, bucket: &Bucket, value: &str, reason: &s
     status.observed_generation = generation;
 }
 
-/// Writes the status `change` makes, only if it changes anything.
+/// Writes the status fields `change` changes, only if it changes any. `bucket` may be the
+/// pass's starting snapshot: fields the change leaves alone are not written back, so a
+/// report at the end of a pass cannot undo what the pass wrote meanwhile (a forgotten bucket
+/// name, say).
 async fn write_status(
     ctx: &Context,
     bucket: &Bucket,
@@ -686,10 +689,29 @@ async fn write_status(
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &bucket.namespace().unwrap_or_default());
     let params =
         PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
-    api.patch_status(&bucket.name_any(), &params, &Patch::Merge(json!({ "status": new })))
+    let patch = json!({ "status": status_patch(&old, &new) });
+    api.patch_status(&bucket.name_any(), &params, &Patch::Merge(patch))
         .await
         .map_err(Error::kube("writing the Bucket's status"))?;
     Ok(())
+}
+
+/// The merge patch from `old` to `new`: the fields that differ, `null` for those removed.
+fn status_patch(old: &BucketStatus, new: &BucketStatus) -> serde_json::Value {
+    let fields = |status: &BucketStatus| match serde_json::to_value(status) {
+        Ok(serde_json::Value::Object(fields)) => fields,
+        _ => serde_json::Map::new(),
+    };
+    let (old, new) = (fields(old), fields(new));
+    let mut patch: serde_json::Map<_, _> = new
+        .iter()
+        .filter(|(key, value)| old.get(*key) != Some(value))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for key in old.keys().filter(|key| !new.contains_key(*key)) {
+        patch.insert(key.clone(), serde_json::Value::Null);
+    }
+    serde_json::Value::Object(patch)
 }
 
 async fn publish(ctx: &Context, bucket: &Bucket, type_: EventType, reason: &str, note: String) {
@@ -697,5 +719,25 @@ async fn publish(ctx: &Context, bucket: &Bucket, type_: EventType, reason: &str,
         Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
     if let Err(error) = ctx.recorder.publish(&event, &bucket.object_ref(&())).await {
         warn!("could not record an Event: {error}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_write_from_a_stale_snapshot_holds_only_what_it_changes() {
+        let snapshot = BucketStatus {
+            bucket_name: Some("x".into()),
+            region: Some("eu-west-1".into()),
+            ..BucketStatus::default()
+        };
+        let mut reported = snapshot.clone();
+        reported.observed_generation = Some(2);
+        assert_eq!(status_patch(&snapshot, &reported), json!({"observedGeneration": 2}));
+        let mut forgotten = snapshot.clone();
+        forgotten.bucket_name = None;
+        assert_eq!(status_patch(&snapshot, &forgotten), json!({"bucketName": null}));
     }
 }
