@@ -10,6 +10,7 @@ Control endpoints (S3 bucket names cannot start with "_", so these never shadow 
           "message": "Please reduce your request rate.", "forward": false}
          "forward": true lets the request reach the server before the error is answered,
          so its effect happens and only its answer is lost (a crash after the call).
+         "bare": true answers with no body, so no error code, as a gateway might.
   GET    /__proxy/faults  the rules with the times each has left
   GET    /__proxy/calls   every call since the last reset: [{"service", "operation",
          "status"}], in order
@@ -183,6 +184,8 @@ def handler(upstream, state):
                 code = fault.get("code", "InternalError")
                 data = error_body(service, code, fault.get("message", "injected by fault_proxy.py"))
                 headers = [("Content-Type", "text/xml")]
+                if fault.get("bare"):
+                    data, headers = b"", []
             state.record(service, operation, status)
             self.answer(status, data, headers)
 

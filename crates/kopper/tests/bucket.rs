@@ -247,10 +247,13 @@ async fn delete_waits_on_a_non_empty_bucket_until_told_to_empty_it() {
     put_object(&secret, "a.txt").await;
 
     buckets(&cluster).delete("scratch", &DeleteParams::default()).await.unwrap();
-    let stuck = wait_for_reason(&cluster, "scratch", "BucketNotEmpty").await;
-    let message = &stuck.status.unwrap().conditions[0].message;
+    let stuck = status(&wait_for_reason(&cluster, "scratch", "BucketNotEmpty").await);
+    let message = &stuck.conditions[0].message;
     assert!(message.contains("emptyOnDelete"), "the condition says how to proceed: {message}");
     assert!(!s3.bucket_is_empty("scratch-bucket").await.unwrap(), "nothing was deleted");
+    let user = stuck.user_name.clone().unwrap();
+    let keys = s3.access_keys(&user).await.unwrap();
+    assert_eq!(keys, vec![stuck.access_key_id.unwrap()], "the tenant keeps the credentials to empty it");
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     eventually("a Warning Event saying the bucket is not empty", || async {
         let list = events.list(&ListParams::default()).await.unwrap();
@@ -733,6 +736,108 @@ async fn a_refused_create_forgets_the_name_and_denials_do_not_reveal_kopper_s_pr
     })
     .await;
     assert!(!warning.note.unwrap_or_default().contains("123456789012"));
+    operator.stop().await.unwrap();
+}
+
+/// Status with the user and key a Ready Bucket holds, and whether IAM still has them.
+async fn credentials_kept(s3: &impl Provider, ready: &BucketStatus) -> bool {
+    let user = ready.user_name.clone().unwrap();
+    s3.user_tags(&user).await.unwrap().is_some()
+        && s3.access_keys(&user).await.unwrap() == vec![ready.access_key_id.clone().unwrap()]
+}
+
+/// Changes the Bucket's spec, so it is reconciled now rather than after its backoff.
+async fn nudge(cluster: &Cluster, name: &str, value: &str) {
+    let patch = Patch::Merge(json!({"spec": {"tags": {"nudge": value}}}));
+    buckets(cluster).patch(name, &PatchParams::default(), &patch).await.unwrap();
+}
+
+/// HeadBucket's 403 has no error code: an SCP or an endpoint policy that keeps kopper from
+/// looking at this account's own buckets answers the same as another account's bucket. It is
+/// reported as AccessDenied and revokes nothing. A bucket whose tags another tool replaced
+/// keeps its credentials too, and is reported until the tags are back.
+#[tokio::test]
+async fn a_denied_look_or_lost_tags_are_reported_and_revoke_no_credentials() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let s3 = moto.client().await;
+    let bucket = create_bucket(&cluster, "held", json!({})).await;
+    let ready = status(&wait_for_reason(&cluster, "held", "Ready").await);
+    let name = ready.bucket_name.clone().unwrap();
+
+    proxy.set_faults(json!([{"operation": "HeadBucket", "times": 1000, "status": 403, "bare": true}])).await;
+    nudge(&cluster, "held", "1").await;
+    let denied = status(&wait_for_reason(&cluster, "held", "AccessDenied").await);
+    assert!(denied.conditions[0].message.contains("HeadBucket"), "{:?}", denied.conditions);
+    assert_eq!(denied.bucket_name.as_deref(), Some(name.as_str()));
+    assert!(credentials_kept(&s3, &ready).await, "a denial revoked the Bucket's credentials");
+    assert!(secret(&cluster, "held-s3").await.is_some());
+
+    proxy.set_faults(json!([])).await;
+    let replaced = BTreeMap::from([("cost-center".to_owned(), "42".to_owned())]);
+    s3.tag_bucket(&name, &replaced).await.unwrap();
+    nudge(&cluster, "held", "2").await;
+    let lost = status(&wait_for_reason(&cluster, "held", "BucketTagsMissing").await);
+    let message = &lost.conditions[0].message;
+    assert!(message.contains(&bucket.uid().unwrap()), "the message names the tags to restore: {message}");
+    assert!(credentials_kept(&s3, &ready).await, "lost tags revoked the Bucket's credentials");
+
+    s3.tag_bucket(&name, &owner(&bucket).tags()).await.unwrap();
+    nudge(&cluster, "held", "3").await;
+    let again = status(&wait_for_reason(&cluster, "held", "Ready").await);
+    assert_eq!(again.access_key_id, ready.access_key_id, "the same credentials throughout");
+    operator.stop().await.unwrap();
+}
+
+/// Deleting a Bucket with `deletionPolicy: Delete`: a 403 on its bucket, or a 404 without
+/// S3's or IAM's error code (a gateway's), is no proof that the bucket or the user is gone
+/// or not the Bucket's. The finalizer stays, nothing is left behind, and cleanup finishes once
+/// the provider answers.
+#[tokio::test]
+async fn cleanup_keeps_the_finalizer_through_a_denial_or_a_bare_404() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let s3 = moto.client().await;
+    create_bucket(&cluster, "doomed", json!({"deletionPolicy": "Delete"})).await;
+    let ready = status(&wait_for_reason(&cluster, "doomed", "Ready").await);
+    let name = ready.bucket_name.clone().unwrap();
+
+    proxy.set_faults(json!([{"operation": "HeadBucket", "times": 1000, "status": 403, "bare": true}])).await;
+    buckets(&cluster).delete("doomed", &DeleteParams::default()).await.unwrap();
+    wait_for_reason(&cluster, "doomed", "AccessDenied").await;
+    assert!(
+        matches!(s3.lookup_bucket(&name).await.unwrap(), BucketLookup::Ours { .. }),
+        "the bucket is kept"
+    );
+    assert!(credentials_kept(&s3, &ready).await, "the user is kept while the bucket is");
+
+    proxy
+        .set_faults(json!([
+            {"operation": "HeadBucket", "times": 1000, "status": 404, "bare": true},
+            {"operation": "ListUserTags", "times": 1000, "status": 404, "bare": true},
+        ]))
+        .await;
+    nudge(&cluster, "doomed", "1").await;
+    wait_for_reason(&cluster, "doomed", "ProviderError").await;
+    assert_eq!(
+        s3.lookup_bucket(&name).await.unwrap(),
+        BucketLookup::Missing,
+        "the bucket was there to delete"
+    );
+    assert!(credentials_kept(&s3, &ready).await, "a bare 404 released the user");
+
+    proxy.set_faults(json!([])).await;
+    nudge(&cluster, "doomed", "2").await;
+    let api = buckets(&cluster);
+    eventually("the Bucket to be gone", || async {
+        api.get_opt("doomed").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(s3.user_tags(&ready.user_name.unwrap()).await.unwrap(), None);
     operator.stop().await.unwrap();
 }
 

@@ -114,6 +114,9 @@ where
 {
     let status = error.raw_response().map(|response| response.status().as_u16());
     let code = error.code().map(str::to_owned);
+    // A 404 is NotFound only with the service's own error code: a proxy or gateway in front
+    // of S3 or IAM answers 404 for its own reasons, and "gone" lets kopper release a Bucket.
+    // HeadBucket alone has no body to carry a code; `lookup_bucket` confirms its 404.
     let kind = match (&error, status, code.as_deref()) {
         (SdkError::DispatchFailure(_) | SdkError::TimeoutError(_), _, _) => FailureKind::Unavailable,
         (_, _, Some("BucketAlreadyExists")) => FailureKind::BucketNameTaken,
@@ -122,7 +125,7 @@ where
             _,
             Some("NoSuchBucket" | "NoSuchEntity" | "NoSuchKey" | "NoSuchTagSet" | "NoSuchTagSetError"),
         ) => FailureKind::NotFound,
-        (_, Some(404), _) => FailureKind::NotFound,
+        (_, Some(404), _) if operation == "HeadBucket" => FailureKind::NotFound,
         (_, _, Some("SlowDown" | "Throttling" | "ThrottlingException" | "TooManyRequests"))
         | (_, Some(429 | 503), _) => FailureKind::Throttled,
         (
@@ -236,23 +239,43 @@ fn invalid_request(
 }
 
 impl AwsProvider {
-    async fn bucket_tags(&self, bucket: &str) -> ProviderResult<BTreeMap<String, String>> {
-        let result = self.s3.get_bucket_tagging().bucket(bucket).send().await;
-        let tags = match result {
-            Ok(output) => succeeded("s3", "GetBucketTagging", output)
-                .tag_set()
-                .iter()
-                .map(|tag| (tag.key().to_owned(), tag.value().to_owned()))
-                .collect(),
+    /// The bucket's tags (empty when it has none), or `None` when S3 says, with its error
+    /// code, that there is no such bucket.
+    async fn bucket_tags(&self, bucket: &str) -> ProviderResult<Option<BTreeMap<String, String>>> {
+        match self.s3.get_bucket_tagging().bucket(bucket).send().await {
+            Ok(output) => Ok(Some(
+                succeeded("s3", "GetBucketTagging", output)
+                    .tag_set()
+                    .iter()
+                    .map(|tag| (tag.key().to_owned(), tag.value().to_owned()))
+                    .collect(),
+            )),
             Err(error) => {
+                let code = error.code().map(str::to_owned);
                 let error = failed("s3", "GetBucketTagging", error);
-                if error.kind != FailureKind::NotFound {
-                    return Err(error);
+                match code.as_deref() {
+                    Some("NoSuchTagSet" | "NoSuchTagSetError") => Ok(Some(BTreeMap::new())),
+                    Some("NoSuchBucket") => Ok(None),
+                    _ => Err(error),
                 }
-                BTreeMap::new()
             }
-        };
-        Ok(tags)
+        }
+    }
+
+    /// Whether ListBuckets lists `bucket` among this account's own buckets.
+    async fn is_listed(&self, bucket: &str) -> ProviderResult<bool> {
+        let mut token = None;
+        loop {
+            let result = self.s3.list_buckets().prefix(bucket).set_continuation_token(token).send().await;
+            let listed = succeeded("s3", "ListBuckets", result.map_err(|e| failed("s3", "ListBuckets", e))?);
+            if listed.buckets().iter().any(|listed| listed.name() == Some(bucket)) {
+                return Ok(true);
+            }
+            match listed.continuation_token() {
+                Some(next) if !next.is_empty() => token = Some(next.to_owned()),
+                _ => return Ok(false),
+            }
+        }
     }
 
     async fn empty_batch(&self, bucket: &str) -> ProviderResult<u64> {
@@ -315,21 +338,31 @@ impl Provider for AwsProvider {
         &self.settings.region
     }
 
+    /// HeadBucket answers without a body, so its 403 and 404 carry no error code and may come
+    /// from a policy or a gateway rather than from S3's knowledge of the bucket; each is
+    /// checked with a call that does answer with S3's own evidence before it is believed.
     fn lookup_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<BucketLookup>> {
         async move {
-            match self.s3.head_bucket().bucket(bucket).send().await {
-                Ok(output) => drop(succeeded("s3", "HeadBucket", output)),
-                Err(error) => {
-                    let error = failed("s3", "HeadBucket", error);
-                    return match error.kind {
-                        FailureKind::NotFound => Ok(BucketLookup::Missing),
-                        // S3 answers 403 for a bucket of another account.
-                        FailureKind::AccessDenied => Ok(BucketLookup::OtherAccount),
-                        _ => Err(error),
-                    };
+            let head = self.s3.head_bucket().bucket(bucket).send().await;
+            if let Err(error) = head {
+                let status = error.raw_response().map(|response| response.status().as_u16());
+                let error = failed("s3", "HeadBucket", error);
+                match status {
+                    // Missing only if GetBucketTagging says NoSuchBucket; its tags if it answers.
+                    Some(404) => {}
+                    // Another account's bucket, unless it is one of this account's own, which
+                    // kopper is merely not allowed to look at (an SCP, an endpoint policy).
+                    Some(403) if self.is_listed(bucket).await? => return Err(error),
+                    Some(403) => return Ok(BucketLookup::OtherAccount),
+                    _ => return Err(error),
                 }
+            } else {
+                count_provider_call("s3", "HeadBucket", "success");
             }
-            Ok(BucketLookup::Ours { tags: self.bucket_tags(bucket).await? })
+            Ok(match self.bucket_tags(bucket).await? {
+                Some(tags) => BucketLookup::Ours { tags },
+                None => BucketLookup::Missing,
+            })
         }
         .boxed()
     }

@@ -7,6 +7,17 @@ use std::collections::BTreeMap;
 use super::names::Owner;
 use super::provider::BucketLookup;
 
+/// What the Bucket's status says about the bucket name being looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// Nothing: status names no bucket, or another one.
+    Nothing,
+    /// kopper recorded the name before creating the bucket, and has not been Ready with it.
+    Creating,
+    /// The Bucket was Ready with this bucket (its credentials were issued for it).
+    Ready,
+}
+
 /// The next step for the bucket under the wanted name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BucketStep {
@@ -21,7 +32,15 @@ pub enum BucketStep {
     /// (nobody held credentials for it yet). The check keeps a forged `status.bucketName`
     /// from handing kopper someone else's data.
     AdoptIfEmpty,
-    /// Someone else's: another account's, another Bucket's, or one kopper did not create.
+    /// The bucket this Bucket was Ready with no longer carries kopper's tags (a tagging tool
+    /// replaced them, say): reported, nothing adopted or revoked, so its data and the
+    /// tenant's access stay while a person looks.
+    TagsLost,
+    /// Another Bucket's (of this or another cluster): it carries that Bucket's tags, so
+    /// whatever credentials this Bucket holds for the name are revoked.
+    OtherBucket,
+    /// Someone else's: another account's, or one kopper did not create. Reported, and
+    /// nothing is touched.
     Taken,
 }
 
@@ -29,14 +48,15 @@ pub fn bucket_step(
     found: &BucketLookup,
     owner: &Owner,
     wanted_tags: &BTreeMap<String, String>,
-    recorded_name: Option<&str>,
-    name: &str,
+    recorded: Recorded,
 ) -> BucketStep {
     match found {
         BucketLookup::Missing => BucketStep::Create,
         BucketLookup::Ours { tags } if owner.owns(tags) && tags == wanted_tags => BucketStep::Keep,
         BucketLookup::Ours { tags } if owner.owns(tags) => BucketStep::Retag,
-        BucketLookup::Ours { tags } if tags.is_empty() && recorded_name == Some(name) => {
+        BucketLookup::Ours { tags } if owner.is_another_owner(tags) => BucketStep::OtherBucket,
+        BucketLookup::Ours { .. } if recorded == Recorded::Ready => BucketStep::TagsLost,
+        BucketLookup::Ours { tags } if tags.is_empty() && recorded == Recorded::Creating => {
             BucketStep::AdoptIfEmpty
         }
         BucketLookup::Ours { .. } | BucketLookup::OtherAccount => BucketStep::Taken,
@@ -74,36 +94,46 @@ mod tests {
         tags
     }
 
-    fn step(found: BucketLookup, recorded: Option<&str>) -> BucketStep {
-        bucket_step(&found, &owner("u1"), &wanted(), recorded, "logs-bucket")
+    fn step(found: BucketLookup, recorded: Recorded) -> BucketStep {
+        bucket_step(&found, &owner("u1"), &wanted(), recorded)
     }
 
     #[test]
     fn a_missing_bucket_is_created() {
-        assert_eq!(step(BucketLookup::Missing, None), BucketStep::Create);
+        assert_eq!(step(BucketLookup::Missing, Recorded::Nothing), BucketStep::Create);
     }
 
     #[test]
     fn our_bucket_is_kept_or_retagged() {
-        assert_eq!(step(BucketLookup::Ours { tags: wanted() }, None), BucketStep::Keep);
-        assert_eq!(step(BucketLookup::Ours { tags: owner("u1").tags() }, None), BucketStep::Retag);
+        assert_eq!(step(BucketLookup::Ours { tags: wanted() }, Recorded::Nothing), BucketStep::Keep);
+        assert_eq!(step(BucketLookup::Ours { tags: owner("u1").tags() }, Recorded::Ready), BucketStep::Retag);
     }
 
     #[test]
     fn an_untagged_bucket_is_adopted_only_under_the_recorded_name_and_only_if_empty() {
         let untagged = || BucketLookup::Ours { tags: BTreeMap::new() };
-        assert_eq!(step(untagged(), Some("logs-bucket")), BucketStep::AdoptIfEmpty);
-        assert_eq!(step(untagged(), None), BucketStep::Taken);
-        assert_eq!(step(untagged(), Some("other-bucket")), BucketStep::Taken);
+        assert_eq!(step(untagged(), Recorded::Creating), BucketStep::AdoptIfEmpty);
+        assert_eq!(step(untagged(), Recorded::Nothing), BucketStep::Taken);
     }
 
     #[test]
     fn buckets_of_others_are_taken_even_under_the_recorded_name() {
         let another_bucket = BucketLookup::Ours { tags: owner("u2").tags() };
-        assert_eq!(step(another_bucket, Some("logs-bucket")), BucketStep::Taken);
-        assert_eq!(step(BucketLookup::OtherAccount, Some("logs-bucket")), BucketStep::Taken);
+        assert_eq!(step(another_bucket, Recorded::Creating), BucketStep::OtherBucket);
+        assert_eq!(step(BucketLookup::OtherAccount, Recorded::Creating), BucketStep::Taken);
         let someone = BucketLookup::Ours { tags: BTreeMap::from([("team".into(), "b".into())]) };
-        assert_eq!(step(someone, Some("logs-bucket")), BucketStep::Taken);
+        assert_eq!(step(someone, Recorded::Creating), BucketStep::Taken);
+    }
+
+    #[test]
+    fn the_ready_bucket_that_lost_its_tags_is_reported_not_taken() {
+        let stripped = BucketLookup::Ours { tags: BTreeMap::new() };
+        assert_eq!(step(stripped, Recorded::Ready), BucketStep::TagsLost);
+        let replaced = BucketLookup::Ours { tags: BTreeMap::from([("cost-center".into(), "42".into())]) };
+        assert_eq!(step(replaced, Recorded::Ready), BucketStep::TagsLost);
+        let another_bucket = BucketLookup::Ours { tags: owner("u2").tags() };
+        assert_eq!(step(another_bucket, Recorded::Ready), BucketStep::OtherBucket);
+        assert_eq!(step(BucketLookup::OtherAccount, Recorded::Ready), BucketStep::Taken);
     }
 
     #[test]

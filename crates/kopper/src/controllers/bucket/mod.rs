@@ -40,7 +40,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use decide::{BucketStep, UserStep};
+use decide::{BucketStep, Recorded, UserStep};
 pub use metrics::register_metrics;
 use names::Owner;
 use provider::{BucketLookup, FailureKind, Provider, ProviderError};
@@ -399,15 +399,16 @@ impl Pass<'_> {
     ) -> Result<(), Error> {
         let mut tags = bucket.spec.tags.clone();
         tags.extend(self.owner.tags());
+        let recorded = recorded(status, name);
         let found = self.provider.lookup_bucket(name).await?;
-        let mut step = decide::bucket_step(&found, &self.owner, &tags, status.bucket_name.as_deref(), name);
+        let mut step = decide::bucket_step(&found, &self.owner, &tags, recorded);
         // Creating and adopting look again under one lock, so that two Buckets naming the same
         // bucket cannot both find it missing (or untagged) and both take it.
         let _creating = match step {
             BucketStep::Create | BucketStep::AdoptIfEmpty => {
                 let guard = self.creating.lock().await;
                 let found = self.provider.lookup_bucket(name).await?;
-                step = decide::bucket_step(&found, &self.owner, &tags, status.bucket_name.as_deref(), name);
+                step = decide::bucket_step(&found, &self.owner, &tags, recorded);
                 Some(guard)
             }
             _ => None,
@@ -436,12 +437,16 @@ impl Pass<'_> {
             BucketStep::Retag => self.provider.tag_bucket(name, &tags).await?,
             BucketStep::AdoptIfEmpty => {
                 if !self.provider.bucket_is_empty(name).await? {
-                    return Err(self.refuse_taken(name).await?);
+                    return Err(refusal(&BucketStep::Taken, name, &self.owner, false));
                 }
                 self.provider.tag_bucket(name, &tags).await?;
                 info!(bucket = name, "adopted the bucket created before a restart");
             }
-            BucketStep::Taken => return Err(self.refuse_taken(name).await?),
+            BucketStep::OtherBucket => {
+                self.delete_user().await?;
+                return Err(refusal(&step, name, &self.owner, false));
+            }
+            BucketStep::TagsLost | BucketStep::Taken => return Err(refusal(&step, name, &self.owner, false)),
         }
         if let Some(enabled) = bucket.spec.versioning {
             // A state that cannot be read (some S3-compatible services answer a bucket that
@@ -479,14 +484,6 @@ impl Pass<'_> {
             .await
             .map_err(Error::kube("writing the Bucket's status"))?;
         Ok(())
-    }
-
-    /// The bucket under this name is not this Bucket's: whatever credentials this Bucket
-    /// still has are revoked (its IAM user, policy and keys), so that no Bucket keeps access
-    /// to a bucket that turned out to be someone else's; then the refusal to report.
-    async fn refuse_taken(&self, name: &str) -> Result<Error, Error> {
-        self.delete_user().await?;
-        Ok(taken(name))
     }
 
     /// Deletes this Bucket's IAM user with its keys and policy, if it has one.
@@ -594,35 +591,47 @@ impl Pass<'_> {
         Ok(key_id)
     }
 
+    /// The bucket first (with `Delete`), then the IAM user: while the bucket cannot be
+    /// deleted (not empty, denied, not this Bucket's), the finalizer stays and so do the
+    /// credentials a tenant needs to empty it.
     async fn cleanup(&self, bucket: &Bucket) -> Result<Action, Error> {
         let status = bucket.status.clone().unwrap_or_default();
-        self.delete_user().await?;
         if bucket.spec.deletion_policy == DeletionPolicy::Delete
             && let Some(name) = &status.bucket_name
         {
-            self.delete_bucket(bucket, name).await?;
+            self.delete_bucket(bucket, &status, name).await?;
         }
+        self.delete_user().await?;
         Ok(Action::await_change())
     }
 
-    async fn delete_bucket(&self, bucket: &Bucket, name: &str) -> Result<(), Error> {
+    async fn delete_bucket(&self, bucket: &Bucket, status: &BucketStatus, name: &str) -> Result<(), Error> {
         let found = self.provider.lookup_bucket(name).await?;
-        let recorded = Some(name);
-        match decide::bucket_step(&found, &self.owner, &bucket.spec.tags, recorded, name) {
+        let step = decide::bucket_step(&found, &self.owner, &bucket.spec.tags, recorded(status, name));
+        match step {
             BucketStep::Keep | BucketStep::Retag => {}
             // Created and never tagged (a crash): deleted only while it is empty.
             BucketStep::AdoptIfEmpty if self.provider.bucket_is_empty(name).await? => {}
-            // Gone already, or never ours (then it is not kopper's to delete).
-            BucketStep::AdoptIfEmpty | BucketStep::Create | BucketStep::Taken => return Ok(()),
+            // S3 said NoSuchBucket: gone already.
+            BucketStep::Create => return Ok(()),
+            // Not provably this Bucket's: kopper deletes nothing and keeps the finalizer.
+            BucketStep::AdoptIfEmpty => return Err(refusal(&BucketStep::Taken, name, &self.owner, true)),
+            BucketStep::OtherBucket => {
+                self.delete_user().await?;
+                return Err(refusal(&step, name, &self.owner, true));
+            }
+            BucketStep::TagsLost | BucketStep::Taken => return Err(refusal(&step, name, &self.owner, true)),
         }
         if !self.provider.bucket_is_empty(name).await? {
             if !bucket.spec.empty_on_delete {
                 return Err(Error::blocked(
                     "BucketNotEmpty",
                     format!(
-                        "bucket {name} still holds objects, so it was not deleted: empty it, set \
+                        "bucket {name} still holds objects, so it was not deleted: empty it (the \
+                         credentials in Secret {} still work until it is deleted), set \
                          spec.emptyOnDelete to true to have kopper delete every object, or set \
-                         spec.deletionPolicy to Retain to keep it"
+                         spec.deletionPolicy to Retain to keep it",
+                        bucket.secret_name()
                     ),
                 ));
             }
@@ -632,6 +641,49 @@ impl Pass<'_> {
         self.provider.delete_bucket(name).await?;
         info!(bucket = name, "deleted the bucket");
         Ok(())
+    }
+}
+
+/// What status says about the bucket `name`: Ready with it (the ARN is written only with
+/// Ready), recorded before creating it, or nothing.
+fn recorded(status: &BucketStatus, name: &str) -> Recorded {
+    match (&status.bucket_name, &status.bucket_arn) {
+        (Some(recorded), Some(arn)) if recorded == name && *arn == names::bucket_arn(name) => Recorded::Ready,
+        (Some(recorded), _) if recorded == name => Recorded::Creating,
+        _ => Recorded::Nothing,
+    }
+}
+
+/// Why the bucket under `name` is not used (or, `deleting`, not deleted), for a `step` that
+/// refuses it.
+fn refusal(step: &BucketStep, name: &str, owner: &Owner, deleting: bool) -> Error {
+    let release = if deleting {
+        "; kopper does not delete it and keeps the Bucket: set spec.deletionPolicy to Retain to let \
+         the Bucket go without deleting the bucket"
+    } else {
+        ""
+    };
+    match step {
+        BucketStep::TagsLost => Error::blocked(
+            "BucketTagsMissing",
+            format!(
+                "bucket {name}, which this Bucket was Ready with, no longer carries its tags, so kopper \
+                 neither adopts nor deletes it; the credentials stay in place. Restore the tags {}={} \
+                 and {}={} (another tool may have replaced them){release}",
+                names::TAG_CLUSTER,
+                owner.cluster,
+                names::TAG_UID,
+                owner.uid
+            ),
+        ),
+        _ if deleting => Error::blocked(
+            "BucketNameTaken",
+            format!(
+                "bucket {name} is not this Bucket's any more (another account's, another Bucket's, or \
+                 one kopper did not create){release}"
+            ),
+        ),
+        _ => taken(name),
     }
 }
 
@@ -739,5 +791,16 @@ mod tests {
         let mut forgotten = snapshot.clone();
         forgotten.bucket_name = None;
         assert_eq!(status_patch(&snapshot, &forgotten), json!({"bucketName": null}));
+    }
+
+    #[test]
+    fn status_says_ready_only_with_the_arn_of_the_same_name() {
+        let creating = BucketStatus { bucket_name: Some("x".into()), ..BucketStatus::default() };
+        assert_eq!(recorded(&creating, "x"), Recorded::Creating);
+        assert_eq!(recorded(&creating, "y"), Recorded::Nothing);
+        let ready = BucketStatus { bucket_arn: Some(names::bucket_arn("x")), ..creating.clone() };
+        assert_eq!(recorded(&ready, "x"), Recorded::Ready);
+        let stale = BucketStatus { bucket_arn: Some(names::bucket_arn("old")), ..creating };
+        assert_eq!(recorded(&stale, "x"), Recorded::Creating);
     }
 }

@@ -44,6 +44,13 @@ impl Owner {
         tags.get(TAG_CLUSTER) == Some(&self.cluster) && tags.get(TAG_UID) == Some(&self.uid)
     }
 
+    /// Whether `tags` name another Bucket (or another cluster) as the owner: strong evidence,
+    /// unlike missing tags, which a tagging tool may have replaced.
+    pub fn is_another_owner(&self, tags: &BTreeMap<String, String>) -> bool {
+        tags.get(TAG_UID).is_some_and(|uid| *uid != self.uid)
+            || tags.get(TAG_CLUSTER).is_some_and(|cluster| *cluster != self.cluster)
+    }
+
     /// The bucket name kopper derives when `spec.bucketName` is not set:
     /// `<cluster>-<namespace>-<name>` made valid for S3, cut to fit, and ended by a digest of
     /// the three so that different Buckets never derive the same name.

@@ -11,11 +11,14 @@ use futures::future::BoxFuture;
 /// What is found under a bucket name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BucketLookup {
-    /// No bucket of that name exists (anywhere S3 can tell).
+    /// No bucket of that name exists (anywhere S3 can tell), as S3 said with its own error
+    /// code: a bare 404, which a gateway may send, is an error instead.
     Missing,
     /// A bucket of this account, with these tags (empty when it has none).
     Ours { tags: BTreeMap<String, String> },
-    /// A bucket of another account.
+    /// A bucket of another account: S3 refuses kopper a look at it and it is not among this
+    /// account's own buckets. A refusal to look at one of this account's own buckets is an
+    /// AccessDenied error, never this.
     OtherAccount,
 }
 
