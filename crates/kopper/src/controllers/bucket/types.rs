@@ -116,8 +116,8 @@ pub struct BucketStatus {
 
     /// `Ready` is True when the bucket, user, policy, one access key and the Secret are in
     /// place. Reasons when it is not: `Provisioning`, `ProviderNotConfigured`,
-    /// `BucketNameTaken`, `UserNameTaken`, `SecretNameTaken`, `BucketNameImmutable`,
-    /// `AccessDenied`, `ProviderUnavailable`, `BucketNotEmpty`, `Deleting`.
+    /// `BucketNameTaken`, `BucketTagsMissing`, `UserNameTaken`, `SecretNameTaken`,
+    /// `BucketNameImmutable`, `AccessDenied`, `ProviderUnavailable`, `BucketNotEmpty`, `Deleting`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
