@@ -866,3 +866,29 @@ async fn a_name_refused_for_good_is_forgotten_though_an_earlier_pass_recorded_it
     assert_eq!(ready.bucket_name.as_deref(), Some("second-choice"));
     operator.stop().await.unwrap();
 }
+
+/// HeadBucket's 403 on a name that is not among the account's own buckets is another
+/// account's bucket: BucketNameTaken, and nothing is created. When kopper may not list the
+/// account's buckets either, it cannot tell, and says AccessDenied.
+#[tokio::test]
+async fn a_403_on_a_name_the_account_does_not_hold_is_taken_unless_listing_is_denied_too() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let head_denied = json!({"operation": "HeadBucket", "times": 1000, "status": 403, "bare": true});
+    let list_denied =
+        json!({"operation": "ListBuckets", "times": 1000, "status": 403, "code": "AccessDenied"});
+    proxy.set_faults(json!([head_denied, list_denied])).await;
+    create_bucket(&cluster, "unsure", json!({"bucketName": "elsewhere-bucket"})).await;
+    wait_for_reason(&cluster, "unsure", "AccessDenied").await;
+
+    proxy.set_faults(json!([head_denied])).await;
+    nudge(&cluster, "unsure", "1").await;
+    wait_for_reason(&cluster, "unsure", "BucketNameTaken").await;
+    let calls = proxy.calls().await;
+    assert!(!calls.iter().any(|call| call.operation == "CreateBucket"), "{calls:?}");
+    let (users, buckets_in_account) = account_contents(&moto.endpoint).await;
+    assert!(users.is_empty() && buckets_in_account.is_empty(), "{users:?} {buckets_in_account:?}");
+    operator.stop().await.unwrap();
+}
