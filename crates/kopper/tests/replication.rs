@@ -297,6 +297,35 @@ async fn copy_is_deleted_when_its_source_stops_matching_and_when_the_rule_goes()
     );
 }
 
+/// A copy that changes while the rule's cleanup deletes it (its delete, conditioned on the
+/// version kopper's cache knew, is refused): the cleanup finds it again in its list of the
+/// rule's copies and deletes it before letting the rule go, not a minute later by the
+/// orphan sweep, nor never if kopper is uninstalled meanwhile.
+#[tokio::test]
+async fn a_copy_changed_while_its_rule_is_cleaned_up_is_deleted_before_the_rule_goes() {
+    let cluster = Cluster::with_copy("k", "1").await;
+    let mut held = cluster.sim.faults().hold_next("delete", "configmaps");
+    cluster.rules().delete("main-rule", &DeleteParams::default()).await.unwrap();
+    held.arrived().await;
+    let edit = json!({"data": {"edited": "meanwhile"}});
+    cluster
+        .config_maps("team-a")
+        .patch("app-config", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    held.release();
+
+    eventually("the rule to be gone", || async {
+        cluster.rules().get_opt("main-rule").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let left = cluster.config_maps("team-a").get_opt("app-config").await.unwrap();
+    assert!(
+        left.is_none_or(|copy| copy.metadata.deletion_timestamp.is_some()),
+        "the copy outlived its rule's cleanup"
+    );
+}
+
 /// New namespaces get their copies outside the rule's passes; none of those may land after
 /// the rule's cleanup looked for its copies, or it would stay behind until the orphan sweep
 /// (a minute later), or for ever if kopper stopped.

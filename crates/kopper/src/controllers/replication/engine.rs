@@ -145,6 +145,9 @@ pub struct Engine {
     pub router: Arc<Router>,
     /// Keeps a rule's cleanup apart from copies written for it outside its passes.
     pub(super) gates: RuleGates,
+    /// Uids of rule objects the API server confirmed as the current one of their name
+    /// (see [`Engine::is_current`]), while they are in force.
+    confirmed_current: Mutex<HashSet<String>>,
 }
 
 /// One gate per rule. A rule's passes are run one at a time by its controller, but
@@ -191,7 +194,7 @@ impl PassTally {
 
 impl Engine {
     pub fn new(caches: Caches, router: Arc<Router>) -> Self {
-        Self { caches, router, gates: RuleGates::default() }
+        Self { caches, router, gates: RuleGates::default(), confirmed_current: Mutex::default() }
     }
 
     /// Waits for every cache's first list: a pass on a partial cache would miss copies.
@@ -272,7 +275,12 @@ impl Engine {
         };
         let listed_error = match listed {
             Ok(listed) => {
-                let done: HashSet<(&CopyKey, Option<&str>)> = cached.iter().map(deleted_copy).collect();
+                // Only what the cache's deletions removed: one refused because the copy
+                // changed since the cache saw it (a pass's last write) is listed afresh,
+                // with its new version, and deleted now.
+                let removed: HashSet<&CopyKey> = applied.removed.iter().collect();
+                let done: HashSet<(&CopyKey, Option<&str>)> =
+                    cached.iter().filter(|change| removed.contains(change.key())).map(deleted_copy).collect();
                 let missed: Vec<Change> =
                     listed.into_iter().filter(|change| !done.contains(&deleted_copy(change))).collect();
                 let more = apply::execute(&ctx.client, &field_manager, &missed).await;
@@ -364,6 +372,13 @@ impl Engine {
         }
     }
 
+    /// Whether any copy of either kind is one `select` picks.
+    fn any_copy(&self, select: impl Fn(&CopyState) -> bool) -> bool {
+        ObjectKind::ALL
+            .into_iter()
+            .any(|kind| CopyIndex::all(&self.caches.copies(kind).read()).any(|(_, _, copy)| select(copy)))
+    }
+
     /// Deletions of the copies of either kind that `select` picks (not those already going).
     fn copies_where(&self, select: impl Fn(&CopyState) -> bool) -> Vec<Change> {
         ObjectKind::ALL.into_iter().flat_map(|kind| self.deletions(kind, &select)).collect()
@@ -433,7 +448,7 @@ impl Engine {
         // exists. Only once the API server confirms this object is the current one: a cache
         // still holding the earlier object must not delete its successor's copies.
         let predecessors = |copy: &CopyState| labels.marks(copy) && !copy.deletable_by(&rule.uid);
-        if !self.copies_where(predecessors).is_empty() && self.is_current(ctx, rule).await {
+        if self.any_copy(predecessors) && self.is_current(ctx, rule).await {
             let map = copies.read();
             pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| predecessors(copy)), &mut plan);
             drop(map);
@@ -445,9 +460,18 @@ impl Engine {
     }
 
     /// Whether the API server holds `rule`'s object under its name now (not a successor).
+    /// Asked once per rule object: a predecessor's copy that stays (in a namespace being
+    /// deleted, held by another's finalizer) must not cost a request every pass.
     async fn is_current(&self, ctx: &Context, rule: &Rule) -> bool {
+        if lock(&self.confirmed_current).contains(&rule.uid) {
+            return true;
+        }
         match current_uid(&ctx.client, &rule.id).await {
-            Ok(uid) => uid.as_deref() == Some(rule.uid.as_str()),
+            Ok(uid) if uid.as_deref() == Some(rule.uid.as_str()) => {
+                lock(&self.confirmed_current).insert(rule.uid.clone());
+                true
+            }
+            Ok(_) => false,
             Err(error) => {
                 tracing::debug!(%error, rule = %rule.id, "could not list the rule; its predecessor's copies wait");
                 false
@@ -533,6 +557,8 @@ impl Engine {
             |kind, name| source_names.contains(&(kind, name.to_owned())),
         );
         self.gates.retain(&self.router.rules.all_ids().into_iter().collect());
+        let uids: HashSet<&str> = rules.iter().map(|rule| rule.uid.as_str()).collect();
+        lock(&self.confirmed_current).retain(|uid| uids.contains(uid.as_str()));
         self.router.memo.keep_sources(&ctx.metrics, &source_uids);
     }
 

@@ -328,8 +328,8 @@ impl Router {
 
     /// A scoped watch of `kind` over `scope` listed (first, or again after an outage):
     /// wakes the rules that asked for the scope (those reading the namespace, or whose
-    /// copies the name was blocking) and routes each of `changes` as its event would have
-    /// been. Tenants decide when name and namespace watches start (a name squatted, a
+    /// copies the name was blocking) and routes each of `changes` (what a list again found
+    /// changed; none at a first list) as its event would have been. Tenants decide when name and namespace watches start (a name squatted, a
     /// ConfigMapSync in a new namespace), so their lists must not wake every rule for a
     /// pass over every namespace. A cluster-wide list, or one that changed more than
     /// [`MAX_ROUTED_CHANGES`] objects, wakes every rule instead.
@@ -371,7 +371,7 @@ impl Router {
     /// A copy changed: wakes the rules it was and is a copy of, and those that want a copy
     /// where it is (one may take it over, or see a conflict clear), to repair it
     /// ([`Urgency::Repair`]: paced by what their passes cost, as anyone may edit copies in
-    /// a loop). A copy that now holds what kopper wrote to it (`as_written`) does not wake
+    /// a loop); a rule that wants the place a copy of another rule left is woken at once. A copy that now holds what kopper wrote to it (`as_written`) does not wake
     /// the rule that wrote it, whose pass (or [`super::namespaces`]) knows what it wrote: a
     /// pass for each event of its own writes would keep a core busy for as long as new
     /// namespaces keep coming.
@@ -396,8 +396,15 @@ impl Router {
                 continue;
             }
             let made = made_by.iter().flatten().any(|made_by| labels.is(made_by));
-            if made || wants_copy_at(rule, namespace, name, source_named) {
+            if made {
                 self.wakers.wake_to_repair(&rule.id);
+            } else if wants_copy_at(rule, namespace, name, source_named) {
+                // A place another rule's copy left (its rule's cleanup, the orphan sweep) is
+                // this rule's to fill now; anything else there is a conflict to report.
+                match after {
+                    None => self.wakers.wake(&rule.id),
+                    Some(_) => self.wakers.wake_to_repair(&rule.id),
+                }
             }
         }
     }

@@ -26,8 +26,8 @@
 //!   burst by one pass per [`pacing::MIN_WAKE_GAP`]; the watch event of a copy kopper wrote
 //!   wakes no pass of the rule that wrote it.
 //!
-//! Sources' content is read once per version, and kept between passes up to a byte budget
-//! ([`source_cache`]) whatever tenants name. A rule holds the finalizer [`FINALIZER`]
+//! Sources' content is read once per version while it fits a byte budget kept between
+//! passes ([`source_cache`]), whatever tenants name; past it, once per pass. A rule holds the finalizer [`FINALIZER`]
 //! until its copies are removed; copies whose rule vanished without it (a finalizer removed
 //! by hand) are deleted at start and every minute. So besides
 //! get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on ConfigMaps

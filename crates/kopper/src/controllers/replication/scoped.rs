@@ -38,6 +38,13 @@ const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// and after each relist.
 pub const METADATA_PAGE_SIZE: u32 = 10;
 
+/// Objects per page of the cluster-wide watch, which lists every object of its kind kopper
+/// did not make: at ten a page, 200,000 Secrets would take 20,000 requests, longer than a
+/// pass waits for a first list ([`FIRST_LIST_TIMEOUT`]) and near the time a continue token
+/// lasts. Fifty bound a page near 60 MiB in the worst case (every object at the metadata
+/// limit), and near 100 KiB for the usual few KiB each.
+pub const CLUSTER_PAGE_SIZE: u32 = 50;
+
 /// Source namespaces of one kind watched one by one; beyond this, one cluster-wide watch
 /// replaces them. Each watch holds a connection to the API server, so a ConfigMapSync in
 /// every tenant's namespace must not mean a watch per tenant; past this many, holding the
@@ -308,11 +315,6 @@ impl Scoped {
         self.count_watches(&watches);
     }
 
-    /// A full pass of rule `by` found its copies of `kind` blocked under `names` (by objects
-    /// kopper did not make), and under no other: names it found blocked before and not now
-    /// no longer need watching for it. (A name the namespace path found blocked while the
-    /// pass ran is dropped with the rest; the pass that path wakes finds it again, through
-    /// its create meeting the blocker, and watches it anew.)
     /// [`Scope::for_sources`] for `kind`, knowing whether its cluster-wide watch runs now.
     pub fn for_sources<'n>(
         &self,
@@ -332,6 +334,11 @@ impl Scoped {
         blocked.get(&kind).and_then(|names| names.get(name)).cloned().unwrap_or_default()
     }
 
+    /// A full pass of rule `by` found its copies of `kind` blocked under `names` (by objects
+    /// kopper did not make), and under no other: names it found blocked before and not now
+    /// no longer need watching for it. (A name the namespace path found blocked while the
+    /// pass ran is dropped with the rest; the pass that path wakes finds it again, through
+    /// its create meeting the blocker, and watches it anew.)
     pub fn still_blocked(&self, by: &RuleId, kind: ObjectKind, names: &BTreeSet<&str>) {
         let mut blocked = self.lock_blocked();
         // Names of the other kind are no longer the rule's either (its kind changed).
@@ -478,13 +485,15 @@ impl Scoped {
 }
 
 /// What a scoped watch asks for: objects kopper did not make, in pages of
-/// [`METADATA_PAGE_SIZE`], and for a name, only that name.
+/// [`METADATA_PAGE_SIZE`] ([`CLUSTER_PAGE_SIZE`] for every namespace), and for a name, only
+/// that name.
 fn watch_config(scope: &Scope) -> watcher::Config {
     let config = match scope {
         Scope::Name(name) => watcher::Config::default().fields(&format!("metadata.name={name}")),
         Scope::Namespace(_) | Scope::Cluster => watcher::Config::default(),
     };
-    config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}")).page_size(METADATA_PAGE_SIZE)
+    let page = if *scope == Scope::Cluster { CLUSTER_PAGE_SIZE } else { METADATA_PAGE_SIZE };
+    config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}")).page_size(page)
 }
 
 fn kind_of<K: Resource<DynamicType = ()>>() -> ObjectKind {
@@ -539,9 +548,17 @@ fn apply_event<K>(
             listing.get_or_insert_default().insert(place(&info), info);
         }
         watcher::Event::InitDone => {
-            let changes = {
+            // A first list tells nothing new: before the watch, its places were either
+            // covered by another watch or looked at before each write. A list again after
+            // the watch failed tells what changed meanwhile.
+            let first = !store.is_ready();
+            let listed = listing.take().unwrap_or_default();
+            let changes = if first {
+                *objects() = listed;
+                Vec::new()
+            } else {
                 let mut objects = objects();
-                let before = std::mem::replace(&mut *objects, listing.take().unwrap_or_default());
+                let before = std::mem::replace(&mut *objects, listed);
                 changes_between(&before, &objects)
             };
             store.ready.mark_ready();
@@ -565,9 +582,6 @@ fn apply_event<K>(
 mod tests {
     use super::*;
 
-    /// A tenant's objects can carry hundreds of KiB of metadata each: every scoped watch
-    /// lists them a few at a time, never in kube's default pages of 500, and never sees
-    /// kopper's own copies (the copy watch has those).
     /// A service-account token is a credential a rule copies only when allowed to: the
     /// annotation that tells it is kept, the rest (last-applied among them) is not.
     #[test]
@@ -621,11 +635,19 @@ mod tests {
         );
     }
 
+    /// A tenant's objects can carry hundreds of KiB of metadata each: every scoped watch
+    /// lists them a few at a time, never in kube's default pages of 500, and never sees
+    /// kopper's own copies (the copy watch has those).
     #[test]
     fn every_scoped_watch_lists_small_pages_of_objects_kopper_did_not_make() {
-        for scope in [Scope::Namespace("team-a".into()), Scope::Name("settings".into()), Scope::Cluster] {
+        let scopes = [
+            (Scope::Namespace("team-a".into()), METADATA_PAGE_SIZE),
+            (Scope::Name("settings".into()), METADATA_PAGE_SIZE),
+            (Scope::Cluster, CLUSTER_PAGE_SIZE),
+        ];
+        for (scope, page) in scopes {
             let config = watch_config(&scope);
-            assert_eq!(config.page_size, Some(METADATA_PAGE_SIZE), "{scope:?}");
+            assert_eq!(config.page_size, Some(page), "{scope:?}");
             assert_eq!(
                 config.label_selector.as_deref(),
                 Some(format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}").as_str()),
