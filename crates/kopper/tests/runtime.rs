@@ -178,6 +178,102 @@ async fn leader_stops_with_an_error_when_another_replica_takes_its_lease() {
     assert!(message.contains("lost the leader lease"), "{message}");
 }
 
+/// One API server behind a load balancer dies without a reset: the standby's pooled
+/// connection goes silent, while new connections reach another API server. The standby's
+/// question about the lease is given up after a renew interval and asked again on a new
+/// connection, so it takes over once the leader steps down instead of hanging for minutes.
+#[tokio::test]
+async fn a_standby_whose_connection_went_silent_takes_over_through_a_new_one() {
+    let cluster = Cluster::start().await;
+    let (admin_a, admin_b) = (free_admin_addr(), free_admin_addr());
+    let replica_a = Operator::start(cluster.run_args(&replica_flags("a.test/pod-name", &admin_a)));
+    let holder_a =
+        eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
+    let replica_b = Operator::start(run_args(&kubeconfig, &replica_flags("b.test/pod-name", &admin_b)));
+    readyz(&admin_b, 200).await;
+
+    partition.stall();
+    replica_a.stop().await.unwrap();
+
+    eventually("the standby to take the lease", || async {
+        lease_holder(&cluster, "kopper-test").await.filter(|holder| *holder != holder_a)
+    })
+    .await;
+    replica_b.stop().await.unwrap();
+}
+
+/// One API server behind a load balancer dies without a reset while the leader's renewal is
+/// on its way there or waits in the pool: that renewal is given up after a renew interval and
+/// sent again on a new connection, well before the renew deadline, so the leader keeps its
+/// lease instead of stepping down.
+#[tokio::test]
+async fn a_leader_whose_connection_went_silent_renews_through_a_new_one() {
+    let cluster = Cluster::start().await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
+    let admin = free_admin_addr();
+    let replica = Operator::start(run_args(&kubeconfig, &replica_flags("a.test/pod-name", &admin)));
+    let holder =
+        eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
+
+    partition.stall();
+    let stalled = k8s_openapi::jiff::Timestamp::now();
+
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
+    // Renewed a whole lease duration (3s) after the stall, past the renew deadline.
+    let past_the_deadline = stalled + std::time::Duration::from_secs(4);
+    eventually("a renewal a lease duration after the stall", || async {
+        let spec = leases.get("kopper-test").await.unwrap().spec?;
+        let renewed = spec.renew_time?.0;
+        (spec.holder_identity.as_ref() == Some(&holder) && renewed > past_the_deadline).then_some(())
+    })
+    .await;
+    assert!(!replica.handle.is_finished(), "the leader stepped down");
+    replica.stop().await.unwrap();
+}
+
+/// A leader whose API server takes connections and never answers cannot renew; once its
+/// renew deadline passes it exits at once, without trying to give back a lease it cannot
+/// reach (that request would hang as long as the kernel keeps the connection).
+#[tokio::test]
+async fn a_leader_that_cannot_renew_through_a_silent_api_server_exits() {
+    let cluster = Cluster::start().await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
+    let admin = free_admin_addr();
+    let replica = Operator::start(run_args(&kubeconfig, &replica_flags("a.test/pod-name", &admin)));
+    eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
+
+    partition.black_hole();
+
+    let result =
+        tokio::time::timeout(DEADLINE, replica.handle).await.expect("the leader kept running").unwrap();
+    let message = format!("{:#}", result.unwrap_err());
+    assert!(message.contains("lost the leader lease"), "{message}");
+}
+
+/// Stopped while its API server takes connections and never answers, a leader gives up
+/// trying to release its lease after a moment and exits well within a pod's grace period.
+#[tokio::test]
+async fn shutdown_does_not_wait_on_a_release_the_api_server_never_answers() {
+    let cluster = Cluster::start().await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
+    let admin = free_admin_addr();
+    let mut flags = replica_flags("a.test/pod-name", &admin);
+    flags.extend(["--lease-duration", "60s", "--renew-interval", "20s"]);
+    let replica = Operator::start(run_args(&kubeconfig, &flags));
+    eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
+
+    partition.go_silent();
+
+    let stopping = std::time::Instant::now();
+    replica.stop().await.unwrap();
+    assert!(stopping.elapsed() < std::time::Duration::from_secs(10), "took {:?}", stopping.elapsed());
+}
+
 #[tokio::test]
 async fn readyz_is_true_once_caches_have_synced_and_metrics_are_served() {
     let cluster = Cluster::start().await;
@@ -453,7 +549,9 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_the_standby_took_ov
 /// connection and resetting new ones, as a network partition would), close (no one listens:
 /// connections are refused, as when the API server is down), black-hole (dropping every open
 /// connection, then taking new ones and never answering, as a dead route or a hung proxy
-/// would) and restore.
+/// would), stall (the open connections go silent, new ones are served, as when one API
+/// server behind a load balancer dies without a reset), make silent (open connections and
+/// new ones alike) and restore.
 struct Partition {
     url: String,
     addr: std::net::SocketAddr,
@@ -461,6 +559,8 @@ struct Partition {
     upstream: std::sync::Arc<std::sync::Mutex<std::net::SocketAddr>>,
     open: std::sync::Arc<std::sync::atomic::AtomicBool>,
     silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Bumped by [`Self::stall`]: every connection served before goes silent.
+    stalls: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
     accept: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -504,6 +604,7 @@ impl Partition {
             upstream: std::sync::Arc::new(std::sync::Mutex::new(upstream)),
             open: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
             silent: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            stalls: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
             connections: std::sync::Arc::default(),
             accept: std::sync::Mutex::new(None),
         };
@@ -539,7 +640,7 @@ impl Partition {
     fn serve(&self, listener: tokio::net::TcpListener) {
         use std::sync::atomic::Ordering;
         let (open, silent, tracked) = (self.open.clone(), self.silent.clone(), self.connections.clone());
-        let upstream = self.upstream.clone();
+        let (upstream, stalls) = (self.upstream.clone(), self.stalls.clone());
         let accept = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 if silent.load(Ordering::SeqCst) {
@@ -554,9 +655,16 @@ impl Partition {
                     continue; // dropped: the connection is reset
                 }
                 let to = *upstream.lock().unwrap();
+                let mut stall = stalls.subscribe();
                 let task = tokio::spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = stall.changed() => {
+                            drop(outbound);
+                            std::future::pending::<()>().await;
+                            drop(inbound);
+                        }
                     }
                 });
                 tracked.lock().unwrap().push(task.abort_handle());
@@ -572,6 +680,19 @@ impl Partition {
     fn black_hole(&self) {
         self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
         self.drop_connections();
+    }
+
+    /// The connections open now stop carrying anything but stay open, without a reset or a
+    /// close; new connections are served.
+    fn stall(&self) {
+        self.stalls.send_modify(|stalls| *stalls += 1);
+    }
+
+    /// The API server dies without a reset: the connections open now stay open and carry
+    /// nothing, new ones are taken and never answered.
+    fn go_silent(&self) {
+        self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stall();
     }
 
     fn cut(&self) {

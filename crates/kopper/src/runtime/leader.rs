@@ -9,6 +9,7 @@
 //! its lease would expire gives up leadership.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -26,6 +27,10 @@ use super::shutdown::Shutdown;
 const RENEW_DEADLINE_SHARE: f64 = 0.8;
 /// Pause between renewal attempts after one failed.
 const RENEW_RETRY: Duration = Duration::from_secs(1);
+/// The longest a shutdown waits to give the lease back. A standby takes the lease over when it
+/// expires anyway, so an API server that does not answer must not hold the exit past the
+/// pod's grace period.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where the lease lives and how this replica takes part.
 #[derive(Clone, Debug)]
@@ -145,12 +150,19 @@ fn claimed_spec(previous: Option<&LeaseSpec>, config: &LeaseConfig, now: Timesta
 
 /// Leadership held by this replica. Renew it with [`Leadership::keep`]; give it back with
 /// [`Leadership::release`].
+///
+/// Every request about the lease has a deadline: kube's client sets no read timeout, and a
+/// request on a pooled connection to an API server that died without a reset (a node behind
+/// a load balancer) would otherwise hang for many minutes, holding up a failover or an exit.
+/// A request given up on closes its connection, so the next attempt goes out on another one.
 pub struct Leadership {
     api: Api<Lease>,
     config: LeaseConfig,
     /// Opened by each successful claim or renewal until its renew deadline; closed when
     /// leadership ends.
     fence: Arc<WriteFence>,
+    /// Set once [`Leadership::keep`] found the lease lost: there is nothing left to release.
+    lost: AtomicBool,
 }
 
 /// Waits until this replica holds the lease, then opens `fence` for writes. Returns `None` if
@@ -166,16 +178,27 @@ pub async fn acquire(
     let mut observed = None;
     loop {
         let sent = Instant::now();
-        let wait = match try_claim(&api, &config, &mut observed).await {
-            Ok(None) => {
+        let attempt = tokio::time::timeout(config.renew_interval, try_claim(&api, &config, &mut observed));
+        let attempt = tokio::select! {
+            () = shutdown.wait() => return None,
+            attempt = attempt => attempt,
+        };
+        let wait = match attempt {
+            Ok(Ok(None)) => {
                 info!(lease = %config.name, identity = %config.identity, "became the leader");
                 fence.open_until(sent + config.renew_deadline());
-                return Some(Leadership { api, config, fence });
+                return Some(Leadership { api, config, fence, lost: AtomicBool::new(false) });
             }
-            Ok(Some(remaining)) => remaining.min(config.renew_interval),
-            Err(error) => {
+            Ok(Ok(Some(remaining))) => remaining.min(config.renew_interval),
+            Ok(Err(error)) => {
                 warn!(lease = %config.name, "cannot take the leader lease yet: {error}");
                 config.renew_interval
+            }
+            // The attempt has waited a renew interval already; the next one goes out on
+            // another connection.
+            Err(_elapsed) => {
+                warn!(lease = %config.name, waited = ?config.renew_interval, "the API server did not answer about the leader lease; trying again");
+                Duration::ZERO
             }
         };
         tokio::select! {
@@ -241,6 +264,7 @@ impl Leadership {
     pub async fn keep(&self) -> LeaderError {
         let error = self.renew_until_lost().await;
         self.fence.close();
+        self.lost.store(true, Ordering::SeqCst);
         error
     }
 
@@ -254,8 +278,19 @@ impl Leadership {
             // A renewal that hangs past the renew deadline is a failed one: this replica must
             // step down then, not wait on the API server while the fence keeps it idle.
             let give_up = (last_renewed + self.config.renew_deadline()).max(sent);
-            let Ok(outcome) = tokio::time::timeout_at(give_up, self.renew()).await else {
-                return LeaderError::RenewTimedOut(self.config.name.clone());
+            // One attempt waits at most a renew interval, leaving time before the renew
+            // deadline for another on a fresh connection.
+            let attempt_deadline = (sent + self.config.renew_interval).min(give_up);
+            let outcome = match tokio::time::timeout_at(attempt_deadline, self.renew()).await {
+                Ok(outcome) => outcome,
+                Err(_elapsed) if attempt_deadline >= give_up => {
+                    return LeaderError::RenewTimedOut(self.config.name.clone());
+                }
+                Err(_elapsed) => {
+                    warn!(lease = %self.config.name, waited = ?self.config.renew_interval, "the API server did not answer a renewal; retrying");
+                    wait = Duration::ZERO;
+                    continue;
+                }
             };
             if let Ok(Renewal::Renewed) = outcome {
                 last_renewed = sent;
@@ -293,10 +328,15 @@ impl Leadership {
     }
 
     /// Clears the holder so that a standby takes over at its next poll instead of waiting for
-    /// the lease to expire. Best effort: on failure the lease simply expires.
+    /// the lease to expire. Best effort, for at most [`RELEASE_TIMEOUT`]: on failure the lease
+    /// simply expires. Nothing is sent once [`Leadership::keep`] found the lease lost: another
+    /// replica holds it, or the API server could not be reached to renew it.
     pub async fn release(self) {
         self.fence.close();
-        let result = async {
+        if self.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        let result = tokio::time::timeout(RELEASE_TIMEOUT, async {
             let mut lease = self.api.get(&self.config.name).await?;
             let Some(spec) = lease.spec.as_mut() else { return Ok(()) };
             if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
@@ -305,11 +345,14 @@ impl Leadership {
             spec.holder_identity = None;
             spec.renew_time = None;
             self.api.replace(&self.config.name, &PostParams::default(), &lease).await.map(drop)
-        }
+        })
         .await;
         match result {
-            Ok(()) => info!(lease = %self.config.name, "released the leader lease"),
-            Err(error) => warn!(lease = %self.config.name, "could not release the leader lease: {error}"),
+            Ok(Ok(())) => info!(lease = %self.config.name, "released the leader lease"),
+            Ok(Err(error)) => warn!(lease = %self.config.name, "could not release the leader lease: {error}"),
+            Err(_elapsed) => {
+                warn!(lease = %self.config.name, waited = ?RELEASE_TIMEOUT, "the API server did not answer the release of the leader lease; it will expire instead")
+            }
         }
     }
 }
