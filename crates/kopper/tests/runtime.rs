@@ -274,6 +274,52 @@ async fn shutdown_does_not_wait_on_a_release_the_api_server_never_answers() {
     assert!(stopping.elapsed() < std::time::Duration::from_secs(10), "took {:?}", stopping.elapsed());
 }
 
+/// Someone deletes the Lease (`kubectl delete lease`, an etcd restored from before it
+/// existed): the leader, whose writes are fenced open until its next renewal, finds it gone
+/// there and stops; the standby, which saw it hold the lease, creates the Lease again only once
+/// the leader's last record would have expired. Two leaders never write at once.
+#[tokio::test]
+async fn a_deleted_lease_is_taken_over_only_once_the_old_leader_has_stopped() {
+    let cluster = Cluster::start().await;
+    let (admin_a, admin_b) = (free_admin_addr(), free_admin_addr());
+    let durations = ["--lease-duration", "6s", "--renew-interval", "1s"];
+    let mut flags_a = replica_flags("a.test/pod-name", &admin_a);
+    flags_a.extend(durations);
+    let replica_a = Operator::start(cluster.run_args(&flags_a));
+    let holder_a =
+        eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
+    let mut flags_b = replica_flags("b.test/pod-name", &admin_b);
+    flags_b.extend(durations);
+    let replica_b = Operator::start(cluster.run_args(&flags_b));
+    readyz(&admin_b, 200).await;
+    // The standby asks about the lease every renew interval: after two more renewals it has
+    // seen the leader hold it.
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
+    let seen_by_the_standby = k8s_openapi::jiff::Timestamp::now() + std::time::Duration::from_secs(2);
+    eventually("two renewals after the standby started", || async {
+        let renewed = leases.get("kopper-test").await.unwrap().spec?.renew_time?.0;
+        (renewed > seen_by_the_standby).then_some(())
+    })
+    .await;
+
+    leases.delete("kopper-test", &Default::default()).await.unwrap();
+    let deleted = std::time::Instant::now();
+
+    let holder_b = eventually("the Lease to be created again", || async {
+        let holder = lease_holder(&cluster, "kopper-test").await?;
+        assert!(replica_a.handle.is_finished(), "the Lease was taken again while the old leader ran");
+        Some(holder)
+    })
+    .await;
+    assert_ne!(holder_b, holder_a);
+    // The leader's last renewal came at most a renew interval before the delete; the standby
+    // waits a lease duration (6s) from when it saw it.
+    assert!(deleted.elapsed() > std::time::Duration::from_secs(3), "taken after {:?}", deleted.elapsed());
+    let message = format!("{:#}", replica_a.handle.await.unwrap().unwrap_err());
+    assert!(message.contains("deleted it"), "{message}");
+    replica_b.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn readyz_is_true_once_caches_have_synced_and_metrics_are_served() {
     let cluster = Cluster::start().await;

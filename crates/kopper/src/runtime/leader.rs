@@ -57,6 +57,8 @@ pub enum LeaderError {
     RenewTimedOut(String),
     #[error("lost the leader lease {name}: could not renew it before it expired: {cause}")]
     RenewFailed { name: String, cause: kube::Error },
+    #[error("lost the leader lease {0}: someone else deleted it or cleared its holder")]
+    Removed(String),
 }
 
 impl LeaseConfig {
@@ -106,31 +108,53 @@ pub struct Observation {
     changed_at: Instant,
 }
 
-/// Pure decision logic: whether `identity` may write itself into a lease with `spec`, seen at
-/// `now`, given what it saw before (`last`). Returns the observation to keep for next time.
-/// A lease with no holder or duration is free: nobody can be relying on it.
+impl Observation {
+    /// The holder may rely on its lease until then, by this replica's clock.
+    fn expires(&self) -> Instant {
+        let seconds = self.record.lease_duration_seconds.unwrap_or(0);
+        self.changed_at + Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+    }
+
+    fn decide(self, now: Instant) -> (Decision, Option<Self>) {
+        let expires = self.expires();
+        let decision =
+            if now < expires { Decision::Wait(expires.duration_since(now)) } else { Decision::TakeOver };
+        (decision, Some(self))
+    }
+}
+
+/// Pure decision logic: whether `identity` may write itself into the lease, whose spec is
+/// `spec` (`None`: there is no Lease), seen at `now`, given what it saw before (`last`).
+/// Returns the observation to keep for next time. A lease with no holder or duration is free:
+/// nobody can be relying on it. A missing Lease is free too, unless this replica saw another
+/// hold it: that holder may be writing until its next renewal finds the Lease gone (someone
+/// deleted it, or the API server lost it), so it is taken only once the holder's last record
+/// seen here would have expired. A replica that never saw a holder (a fresh install) takes
+/// it at once.
 pub fn decide(
     spec: Option<&LeaseSpec>,
     identity: &str,
     last: Option<&Observation>,
     now: Instant,
 ) -> (Decision, Option<Observation>) {
-    let Some(spec) = spec else { return (Decision::TakeOver, None) };
+    let Some(spec) = spec else {
+        return match last {
+            Some(last) => last.clone().decide(now),
+            None => (Decision::TakeOver, None),
+        };
+    };
     let holder = spec.holder_identity.as_deref().unwrap_or_default();
     if holder == identity {
         return (Decision::Renew, None);
     }
-    let Some(seconds) = spec.lease_duration_seconds.filter(|_| !holder.is_empty()) else {
+    if holder.is_empty() || spec.lease_duration_seconds.is_none() {
         return (Decision::TakeOver, None);
-    };
+    }
     let changed_at = match last {
         Some(last) if last.record == *spec => last.changed_at,
         _ => now,
     };
-    let expires = changed_at + Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
-    let decision =
-        if now < expires { Decision::Wait(expires.duration_since(now)) } else { Decision::TakeOver };
-    (decision, Some(Observation { record: spec.clone(), changed_at }))
+    Observation { record: spec.clone(), changed_at }.decide(now)
 }
 
 /// The spec we write when taking or renewing the lease.
@@ -208,17 +232,24 @@ pub async fn acquire(
     }
 }
 
-/// One attempt to create, take over or renew the lease. `Ok(None)`: we hold it now;
-/// `Ok(Some(d))`: another replica holds it for `d` more; a conflict counts as "someone else
-/// moved first" and is retried after a short pause. `observed` carries what this replica saw
-/// of another's lease from one attempt to the next.
+/// One attempt, while not leading, to create, take over or renew the lease. `Ok(None)`: we
+/// hold it now; `Ok(Some(d))`: another replica holds it for `d` more, or may still rely on
+/// it; a conflict counts as "someone else moved first" and is retried after a short pause.
+/// `observed` carries what this replica saw of another's lease from one attempt to the next.
 async fn try_claim(
     api: &Api<Lease>,
     config: &LeaseConfig,
     observed: &mut Option<Observation>,
 ) -> Result<Option<Duration>, kube::Error> {
     let now = Timestamp::now();
-    let Some(mut lease) = api.get_opt(&config.name).await? else {
+    let lease = api.get_opt(&config.name).await?;
+    let spec = lease.as_ref().map(|lease| lease.spec.clone().unwrap_or_default());
+    let (decision, seen) = decide(spec.as_ref(), &config.identity, observed.as_ref(), Instant::now());
+    *observed = seen;
+    if let Decision::Wait(remaining) = decision {
+        return Ok(Some(remaining));
+    }
+    let Some(mut lease) = lease else {
         let lease = Lease {
             metadata: ObjectMeta { name: Some(config.name.clone()), ..ObjectMeta::default() },
             spec: Some(claimed_spec(None, config, now)),
@@ -229,18 +260,11 @@ async fn try_claim(
             Err(error) => Err(error),
         };
     };
-    let (decision, seen) = decide(lease.spec.as_ref(), &config.identity, observed.as_ref(), Instant::now());
-    *observed = seen;
-    match decision {
-        Decision::Wait(remaining) => Ok(Some(remaining)),
-        Decision::Renew | Decision::TakeOver => {
-            lease.spec = Some(claimed_spec(lease.spec.as_ref(), config, now));
-            match api.replace(&config.name, &PostParams::default(), &lease).await {
-                Ok(_) => Ok(None),
-                Err(error) if is_conflict(&error) => Ok(Some(Duration::from_millis(200))),
-                Err(error) => Err(error),
-            }
-        }
+    lease.spec = Some(claimed_spec(lease.spec.as_ref(), config, now));
+    match api.replace(&config.name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(None),
+        Err(error) if is_conflict(&error) => Ok(Some(Duration::from_millis(200))),
+        Err(error) => Err(error),
     }
 }
 
@@ -253,14 +277,17 @@ enum Renewal {
     Renewed,
     /// Another replica holds the lease now.
     Taken,
-    /// Our write lost a race (409) but the lease still names us; try again shortly.
+    /// The Lease is gone, or names no holder: someone else removed it, and a standby may
+    /// take it.
+    Removed,
+    /// Our write lost a race (409); look again shortly.
     Contended,
 }
 
 impl Leadership {
     /// Renews the lease every renew interval, and returns only when leadership is lost:
-    /// another replica holds the lease, or renewals kept failing for most of the lease
-    /// duration. Failed renewals are retried at a shorter interval.
+    /// another replica holds the lease, someone removed it, or renewals kept failing for most
+    /// of the lease duration. Failed renewals are retried at a shorter interval.
     pub async fn keep(&self) -> LeaderError {
         let error = self.renew_until_lost().await;
         self.fence.close();
@@ -301,6 +328,7 @@ impl Leadership {
             let expired = last_renewed.elapsed() >= self.config.renew_deadline();
             match outcome {
                 Ok(Renewal::Taken) => return LeaderError::Taken(self.config.name.clone()),
+                Ok(Renewal::Removed) => return LeaderError::Removed(self.config.name.clone()),
                 Err(cause) if expired => {
                     return LeaderError::RenewFailed { name: self.config.name.clone(), cause };
                 }
@@ -314,16 +342,24 @@ impl Leadership {
         }
     }
 
+    /// Writes a fresh renewTime into the lease if it still names this replica. A Lease that
+    /// is gone is not created again: a standby that saw it vanish may take it.
     async fn renew(&self) -> Result<Renewal, kube::Error> {
-        if try_claim(&self.api, &self.config, &mut None).await?.is_none() {
-            return Ok(Renewal::Renewed);
+        let now = Timestamp::now();
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            return Ok(Renewal::Removed);
+        };
+        let holder = lease.spec.as_ref().and_then(|spec| spec.holder_identity.as_deref());
+        match holder {
+            Some(holder) if holder == self.config.identity => {}
+            None | Some("") => return Ok(Renewal::Removed),
+            Some(_) => return Ok(Renewal::Taken),
         }
-        let current = self.api.get_opt(&self.config.name).await?;
-        let holder = current.and_then(|lease| lease.spec).and_then(|spec| spec.holder_identity);
-        if holder.as_deref() == Some(self.config.identity.as_str()) {
-            Ok(Renewal::Contended)
-        } else {
-            Ok(Renewal::Taken)
+        lease.spec = Some(claimed_spec(lease.spec.as_ref(), &self.config, now));
+        match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
+            Ok(_) => Ok(Renewal::Renewed),
+            Err(error) if is_conflict(&error) => Ok(Renewal::Contended),
+            Err(error) => Err(error),
         }
     }
 
@@ -398,8 +434,28 @@ mod tests {
     }
 
     #[test]
-    fn missing_lease_is_taken() {
+    fn missing_lease_is_taken_at_once_by_a_replica_that_never_saw_a_holder() {
         assert_eq!(decide_at(None, &mut None, Instant::now(), 0), Decision::TakeOver);
+    }
+
+    #[test]
+    fn a_lease_deleted_under_its_holder_is_taken_only_once_the_holders_record_would_expire() {
+        let (start, mut seen) = (Instant::now(), None);
+        assert!(matches!(decide_at(Some(&held_by("other", 0, 15)), &mut seen, start, 0), Decision::Wait(_)));
+        assert!(matches!(decide_at(Some(&held_by("other", 5, 15)), &mut seen, start, 5), Decision::Wait(_)));
+        // Deleted at once after that renewal: the holder may write until its next one.
+        assert_eq!(decide_at(None, &mut seen, start, 6), Decision::Wait(Duration::from_secs(14)));
+        assert_eq!(decide_at(None, &mut seen, start, 19), Decision::Wait(Duration::from_secs(1)));
+        assert_eq!(decide_at(None, &mut seen, start, 20), Decision::TakeOver);
+    }
+
+    #[test]
+    fn a_lease_deleted_after_its_release_is_taken_at_once() {
+        let (start, mut seen) = (Instant::now(), None);
+        assert!(matches!(decide_at(Some(&held_by("other", 0, 15)), &mut seen, start, 0), Decision::Wait(_)));
+        let released = LeaseSpec { holder_identity: None, ..held_by("other", 0, 15) };
+        assert_eq!(decide_at(Some(&released), &mut seen, start, 1), Decision::TakeOver);
+        assert_eq!(decide_at(None, &mut seen, start, 2), Decision::TakeOver);
     }
 
     #[test]
