@@ -320,6 +320,54 @@ async fn a_deleted_lease_is_taken_over_only_once_the_old_leader_has_stopped() {
     replica_b.stop().await.unwrap();
 }
 
+/// A standby stopped while its question about the lease hangs (its API server takes the
+/// connection and never answers) exits at once rather than after the answer.
+#[tokio::test]
+async fn a_standby_stops_when_told_while_its_api_server_is_silent() {
+    let cluster = Cluster::start().await;
+    let (admin_a, admin_b) = (free_admin_addr(), free_admin_addr());
+    let mut flags_a = replica_flags("a.test/pod-name", &admin_a);
+    flags_a.extend(["--lease-duration", "60s", "--renew-interval", "20s"]);
+    let replica_a = Operator::start(cluster.run_args(&flags_a));
+    eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
+    let partition = Partition::start(cluster.sim.addr()).await;
+    let (_dir, kubeconfig) = partition.kubeconfig(&cluster);
+    let mut flags_b = replica_flags("b.test/pod-name", &admin_b);
+    flags_b.extend(["--lease-duration", "60s", "--renew-interval", "5s"]);
+    let replica_b = Operator::start(run_args(&kubeconfig, &flags_b));
+    readyz(&admin_b, 200).await;
+    partition.go_silent();
+    eventually("the standby to ask about the lease and wait for the answer", || async {
+        partition.holds_a_request_to("/leases/kopper-test").then_some(())
+    })
+    .await;
+
+    let stopping = std::time::Instant::now();
+    replica_b.stop().await.unwrap();
+    // Less than the renew interval, which bounds the question itself.
+    assert!(stopping.elapsed() < std::time::Duration::from_secs(3), "took {:?}", stopping.elapsed());
+    replica_a.stop().await.unwrap();
+}
+
+/// A leader whose Lease someone cleared (the holder removed by hand) stops at its next
+/// renewal rather than writing itself back: a standby may already be taking the free lease.
+#[tokio::test]
+async fn leader_stops_with_an_error_when_its_lease_holder_is_cleared() {
+    let cluster = Cluster::start().await;
+    let admin = free_admin_addr();
+    let replica = Operator::start(cluster.run_args(&replica_flags("a.test/pod-name", &admin)));
+    eventually("the lease to be held", || async { lease_holder(&cluster, "kopper-test").await }).await;
+
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
+    let patch = Patch::Merge(json!({ "spec": { "holderIdentity": null } }));
+    leases.patch("kopper-test", &PatchParams::default(), &patch).await.unwrap();
+
+    let result =
+        tokio::time::timeout(DEADLINE, replica.handle).await.expect("the leader kept running").unwrap();
+    let message = format!("{:#}", result.unwrap_err());
+    assert!(message.contains("cleared its holder"), "{message}");
+}
+
 #[tokio::test]
 async fn readyz_is_true_once_caches_have_synced_and_metrics_are_served() {
     let cluster = Cluster::start().await;
@@ -607,9 +655,13 @@ struct Partition {
     silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Bumped by [`Self::stall`]: every connection served before goes silent.
     stalls: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// The request lines of the requests sent on silent connections.
+    unanswered: Unanswered,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
     accept: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
+
+type Unanswered = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
 /// One of the ways a [`Partition`] fails.
 type PartitionFailure = fn(&Partition);
@@ -651,6 +703,7 @@ impl Partition {
             open: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
             silent: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
             stalls: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
+            unanswered: Unanswered::default(),
             connections: std::sync::Arc::default(),
             accept: std::sync::Mutex::new(None),
         };
@@ -687,13 +740,11 @@ impl Partition {
         use std::sync::atomic::Ordering;
         let (open, silent, tracked) = (self.open.clone(), self.silent.clone(), self.connections.clone());
         let (upstream, stalls) = (self.upstream.clone(), self.stalls.clone());
+        let unanswered = self.unanswered.clone();
         let accept = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 if silent.load(Ordering::SeqCst) {
-                    let held = tokio::spawn(async move {
-                        std::future::pending::<()>().await;
-                        drop(inbound);
-                    });
+                    let held = tokio::spawn(Self::never_answer(inbound, unanswered.clone()));
                     tracked.lock().unwrap().push(held.abort_handle());
                     continue;
                 }
@@ -702,14 +753,14 @@ impl Partition {
                 }
                 let to = *upstream.lock().unwrap();
                 let mut stall = stalls.subscribe();
+                let unanswered = unanswered.clone();
                 let task = tokio::spawn(async move {
                     let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await else { return };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
                         _ = stall.changed() => {
                             drop(outbound);
-                            std::future::pending::<()>().await;
-                            drop(inbound);
+                            Self::never_answer(inbound, unanswered).await;
                         }
                     }
                 });
@@ -717,6 +768,27 @@ impl Partition {
             }
         });
         *self.accept.lock().unwrap() = Some(accept);
+    }
+
+    /// Keeps `inbound` open and never answers it, noting the request line of each request
+    /// that comes in on it.
+    async fn never_answer(mut inbound: tokio::net::TcpStream, unanswered: Unanswered) {
+        use tokio::io::AsyncReadExt as _;
+        let mut buffer = vec![0; 64 * 1024];
+        while let Ok(read @ 1..) = inbound.read(&mut buffer).await {
+            let text = String::from_utf8_lossy(&buffer[..read]);
+            if let Some(line) = text.lines().next().filter(|line| line.ends_with("HTTP/1.1")) {
+                unanswered.lock().unwrap().push(line.to_owned());
+            }
+        }
+        std::future::pending::<()>().await;
+        drop(inbound);
+    }
+
+    /// Whether a request whose request line contains `path` is waiting for an answer that
+    /// will never come.
+    fn holds_a_request_to(&self, path: &str) -> bool {
+        self.unanswered.lock().unwrap().iter().any(|line| line.contains(path))
     }
 
     fn drop_connections(&self) {
