@@ -54,6 +54,14 @@ impl ConnectError {
 /// otherwise hold `kopper run` for good.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// The longest a request waits on a connection with nothing to read. kube sets none, so a
+/// request on a connection to an API server that died without a reset (a node gone behind
+/// a TCP load balancer) would wait until the kernel gives the connection up, about 15
+/// minutes. Longer than the 290 s after which the API server ends kube's watches, so a
+/// quiet watch is never cut by it; counted from the request (see
+/// `reset_reader_on_write`), not from when its pooled connection went idle.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(330);
+
 /// Builds a client from, in order: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config`, the pod's
 /// service account; then checks that the API server answers, so a wrong address fails at
 /// start-up rather than as a stream of watch errors. With `metrics`, every request is
@@ -66,6 +74,8 @@ pub async fn connect(
     fence: Arc<WriteFence>,
 ) -> Result<kube::Client, ConnectError> {
     let mut config = load_config(kubeconfig, context).await?;
+    config.read_timeout = Some(READ_TIMEOUT);
+    config.reset_reader_on_write = true;
     if fence.fences() {
         // kube's retry layer sits inside the fence layer: a write it retried (after a 429 or
         // 503) would reach the API server without being checked again. With fencing, a
