@@ -623,7 +623,7 @@ mod tests {
         assert!(stores.in_force().is_empty());
     }
 
-    /// Woken rules' names, in order, from what `woken` holds now.
+    /// The names of the rules woken since last asked, once per wake-up, in name order.
     fn woken_now(woken: &mut Wakes<ReplicationRule>) -> Vec<String> {
         let mut names: Vec<String> = std::iter::from_fn(|| woken.try_recv().ok())
             .map(|signal| match signal {
@@ -632,8 +632,15 @@ mod tests {
             })
             .collect();
         names.sort();
-        names.dedup();
         names
+    }
+
+    /// A router over fed rule stores, the sender and stream that feed them, and what it wakes.
+    fn fed_router() -> (Router, RuleEvents, impl futures::Stream, Wakes<ReplicationRule>) {
+        let (stores, changes, events) = fed_rule_stores();
+        let (wakers, woken, _syncs) = Wakers::new();
+        let router = Router { rules: stores, wakers, memo: Arc::default(), scoped: OnceLock::new() };
+        (router, changes, events, woken)
     }
 
     /// A tenant starts a name or namespace watch when it likes (a name squatted, a
@@ -641,10 +648,8 @@ mod tests {
     /// rule for a pass over every namespace.
     #[tokio::test]
     async fn a_scoped_list_wakes_only_the_rules_it_concerns() {
-        let (stores, changes, events) = fed_rule_stores();
+        let (router, changes, events, mut woken) = fed_router();
         let mut events = std::pin::pin!(events);
-        let (wakers, mut woken, _syncs) = Wakers::new();
-        let router = Router { rules: stores, wakers, memo: Arc::default(), scoped: OnceLock::new() };
         let elsewhere: Guarded<ReplicationRule> = serde_yaml::from_str(
             "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: b, uid: uid-b}\n\
              spec: {kind: ConfigMap, namespaces: [elsewhere], selector: {matchLabels: {a: b}}}",
@@ -681,10 +686,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_copy_holding_what_its_rule_wrote_does_not_wake_it() {
-        let (stores, changes, events) = fed_rule_stores();
+        let (router, changes, events, mut woken) = fed_router();
         let mut events = std::pin::pin!(events);
-        let (wakers, mut woken, _syncs) = Wakers::new();
-        let router = Router { rules: stores, wakers, memo: Arc::default(), scoped: OnceLock::new() };
         let a_copy = ObjectMeta {
             namespace: Some("team-a".to_owned()),
             name: Some("settings".to_owned()),
@@ -696,14 +699,6 @@ mod tests {
         };
         changes.unbounded_send(Ok(watcher::Event::Apply(finalized(rule("a", "ConfigMap"))))).unwrap();
         events.next().await;
-        let woken_now = |woken: &mut Wakes<ReplicationRule>| {
-            std::iter::from_fn(|| woken.try_recv().ok())
-                .map(|signal| match signal {
-                    Signal::Wake(rule, _) => rule.name,
-                    Signal::PassTook(rule, _) => panic!("{rule} woken with a pass's time"),
-                })
-                .collect::<Vec<_>>()
-        };
 
         router.copy_changed(ObjectKind::ConfigMap, &a_copy, made_by_a(), true);
         assert!(woken_now(&mut woken).is_empty(), "the rule wrote it");
@@ -719,10 +714,8 @@ mod tests {
             rules.iter().find(|rule| rule.id.name == name).map(|rule| rule.id.label_value().into())
         };
         router.copy_changed(ObjectKind::ConfigMap, &a_copy, [label_of("b"), label_of("a")], true);
-        let mut taken_over = woken_now(&mut woken);
-        taken_over.sort();
         assert_eq!(
-            taken_over,
+            woken_now(&mut woken),
             ["a", "b"],
             "a copy that changed hands wakes the rule it left, and its new one"
         );
