@@ -275,6 +275,30 @@ async fn delete_waits_on_a_non_empty_bucket_until_told_to_empty_it() {
     operator.stop().await.unwrap();
 }
 
+/// With `emptyOnDelete`, the Bucket's credentials go before kopper empties the bucket: a
+/// workload still running with them would otherwise keep writing, and the bucket would
+/// never be empty.
+#[tokio::test]
+async fn emptying_a_bucket_on_delete_revokes_its_credentials_first() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let spec = json!({"deletionPolicy": "Delete", "emptyOnDelete": true, "bucketName": "busy-bucket"});
+    create_bucket(&cluster, "busy", spec).await;
+    wait_for_reason(&cluster, "busy", "Ready").await;
+    put_object(&secret(&cluster, "busy-s3").await.unwrap(), "a.txt").await;
+    proxy.reset_calls().await;
+
+    delete_and_wait_gone(&cluster, "busy").await;
+    let calls = proxy.calls().await;
+    let first = |operation: &str| calls.iter().position(|call| call.operation == operation);
+    let revoked = first("DeleteAccessKey").expect("the access key deleted");
+    let emptied = first("DeleteObjects").or(first("DeleteObject")).expect("the bucket emptied");
+    assert!(revoked < emptied, "credentials revoked before emptying: {calls:?}");
+    operator.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn rotation_writes_the_new_key_before_deleting_the_old() {
     let Some(moto) = Moto::start().await else { return };
@@ -864,6 +888,31 @@ async fn a_name_refused_for_good_is_forgotten_though_an_earlier_pass_recorded_it
     buckets(&cluster).patch("renamed", &PatchParams::default(), &fix).await.unwrap();
     let ready = status(&wait_for_reason_within(&cluster, "renamed", "Ready", THROUGH_FAULTS).await);
     assert_eq!(ready.bucket_name.as_deref(), Some("second-choice"));
+    operator.stop().await.unwrap();
+}
+
+/// The bucket a Bucket was Ready with is deleted outside kopper and its name taken by
+/// another account (HeadBucket 403, not among this account's buckets): the Bucket's IAM
+/// user, policy and keys go, or its workload would write into someone else's bucket.
+#[tokio::test]
+async fn a_ready_bucket_now_another_account_s_revokes_the_credentials() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let s3 = moto.client().await;
+    create_bucket(&cluster, "moved", json!({"bucketName": "moved-bucket"})).await;
+    let ready = status(&wait_for_reason(&cluster, "moved", "Ready").await);
+    let user = ready.user_name.clone().unwrap();
+
+    s3.delete_bucket("moved-bucket").await.unwrap();
+    proxy.set_faults(json!([{"operation": "HeadBucket", "times": 1000, "status": 403, "bare": true}])).await;
+    nudge(&cluster, "moved", "1").await;
+    wait_for_reason(&cluster, "moved", "BucketNameTaken").await;
+    eventually("the Bucket's IAM user to be deleted", || async {
+        s3.user_tags(&user).await.unwrap().is_none().then_some(())
+    })
+    .await;
     operator.stop().await.unwrap();
 }
 

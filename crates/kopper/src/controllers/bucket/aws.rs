@@ -76,6 +76,7 @@ impl AwsProvider {
             .build_https();
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .http_client(http)
+            .timeout_config(call_timeouts())
             .region(Region::new(settings.region.clone()));
         if let Some(credentials) = &settings.credentials {
             loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
@@ -101,6 +102,20 @@ impl AwsProvider {
             settings,
         }
     }
+}
+
+/// How long one S3 or IAM request may take before the SDK gives it up (and retries it as
+/// its retry policy says); connecting keeps the SDK's default of 3.1 s. The SDK sets no
+/// limit beyond connecting, so a request on a
+/// connection to an endpoint that died without a reset would hold its reconcile, and the
+/// lock under which buckets are created, until the kernel gave the connection up (about
+/// 15 minutes). kopper's calls are small: emptying a bucket deletes at most 1,000 objects
+/// a request.
+fn call_timeouts() -> aws_config::timeout::TimeoutConfig {
+    aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(std::time::Duration::from_millis(3_100))
+        .operation_attempt_timeout(std::time::Duration::from_secs(60))
+        .build()
 }
 
 /// Turns an SDK error into a [`ProviderError`] and counts the call.

@@ -36,8 +36,11 @@ pub enum BucketStep {
     /// replaced them, say): reported, nothing adopted or revoked, so its data and the
     /// tenant's access stay while a person looks.
     TagsLost,
-    /// Another Bucket's (of this or another cluster): it carries that Bucket's tags, so
-    /// whatever credentials this Bucket holds for the name are revoked.
+    /// Another Bucket's (of this or another cluster): it carries that Bucket's tags; or
+    /// another account's now, though this Bucket was Ready with it (deleted outside kopper
+    /// and the name taken since). Either way whatever credentials this Bucket holds for the
+    /// name are revoked: its policy would let the tenant's workload write into someone
+    /// else's bucket, or read what they put there.
     OtherBucket,
     /// Someone else's: another account's, or one kopper did not create. Reported, and
     /// nothing is touched.
@@ -56,6 +59,7 @@ pub fn bucket_step(
         BucketLookup::Ours { tags } if owner.owns(tags) => BucketStep::Retag,
         BucketLookup::Ours { tags } if owner.is_another_owner(tags) => BucketStep::OtherBucket,
         BucketLookup::Ours { .. } if recorded == Recorded::Ready => BucketStep::TagsLost,
+        BucketLookup::OtherAccount if recorded == Recorded::Ready => BucketStep::OtherBucket,
         BucketLookup::Ours { tags } if tags.is_empty() && recorded == Recorded::Creating => {
             BucketStep::AdoptIfEmpty
         }
@@ -116,6 +120,16 @@ mod tests {
         assert_eq!(step(untagged(), Recorded::Nothing), BucketStep::Taken);
     }
 
+    /// The bucket a Bucket was Ready with, deleted outside kopper and created since by
+    /// another account (which S3 confirms: not among this account's buckets): the Bucket's
+    /// credentials must stop reaching it. A name never Ready is only refused.
+    #[test]
+    fn the_ready_bucket_now_another_account_s_revokes_the_credentials() {
+        assert_eq!(step(BucketLookup::OtherAccount, Recorded::Ready), BucketStep::OtherBucket);
+        assert_eq!(step(BucketLookup::OtherAccount, Recorded::Creating), BucketStep::Taken);
+        assert_eq!(step(BucketLookup::OtherAccount, Recorded::Nothing), BucketStep::Taken);
+    }
+
     #[test]
     fn buckets_of_others_are_taken_even_under_the_recorded_name() {
         let another_bucket = BucketLookup::Ours { tags: owner("u2").tags() };
@@ -133,7 +147,6 @@ mod tests {
         assert_eq!(step(replaced, Recorded::Ready), BucketStep::TagsLost);
         let another_bucket = BucketLookup::Ours { tags: owner("u2").tags() };
         assert_eq!(step(another_bucket, Recorded::Ready), BucketStep::OtherBucket);
-        assert_eq!(step(BucketLookup::OtherAccount, Recorded::Ready), BucketStep::Taken);
     }
 
     #[test]

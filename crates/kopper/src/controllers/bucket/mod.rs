@@ -623,7 +623,11 @@ impl Pass<'_> {
             BucketStep::TagsLost | BucketStep::Taken => return Err(refusal(&step, name, &self.owner, true)),
         }
         if !self.provider.bucket_is_empty(name).await? {
-            if !bucket.spec.empty_on_delete {
+            if bucket.spec.empty_on_delete {
+                // Nobody may write while kopper empties it, or a workload still running
+                // would keep it from ever being empty.
+                self.delete_user().await?;
+            } else {
                 return Err(Error::blocked(
                     "BucketNotEmpty",
                     format!(
