@@ -891,6 +891,31 @@ async fn a_name_refused_for_good_is_forgotten_though_an_earlier_pass_recorded_it
     operator.stop().await.unwrap();
 }
 
+/// The bucket a Bucket was Ready with is deleted outside kopper: the next pass makes it
+/// again and the Bucket says Ready again, not the "creating" it wrote on the way (its
+/// starting snapshot already said Ready, with the same generation).
+#[tokio::test]
+async fn a_bucket_deleted_outside_kopper_is_made_again_and_ready_again() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let operator = start_operator(&cluster, &moto);
+    let s3 = moto.client().await;
+    create_bucket(&cluster, "again", json!({"bucketName": "again-bucket"})).await;
+    wait_for_reason(&cluster, "again", "Ready").await;
+
+    s3.delete_bucket("again-bucket").await.unwrap();
+    // A change to its Secret wakes the Bucket without changing its generation.
+    let touch = Patch::Merge(json!({"metadata": {"annotations": {"example.com/touched": "1"}}}));
+    let secrets = Api::<Secret>::namespaced(cluster.client.clone(), NAMESPACE);
+    secrets.patch("again-s3", &PatchParams::default(), &touch).await.unwrap();
+    eventually("the bucket to be made again", || async {
+        (s3.lookup_bucket("again-bucket").await.unwrap() != BucketLookup::Missing).then_some(())
+    })
+    .await;
+    wait_for_reason(&cluster, "again", "Ready").await;
+    operator.stop().await.unwrap();
+}
+
 /// The bucket a Bucket was Ready with is deleted outside kopper and its name taken by
 /// another account (HeadBucket 403, not among this account's buckets): the Bucket's IAM
 /// user, policy and keys go, or its workload would write into someone else's bucket.

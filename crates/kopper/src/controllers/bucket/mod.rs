@@ -235,7 +235,7 @@ async fn reconcile(
         let message = "kopper runs without an S3 provider: a cluster admin must set --s3-region \
                        (KOPPER_S3_REGION) and, for an S3-compatible service, --s3-endpoint";
         count_not_ready(&ctx, &bucket, Some(true));
-        write_status(&ctx, &bucket, |status| {
+        write_status(&ctx, &bucket, false, |status| {
             set_ready(status, &bucket, "False", "ProviderNotConfigured", message)
         })
         .await?;
@@ -243,8 +243,13 @@ async fn reconcile(
     };
     let namespace = bucket.namespace().unwrap_or_default();
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &namespace);
-    let pass =
-        Pass { ctx: &ctx, provider: provider.as_ref(), owner: owner_of(&ctx, &bucket), creating: &creating };
+    let pass = Pass {
+        ctx: &ctx,
+        provider: provider.as_ref(),
+        owner: owner_of(&ctx, &bucket),
+        creating: &creating,
+        wrote_condition: std::sync::atomic::AtomicBool::new(false),
+    };
     let result = finalizer::finalizer(&api, FINALIZER, bucket.clone(), |event| async {
         match event {
             FinalizerEvent::Apply(bucket) => pass.apply(&bucket).await,
@@ -254,7 +259,7 @@ async fn reconcile(
     .await
     .map_err(|error| Error::Finalizer(Box::new(error)));
     if let Err(error) = &result {
-        report(&ctx, &bucket, error).await;
+        report(&ctx, &bucket, error, pass.wrote_condition()).await;
     }
     let cleaned_up = bucket.meta().deletion_timestamp.is_some() && result.is_ok();
     count_not_ready(&ctx, &bucket, (!cleaned_up).then_some(result.is_err()));
@@ -279,11 +284,14 @@ fn owner_of(ctx: &Context, bucket: &Bucket) -> Owner {
 }
 
 /// Puts a failed pass into the Ready condition and, when the reason is new, a Warning Event.
-async fn report(ctx: &Context, bucket: &Bucket, error: &Error) {
+/// `rewrite`: the pass wrote another condition meanwhile, so this one is written even if
+/// `bucket`, its starting snapshot, already holds it.
+async fn report(ctx: &Context, bucket: &Bucket, error: &Error, rewrite: bool) {
     let (reason, message) = error.reason();
     let previous = ready_reason(bucket);
     let written =
-        write_status(ctx, bucket, |status| set_ready(status, bucket, "False", reason, &message)).await;
+        write_status(ctx, bucket, rewrite, |status| set_ready(status, bucket, "False", reason, &message))
+            .await;
     if let Err(write_error) = written {
         warn!("could not write the Bucket's status: {write_error}");
     }
@@ -304,9 +312,17 @@ struct Pass<'a> {
     owner: Owner,
     /// Held from looking at a bucket name to tagging the bucket, when creating or adopting.
     creating: &'a tokio::sync::Mutex<()>,
+    /// Whether this pass wrote a Ready condition before its last (Provisioning, before
+    /// creating a bucket): the pass's snapshot then no longer shows what the API server
+    /// holds, and its last condition is written even if the snapshot already had it.
+    wrote_condition: std::sync::atomic::AtomicBool,
 }
 
 impl Pass<'_> {
+    fn wrote_condition(&self) -> bool {
+        self.wrote_condition.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     async fn apply(&self, bucket: &Bucket) -> Result<Action, Error> {
         let status = bucket.status.clone().unwrap_or_default();
         if let Some(problem) = names::tags_problem(&bucket.spec.tags) {
@@ -320,7 +336,7 @@ impl Pass<'_> {
 
         let became_ready = ready_reason(bucket).is_none_or(|reason| reason != "Ready");
         let rotated_for = bucket.annotations().get(ROTATE_ANNOTATION).cloned();
-        write_status(self.ctx, bucket, |status| {
+        write_status(self.ctx, bucket, self.wrote_condition(), |status| {
             status.bucket_name = Some(name.clone());
             status.bucket_arn = Some(names::bucket_arn(&name));
             status.region = Some(region.clone());
@@ -417,12 +433,13 @@ impl Pass<'_> {
             BucketStep::Create => {
                 // Recorded first: after a crash between CreateBucket and PutBucketTagging,
                 // the untagged bucket found under this name is known to be ours.
-                write_status(self.ctx, bucket, |status| {
+                write_status(self.ctx, bucket, false, |status| {
                     status.bucket_name = Some(name.to_owned());
                     status.region = Some(region.to_owned());
                     set_ready(status, bucket, "False", "Provisioning", &format!("creating bucket {name}"));
                 })
                 .await?;
+                self.wrote_condition.store(true, std::sync::atomic::Ordering::Relaxed);
                 if let Err(error) = self.provider.create_bucket(name, region).await {
                     self.forget_intent_unless_created(bucket, name).await?;
                     return Err(match error.kind {
@@ -730,22 +747,28 @@ fn set_ready(status: &mut BucketStatus, bucket: &Bucket, value: &str, reason: &s
 /// Writes the status fields `change` changes, only if it changes any. `bucket` may be the
 /// pass's starting snapshot: fields the change leaves alone are not written back, so a
 /// report at the end of a pass cannot undo what the pass wrote meanwhile (a forgotten bucket
-/// name, say).
+/// name, say). With `rewrite_conditions` (the pass wrote a condition meanwhile), the
+/// conditions are written whatever the snapshot holds.
 async fn write_status(
     ctx: &Context,
     bucket: &Bucket,
+    rewrite_conditions: bool,
     change: impl FnOnce(&mut BucketStatus),
 ) -> Result<(), Error> {
     let old = bucket.status.clone().unwrap_or_default();
     let mut new = old.clone();
     change(&mut new);
-    if new == old {
+    if new == old && !rewrite_conditions {
         return Ok(());
+    }
+    let mut patch = status_patch(&old, &new);
+    if rewrite_conditions && let serde_json::Value::Object(fields) = &mut patch {
+        fields.insert("conditions".into(), serde_json::to_value(&new.conditions).unwrap_or_default());
     }
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &bucket.namespace().unwrap_or_default());
     let params =
         PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
-    let patch = json!({ "status": status_patch(&old, &new) });
+    let patch = json!({ "status": patch });
     api.patch_status(&bucket.name_any(), &params, &Patch::Merge(patch))
         .await
         .map_err(Error::kube("writing the Bucket's status"))?;
