@@ -281,12 +281,22 @@ impl AwsProvider {
     async fn is_listed(&self, bucket: &str) -> ProviderResult<bool> {
         let mut token = None;
         loop {
-            let result = self.s3.list_buckets().prefix(bucket).set_continuation_token(token).send().await;
+            let result =
+                self.s3.list_buckets().prefix(bucket).set_continuation_token(token.clone()).send().await;
             let listed = succeeded("s3", "ListBuckets", result.map_err(|e| failed("s3", "ListBuckets", e))?);
             if listed.buckets().iter().any(|listed| listed.name() == Some(bucket)) {
                 return Ok(true);
             }
             match listed.continuation_token() {
+                // A service that hands back the token it was given would loop for good.
+                Some(next) if token.as_deref() == Some(next) => {
+                    return Err(ProviderError {
+                        service: "s3",
+                        operation: "ListBuckets",
+                        kind: FailureKind::Other,
+                        message: "ListBuckets returned the continuation token it was sent".into(),
+                    });
+                }
                 Some(next) if !next.is_empty() => token = Some(next.to_owned()),
                 _ => return Ok(false),
             }
