@@ -431,7 +431,16 @@ impl Engine {
         }
         let mut plan = RulePlan::default();
         let labels = RuleLabels::of(&rule.id);
-        let own = |copy: &CopyState| labels.marks(copy) && copy.deletable_by(&rule.uid);
+        // Copies an earlier object of the rule's name made count as the rule's own too: a
+        // rule whose finalizer was removed by hand, deleted and made again (by GitOps, say).
+        // Those this rule wants it has just taken over; the rest would otherwise stay, stale,
+        // for as long as the name exists. Only once the API server confirms this object is
+        // the current one: a cache still holding the earlier object must not delete its
+        // successor's copies.
+        let predecessor = |copy: &CopyState| labels.marks(copy) && !copy.deletable_by(&rule.uid);
+        let with_predecessors = self.any_copy(predecessor) && self.is_current(ctx, rule).await;
+        let own =
+            |copy: &CopyState| labels.marks(copy) && (with_predecessors || copy.deletable_by(&rule.uid));
         {
             let map = copies.read();
             pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| own(copy)), &mut plan);
@@ -442,18 +451,6 @@ impl Engine {
             ObjectKind::Secret => ObjectKind::ConfigMap,
         };
         plan.changes.extend(self.deletions(other, own));
-        // Copies an earlier object of the rule's name made: a rule whose finalizer was
-        // removed by hand, deleted and made again (by GitOps, say). Those this rule wants it
-        // has just taken over; the rest would otherwise stay, stale, for as long as the name
-        // exists. Only once the API server confirms this object is the current one: a cache
-        // still holding the earlier object must not delete its successor's copies.
-        let predecessors = |copy: &CopyState| labels.marks(copy) && !copy.deletable_by(&rule.uid);
-        if self.any_copy(predecessors) && self.is_current(ctx, rule).await {
-            let map = copies.read();
-            pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| predecessors(copy)), &mut plan);
-            drop(map);
-            plan.changes.extend(self.deletions(other, predecessors));
-        }
         self.apply_batch(ctx, rule, plan, &mut tally).await;
         tally.findings.conflicts.sort();
         Ok(tally)
