@@ -459,11 +459,9 @@ impl Pass<'_> {
                 self.provider.tag_bucket(name, &tags).await?;
                 info!(bucket = name, "adopted the bucket created before a restart");
             }
-            BucketStep::OtherBucket => {
-                self.delete_user().await?;
-                return Err(refusal(&step, name, &self.owner, false));
+            BucketStep::OtherBucket | BucketStep::TagsLost | BucketStep::Taken => {
+                return Err(self.refuse(&step, name, false).await?);
             }
-            BucketStep::TagsLost | BucketStep::Taken => return Err(refusal(&step, name, &self.owner, false)),
         }
         if let Some(enabled) = bucket.spec.versioning {
             // A state that cannot be read (some S3-compatible services answer a bucket that
@@ -504,6 +502,16 @@ impl Pass<'_> {
     }
 
     /// Deletes this Bucket's IAM user with its keys and policy, if it has one.
+    /// The refusal of the bucket under `name` for `step` (`deleting`: in cleanup). A bucket
+    /// that is another Bucket's, or another account's once this Bucket was Ready with it,
+    /// first costs this Bucket its credentials.
+    async fn refuse(&self, step: &BucketStep, name: &str, deleting: bool) -> Result<Error, Error> {
+        if *step == BucketStep::OtherBucket {
+            self.delete_user().await?;
+        }
+        Ok(refusal(step, name, &self.owner, deleting))
+    }
+
     async fn delete_user(&self) -> Result<(), Error> {
         // The derived name, never status: status is not proof of anything.
         let user = self.owner.user_name();
@@ -633,11 +641,9 @@ impl Pass<'_> {
             BucketStep::Create => return Ok(()),
             // Not provably this Bucket's: kopper deletes nothing and keeps the finalizer.
             BucketStep::AdoptIfEmpty => return Err(refusal(&BucketStep::Taken, name, &self.owner, true)),
-            BucketStep::OtherBucket => {
-                self.delete_user().await?;
-                return Err(refusal(&step, name, &self.owner, true));
+            BucketStep::OtherBucket | BucketStep::TagsLost | BucketStep::Taken => {
+                return Err(self.refuse(&step, name, true).await?);
             }
-            BucketStep::TagsLost | BucketStep::Taken => return Err(refusal(&step, name, &self.owner, true)),
         }
         if !self.provider.bucket_is_empty(name).await? {
             if bucket.spec.empty_on_delete {
