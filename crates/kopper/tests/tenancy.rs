@@ -84,17 +84,7 @@ impl Tenancy {
 
     /// `alice` creates a ConfigMapSync in tenant-a.
     async fn alice_syncs(&self, name: &str, spec: Value) {
-        let sync: ConfigMapSync = serde_json::from_value(json!({
-            "apiVersion": "kopper.dev/v1alpha1",
-            "kind": "ConfigMapSync",
-            "metadata": {"name": name, "namespace": "tenant-a"},
-            "spec": spec,
-        }))
-        .unwrap();
-        Api::<ConfigMapSync>::namespaced(self.alice.clone(), "tenant-a")
-            .create(&PostParams::default(), &sync)
-            .await
-            .expect("alice may create ConfigMapSyncs in her namespace");
+        tenant_syncs(&self.alice, "tenant-a", name, spec).await;
     }
 
     /// The status of alice's ConfigMapSync once `ready` holds for it.
@@ -131,6 +121,21 @@ impl Tenancy {
         }
         self.sim.shutdown().await;
     }
+}
+
+/// A tenant (`client`) creates a ConfigMapSync in its namespace.
+async fn tenant_syncs(client: &Client, namespace_name: &str, name: &str, spec: Value) {
+    let sync: ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "ConfigMapSync",
+        "metadata": {"name": name, "namespace": namespace_name},
+        "spec": spec,
+    }))
+    .unwrap();
+    Api::<ConfigMapSync>::namespaced(client.clone(), namespace_name)
+        .create(&PostParams::default(), &sync)
+        .await
+        .expect("a tenant may create ConfigMapSyncs in its namespace");
 }
 
 fn ready_reason(status: &Value) -> &str {
@@ -499,5 +504,97 @@ async fn protected_namespaces_get_copies_only_when_a_cluster_rule_names_them() {
     })
     .await;
     assert!(!tenancy.holders("settings").await.contains(&KOPPER_NAMESPACE.to_owned()));
+    tenancy.stop().await;
+}
+
+/// Round two, case 1: tenant-c accepts copies from any tenant. bob keeps a copy there;
+/// alice names her ConfigMapSync `0` so that it sorts first. Consent lets her add copies to
+/// tenant-c, never replace bob's: his copy stays, untouched, and her rule reports the place
+/// taken. Once bob's rule is gone, hers is next in line and takes the place.
+#[tokio::test]
+async fn a_tenant_cannot_take_over_another_tenant_s_copy_by_naming_its_rule_to_sort_first() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "tenant-c", json!({"annotations": {CONSENT: "*"}})).await;
+    let spec = |from: &str| json!({"sourceNamespace": from, "destinationNamespace": "tenant-c", "configMapName": "shared"});
+    config_map(&tenancy.config_maps(&tenancy.bob, "tenant-b"), "shared", json!({"owner": "bob"})).await;
+    tenant_syncs(&tenancy.bob, "tenant-b", "sync", spec("tenant-b")).await;
+    let copies = tenancy.config_maps(&tenancy.admin, "tenant-c");
+    let owner = |owner: &'static str| {
+        let copies = copies.clone();
+        move || {
+            let copies = copies.clone();
+            async move {
+                let copy = copies.get_opt("shared").await.unwrap()?;
+                (copy.data.as_ref()?.get("owner")? == owner).then_some(copy)
+            }
+        }
+    };
+    let bobs = eventually("bob's copy in tenant-c", owner("bob")).await;
+
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "shared", json!({"owner": "alice"})).await;
+    tenancy.alice_syncs("0", spec("tenant-a")).await;
+    let status = tenancy.sync_status("0", |s| ready_reason(s) == "Conflict").await;
+    assert_eq!(status["conflicts"][0]["reason"], "DestinationOccupied");
+    assert!(!status.to_string().contains("tenant-b"), "bob's rule is not named: {status}");
+    let kept = copies.get("shared").await.unwrap();
+    assert_eq!(kept.data.unwrap()["owner"], "bob", "bob's copy is not rewritten");
+    assert_eq!(
+        (kept.metadata.uid, kept.metadata.resource_version),
+        (bobs.metadata.uid, bobs.metadata.resource_version),
+        "bob's copy is not touched"
+    );
+
+    Api::<ConfigMapSync>::namespaced(tenancy.bob.clone(), "tenant-b")
+        .delete("sync", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("alice's copy once bob's rule is gone", owner("alice")).await;
+    tenancy.stop().await;
+}
+
+/// Round two, case 2 (the replication engine's side): an admin rule replicates a Secret
+/// named like a Bucket's Secret (`<bucket>-s3`). The Bucket's Secret carries kopper's
+/// managed-by label but no rule's label: it is another controller's, so the engine neither
+/// rewrites nor deletes it and reports the place taken, while the other namespaces get
+/// their copy. (With both controllers running, each rewriting the other's Secret would
+/// create an access key per round; tests/bucket.rs counts those.)
+#[tokio::test]
+async fn an_admin_rule_never_rewrites_a_bucket_s_secret_of_the_same_name() {
+    let tenancy = Tenancy::start().await;
+    let buckets: Api<Secret> = Api::namespaced(tenancy.admin.clone(), "tenant-b");
+    let bucket_secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "app-s3",
+                     "labels": {"app.kubernetes.io/managed-by": "kopper", "kopper.dev/bucket": "app"}},
+        "stringData": {"AWS_ACCESS_KEY_ID": "AKIA-bob"},
+    }))
+    .unwrap();
+    let before = buckets.create(&PostParams::default(), &bucket_secret).await.unwrap();
+    namespace(&tenancy.admin, "platform", json!({})).await;
+    let source: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "app-s3", "labels": {"copy": "yes"}},
+        "stringData": {"AWS_ACCESS_KEY_ID": "the platform's"},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(tenancy.admin.clone(), "platform")
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    admin_rule(
+        &tenancy.admin,
+        "platform-secret",
+        json!({"kind": "Secret", "namespaces": ["platform"], "selector": {"matchLabels": {"copy": "yes"}}}),
+    )
+    .await;
+    let status = rule_status(&tenancy.admin, "platform-secret", |s| {
+        ready_reason(s) == "Conflict" && s["copiesInSync"] == 2
+    })
+    .await;
+    assert_eq!(status["conflicts"][0]["namespace"], "tenant-b", "{status}");
+    let after = buckets.get("app-s3").await.unwrap();
+    assert_eq!(
+        (after.metadata.uid, after.metadata.resource_version),
+        (before.metadata.uid, before.metadata.resource_version),
+        "the Bucket's Secret is left as it is"
+    );
     tenancy.stop().await;
 }

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::RULE_CONTROLLER;
 use super::desired::{
-    CopyKey, CopyState, DesiredCopy, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload,
+    CopyKey, CopyState, DesiredCopy, Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload,
     canonical_number,
 };
 use super::index::{Router, Synced};
@@ -343,6 +343,14 @@ impl CopyIndex {
 
     pub fn get<'m>(map: &'m CopyMap, namespace: &str, name: &str) -> Option<&'m CopyState> {
         map.get(namespace).and_then(|copies| copies.get(name))
+    }
+
+    /// What the copy watch shows at this place, `None` where it holds nothing. An object
+    /// with kopper's managed-by label but no rule's label (a Bucket's Secret, or a label a
+    /// tenant added) is not the engine's to rewrite: it reads as [`Found::Unmanaged`].
+    pub fn found<'m>(map: &'m CopyMap, namespace: &str, name: &str) -> Option<Found<'m>> {
+        Self::get(map, namespace, name)
+            .map(|copy| if copy.rule.is_some() { Found::Copy(copy) } else { Found::Unmanaged })
     }
 
     /// Every copy in `map`, with where it is.

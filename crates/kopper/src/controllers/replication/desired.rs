@@ -196,7 +196,7 @@ impl SourceMatch {
     /// copies cannot feed another rule and loop.
     pub fn matches(&self, object: &ObjectInfo) -> bool {
         !object.deleting
-            && !object.is_kopper_copy()
+            && !object.is_kopper_made()
             && self.namespaces.contains(&object.namespace)
             && self.name.as_ref().is_none_or(|name| *name == object.name)
             && self.selector.as_ref().is_none_or(|selector| selector.matches(&object.labels))
@@ -306,9 +306,9 @@ impl Rule {
             .collect()
     }
 
-    /// The order in which rules win a copy they both want: an admin's ReplicationRule before
-    /// any tenant's ConfigMapSync, then by kind, name and namespace. Creation time plays no
-    /// part, so a rule recreated by GitOps does not lose its copies to a squatter.
+    /// The order in which rules win a copy they both want, where no tenant holds it (see
+    /// [`World::owner_at`]): an admin's ReplicationRule before any tenant's ConfigMapSync,
+    /// then by kind, name and namespace.
     fn precedence(&self) -> &RuleId {
         &self.id
     }
@@ -356,9 +356,17 @@ impl ObjectInfo {
         }
     }
 
-    /// Carries kopper's managed-by label: kopper may update or delete it.
-    pub fn is_kopper_copy(&self) -> bool {
+    /// Carries kopper's managed-by label: made by some part of kopper (a copy, a Bucket's
+    /// Secret), so never a source.
+    pub fn is_kopper_made(&self) -> bool {
         self.labels.get(MANAGED_BY_LABEL).is_some_and(|value| value == MANAGED_BY_VALUE)
+    }
+
+    /// One of the replication engine's copies: kopper's managed-by label and a rule's
+    /// [`REPLICATED_BY_LABEL`]. Only such an object may the engine update or delete; a
+    /// Bucket's Secret carries the first alone, and is another controller's.
+    pub fn is_kopper_copy(&self) -> bool {
+        self.is_kopper_made() && self.labels.contains_key(REPLICATED_BY_LABEL)
     }
 
     /// The rule label value this copy carries, if it is kopper's.
@@ -609,23 +617,35 @@ impl<'a> World<'a> {
         sources
     }
 
-    /// The rule and source that own the copy at `key`, of all that want it: the oldest rule,
-    /// then the rule's identity, then the source's namespace.
-    pub fn owner(&self, key: &CopyKey) -> Option<(&'a Rule, &'a ObjectInfo)> {
-        self.owner_at(key.kind, &key.namespace, &key.name)
+    /// The rule and source that own the copy at `key`, of all that want it, given the label
+    /// of the rule whose copy is there now (`holder`, if a copy of kopper's is): see
+    /// [`Self::owner_at`].
+    pub fn owner(&self, key: &CopyKey, holder: Option<&str>) -> Option<(&'a Rule, &'a ObjectInfo)> {
+        self.owner_at(key.kind, &key.namespace, &key.name, holder)
     }
 
-    /// [`Self::owner`] of the copy of `kind` named `name` in `namespace`.
+    /// The rule and source that own the copy of `kind` named `name` in `namespace`, of all
+    /// that want it. An admin's ReplicationRule wins over any tenant's ConfigMapSync, then
+    /// rules go by [`Rule::precedence`] (kind, name, namespace) and then by the source's
+    /// namespace; creation time plays no part, so a rule recreated by GitOps keeps its copies.
+    ///
+    /// One exception makes consent safe between tenants: while the tenant rule whose copy is
+    /// there (`holder`, the [`REPLICATED_BY_LABEL`] on it) still wants it, no rule of another
+    /// namespace's tenant takes it, whatever the names. A namespace that accepts copies from
+    /// two tenants lets each add copies, never replace the other's. Once the holder no longer
+    /// wants the copy (its rule, source or consent gone), the next rule in line takes it.
     pub fn owner_at(
         &self,
         kind: ObjectKind,
         namespace: &str,
         name: &str,
+        holder: Option<&str>,
     ) -> Option<(&'a Rule, &'a ObjectInfo)> {
         let namespace = self.namespaces.get(namespace)?;
         // A source of that name first (a lookup), then the rule's targets (globs and
         // selectors): with many rules, few have a source of any one name.
-        self.rules
+        let contenders: Vec<(&'a Rule, &'a ObjectInfo)> = self
+            .rules
             .iter()
             .filter(|rule| rule.kind == kind)
             .flat_map(|rule| {
@@ -635,6 +655,14 @@ impl<'a> World<'a> {
                 })
             })
             .filter(|(rule, _)| rule.targets(namespace))
+            .collect();
+        let holding_tenant = holding_tenant(&contenders, holder);
+        contenders
+            .into_iter()
+            .filter(|(rule, _)| match (holding_tenant, rule.id.namespace.as_deref()) {
+                (Some(holding), Some(tenant)) => holding == tenant,
+                _ => true,
+            })
             .min_by(|(a, a_source), (b, b_source)| {
                 (a.precedence(), &a_source.namespace).cmp(&(b.precedence(), &b_source.namespace))
             })
@@ -648,6 +676,22 @@ impl<'a> World<'a> {
             .map(|n| n.name.as_str())
             .collect()
     }
+}
+
+/// The namespace of the tenant rule (a ConfigMapSync) among `contenders` whose copy is
+/// there now (`holder`, its [`REPLICATED_BY_LABEL`]), when tenants of more than one namespace
+/// want the place: only then can it matter, so the digests are not computed otherwise.
+fn holding_tenant<'a>(contenders: &[(&'a Rule, &'a ObjectInfo)], holder: Option<&str>) -> Option<&'a str> {
+    let holder = holder?;
+    let mut tenants = contenders.iter().filter_map(|(rule, _)| rule.id.namespace.as_deref());
+    let first = tenants.next()?;
+    if tenants.all(|tenant| tenant == first) {
+        return None;
+    }
+    contenders
+        .iter()
+        .find(|(rule, _)| rule.id.namespace.is_some() && RuleLabels::of(&rule.id).is(holder))
+        .and_then(|(rule, _)| rule.id.namespace.as_deref())
 }
 
 /// The digests and marks of copies live only in this process, so they are keyed with one
@@ -801,6 +845,16 @@ pub enum Found<'a> {
     /// An object kopper did not make.
     Unmanaged,
     Copy(&'a CopyState),
+}
+
+impl Found<'_> {
+    /// The label of the rule whose copy is there, if a copy of kopper's is.
+    pub fn holder(&self) -> Option<&str> {
+        match self {
+            Self::Copy(state) => state.rule.as_deref(),
+            Self::Nothing | Self::Unknown | Self::Unmanaged => None,
+        }
+    }
 }
 
 /// An object where a copy belongs, owned (for callers that build a map of them).
@@ -1005,7 +1059,8 @@ impl<'a> RulePass<'a> {
         for namespace in namespaces {
             for template in &self.templates {
                 let name = template.source.info.name.as_str();
-                match self.world.owner_at(self.rule.kind, namespace, name) {
+                let found = found(namespace, name);
+                match self.world.owner_at(self.rule.kind, namespace, name, found.holder()) {
                     Some((owner, owner_source))
                         if owner.id != self.rule.id || owner_source.uid != template.source.info.uid =>
                     {
@@ -1020,7 +1075,7 @@ impl<'a> RulePass<'a> {
                     }
                     _ => {
                         plan.wanted += 1;
-                        decide(template, namespace, found(namespace, name), plan);
+                        decide(template, namespace, found, plan);
                     }
                 }
             }
@@ -1040,7 +1095,7 @@ impl<'a> RulePass<'a> {
             if copy.deleting || !active || self.wants(namespace, name) {
                 continue;
             }
-            match self.world.owner_at(self.rule.kind, namespace, name) {
+            match self.world.owner_at(self.rule.kind, namespace, name, copy.rule.as_deref()) {
                 Some((owner, _)) => {
                     plan.hand_over.insert(owner.id.clone());
                 }

@@ -19,7 +19,7 @@ use prometheus_client::registry::Registry;
 use super::apply::{self, WriteError};
 use super::copies::CopyIndex;
 use super::desired::{
-    Change, ConflictReason, CopyKey, CopyState, Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo,
+    Change, ConflictReason, CopyKey, CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo,
     ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL, Rule, RuleId, RuleKind, RuleLabels, RulePass,
     RulePlan, Source, World, cleanup, source_namespaces,
 };
@@ -422,8 +422,7 @@ impl Engine {
             {
                 let map = copies.read();
                 let found = |namespace: &str, name: &str| {
-                    CopyIndex::get(&map, namespace, name)
-                        .map_or_else(|| view.found(namespace, name), Found::Copy)
+                    CopyIndex::found(&map, namespace, name).unwrap_or_else(|| view.found(namespace, name))
                 };
                 pass.plan_copies(targets, found, &mut plan);
             }

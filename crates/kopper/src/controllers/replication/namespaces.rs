@@ -24,9 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
 use super::copies::CopyIndex;
-use super::desired::{
-    Found, NamespaceInfo, ObjectKind, Rule, RuleId, RulePass, RulePlan, World, source_namespaces,
-};
+use super::desired::{NamespaceInfo, ObjectKind, Rule, RuleId, RulePass, RulePlan, World, source_namespaces};
 use super::engine::{Engine, PassTally, SyncError};
 use super::index::ParsedRules;
 use crate::runtime::Context;
@@ -291,8 +289,7 @@ impl Engine {
             {
                 let copies = self.caches.copies(kind).read();
                 let found = |namespace: &str, name: &str| {
-                    CopyIndex::get(&copies, namespace, name)
-                        .map_or_else(|| view.found(namespace, name), Found::Copy)
+                    CopyIndex::found(&copies, namespace, name).unwrap_or_else(|| view.found(namespace, name))
                 };
                 pass.plan_copies(pass.targets(), found, &mut plan);
             }

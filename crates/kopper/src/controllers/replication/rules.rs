@@ -340,7 +340,7 @@ impl RuleObject for ConfigMapSync {
                 reason: "DestinationOccupied".to_owned(),
                 message: format!(
                     "the copy in {} is not written: the name is taken there (by a ConfigMap kopper did not \
-                     make, or by a rule that takes precedence); the namespace's owner can tell which",
+                     make, or by another rule's copy, which keeps it); the namespace's owner can tell which",
                     conflict.namespace
                 ),
                 ..conflict

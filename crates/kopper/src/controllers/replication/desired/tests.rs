@@ -317,7 +317,7 @@ fn rules_are_ordered_by_name() {
     let ns = namespaces(&["src", "x"]);
     let objects = [source("src", "cfg", "u1", "1")];
     let world = World::new(&rules, &ns, &objects);
-    let (owner, _) = world.owner(&key("x", "cfg")).unwrap();
+    let (owner, _) = world.owner(&key("x", "cfg"), None).unwrap();
     assert_eq!(owner.id.name, "a");
 }
 
@@ -778,7 +778,7 @@ fn an_admin_rule_wins_over_a_tenant_sync_whatever_their_names_or_ages() {
             .collect();
     let objects = [source("src", "cfg", "u1", "1")];
     let world = World::new(&rules, &ns, &objects);
-    let (owner, _) = world.owner(&key("tenant-b", "cfg")).unwrap();
+    let (owner, _) = world.owner(&key("tenant-b", "cfg"), None).unwrap();
     assert_eq!(owner.id, RuleId::replication_rule("zz-trusted-ca"));
 }
 
@@ -846,4 +846,117 @@ fn a_copy_is_rewritten_at_the_version_its_watch_saw_only_when_nothing_else_must_
     for opaque in ["007", "+7", "0", "abc", ""] {
         assert_eq!(seen(&meta(opaque, None)), None, "{opaque:?} would not be sent back as it came");
     }
+}
+
+/// A ConfigMapSync named `name` in `tenant` copying its `cfg` into `tenant-c`, and the
+/// namespaces of that scene: `tenant-c` accepts copies from any tenant.
+fn sync_into_tenant_c(tenant: &str, name: &str) -> Rule {
+    Rule { id: RuleId::config_map_sync(tenant, name), ..tenant_sync(tenant, &["tenant-c"]) }
+}
+
+fn two_tenants_and_a_shared_destination() -> BTreeMap<String, NamespaceInfo> {
+    [
+        namespace_accepting("tenant-a", "", false),
+        namespace_accepting("tenant-b", "", false),
+        namespace_accepting("tenant-c", "*", false),
+    ]
+    .into_iter()
+    .map(|namespace| (namespace.name.clone(), namespace))
+    .collect()
+}
+
+/// The copy `rule` would have written of `source` into `tenant-c`.
+fn copy_in_tenant_c(rule: &Rule, source: &ObjectInfo) -> (CopyKey, Existing) {
+    let copy =
+        desired_copy(&rule.id, RULE_UID, ObjectKind::ConfigMap, &read(source, payload("b")), "tenant-c");
+    (copy.key.clone(), written(&copy))
+}
+
+#[test]
+fn a_tenant_cannot_take_over_another_tenants_copy_by_naming_its_rule_to_sort_first() {
+    let attacker = sync_into_tenant_c("tenant-a", "0");
+    let holder = sync_into_tenant_c("tenant-b", "sync");
+    let rules = [attacker.clone(), holder.clone()];
+    let ns = two_tenants_and_a_shared_destination();
+    let objects = [source("tenant-a", "cfg", "ua", "1"), source("tenant-b", "cfg", "ub", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let sources: HashMap<String, Source> = [read(&objects[0], payload("a")), read(&objects[1], payload("b"))]
+        .into_iter()
+        .map(|source| (source.info.uid.clone(), source))
+        .collect();
+    let existing: BTreeMap<CopyKey, Existing> = [copy_in_tenant_c(&holder, &objects[1])].into();
+
+    let attack = plan_rule(&attacker, &world, &sources, &existing);
+    assert!(attack.writes().next().is_none(), "nothing written over tenant-b's copy: {attack:?}");
+    assert!(
+        matches!(attack.conflicts().next(), Some((key, ConflictReason::ClaimedByOtherRule(_))) if *key == key_c()),
+        "the newcomer reports the place taken: {attack:?}"
+    );
+    let kept = plan_rule(&holder, &world, &sources, &existing);
+    assert_eq!((kept.changes.len(), kept.in_sync), (0, 1), "tenant-b's copy stays its own: {kept:?}");
+}
+
+fn key_c() -> CopyKey {
+    key("tenant-c", "cfg")
+}
+
+#[test]
+fn where_no_tenant_holds_the_place_the_first_rule_by_name_wins_it() {
+    let rules = [sync_into_tenant_c("tenant-b", "sync"), sync_into_tenant_c("tenant-a", "0")];
+    let ns = two_tenants_and_a_shared_destination();
+    let objects = [source("tenant-a", "cfg", "ua", "1"), source("tenant-b", "cfg", "ub", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let (owner, _) = world.owner(&key_c(), None).unwrap();
+    assert_eq!(owner.id, RuleId::config_map_sync("tenant-a", "0"));
+}
+
+#[test]
+fn the_next_tenant_in_line_takes_the_place_once_the_holder_no_longer_wants_it() {
+    let gone = sync_into_tenant_c("tenant-b", "sync");
+    let next = sync_into_tenant_c("tenant-a", "0");
+    let rules = [next.clone()];
+    let ns = two_tenants_and_a_shared_destination();
+    let objects = [source("tenant-a", "cfg", "ua", "1"), source("tenant-b", "cfg", "ub", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let holder_label = gone.id.label_value();
+    let (owner, _) = world.owner(&key_c(), Some(&holder_label)).unwrap();
+    assert_eq!(owner.id, next.id);
+}
+
+#[test]
+fn an_admin_rule_still_wins_a_place_a_tenant_holds() {
+    let mut admin = sync_into_tenant_c("src", "admin");
+    admin.id = RuleId::replication_rule("zz-admin");
+    admin.targets = rule("zz-admin", 0).targets;
+    let holder = sync_into_tenant_c("tenant-b", "sync");
+    let rules = [holder.clone(), admin.clone()];
+    let mut ns = two_tenants_and_a_shared_destination();
+    ns.insert("src".into(), namespace_accepting("src", "", false));
+    let objects = [source("src", "cfg", "us", "1"), source("tenant-b", "cfg", "ub", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let holder_label = holder.id.label_value();
+    let (owner, _) = world.owner(&key_c(), Some(&holder_label)).unwrap();
+    assert_eq!(owner.id, admin.id);
+}
+
+#[test]
+fn rules_of_one_tenant_still_go_by_name_whichever_holds_the_place() {
+    let first = sync_into_tenant_c("tenant-b", "a-first");
+    let holder = sync_into_tenant_c("tenant-b", "z-holder");
+    let rules = [holder.clone(), first.clone(), sync_into_tenant_c("tenant-a", "0")];
+    let ns = two_tenants_and_a_shared_destination();
+    let objects = [source("tenant-a", "cfg", "ua", "1"), source("tenant-b", "cfg", "ub", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let holder_label = holder.id.label_value();
+    let (owner, _) = world.owner(&key_c(), Some(&holder_label)).unwrap();
+    assert_eq!(owner.id, first.id, "the holder's own tenant decides among its rules");
+}
+
+#[test]
+fn an_object_with_kopper_s_managed_by_label_alone_is_no_copy_of_the_engine_s() {
+    let mut bucket_secret = source("tenant-b", "app-s3", "u1", "1");
+    bucket_secret.labels = labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE), ("kopper.dev/bucket", "app")]);
+    assert!(!bucket_secret.is_kopper_copy(), "the engine may not rewrite or delete a Bucket's Secret");
+    assert!(bucket_secret.is_kopper_made());
+    assert!(!rule("r", 0).sources.matches(&ObjectInfo { namespace: "src".into(), ..bucket_secret }));
 }
