@@ -213,8 +213,10 @@ pub struct PreparedCreate {
 
 pub fn prepare_create(t: &Target, body: Value, opts: &WriteOptions) -> PreparedCreate {
     let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-    let object =
-        check_known_fields(t, &body, opts).and_then(|()| prepare_new_object(t, body)).map(|mut object| {
+    let object = check_known_fields(t, &body, opts)
+        .map_err(|error| cannot_be_handled(t, &body, error))
+        .and_then(|()| prepare_new_object(t, body))
+        .map(|mut object| {
             track_update(t, None, &mut object, &opts.field_manager);
             object
         });
@@ -327,6 +329,21 @@ fn check_known_fields(t: &Target, body: &Value, opts: &WriteOptions) -> ApiResul
     }
     let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
     Err(ApiError::bad_request(format!("strict decoding error: {}", listed.join(", "))))
+}
+
+/// A create's or update's body that does not decode, as kube-apiserver words it: the kind and
+/// version the body names (the resource's where it names none), then the decoder's error.
+/// Patches do not pass through this wrapper there either.
+fn cannot_be_handled(t: &Target, body: &Value, mut error: ApiError) -> ApiError {
+    let kind = body["kind"].as_str().filter(|kind| !kind.is_empty()).unwrap_or(&t.rt.kind);
+    let version = body["apiVersion"]
+        .as_str()
+        .map(|api_version| api_version.rsplit('/').next().unwrap_or(api_version))
+        .filter(|version| !version.is_empty())
+        .unwrap_or(&t.rt.version);
+    error.message =
+        format!("{kind} in version \"{version}\" cannot be handled as a {}: {}", t.rt.kind, error.message);
+    error
 }
 
 /// Paths of non-null fields of `sent` that `kept` does not have.
@@ -545,7 +562,7 @@ fn track_update(t: &Target, old: Option<&Value>, new: &mut Value, manager: &str)
 }
 
 pub fn update(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> ApiResult<Value> {
-    check_known_fields(t, &body, opts)?;
+    check_known_fields(t, &body, opts).map_err(|error| cannot_be_handled(t, &body, error))?;
     let mut object = typed_object(t, body)?;
     check_body_name(t, &mut object)?;
     let Some(existing) = state.get(&t.rt.storage, &t.key()) else {

@@ -52,7 +52,7 @@ impl Watcher {
     /// The event a change becomes for this watch, if any: an object that starts matching
     /// a selector is ADDED, one that stops matching is DELETED.
     fn event_for(&self, change: &Change) -> Option<&'static str> {
-        if change.storage != self.target.rt.storage {
+        if change.storage != self.target.rt.storage || change.resource_version() <= self.after() {
             return None;
         }
         let now = self.selects(&change.key, &change.object);
@@ -66,6 +66,16 @@ impl Watcher {
                 (false, false) => None,
             },
             ChangeType::Deleted => before.then_some("DELETED"),
+        }
+    }
+
+    /// The resourceVersion this watch starts after: changes up to it are not sent, even
+    /// those the store makes after the watch began (one started from a version the store
+    /// has not reached yet), as kube-apiserver's watch cache sends none.
+    fn after(&self) -> u64 {
+        match self.opts.resource_version {
+            Some(rv) if !self.opts.send_initial_events => rv,
+            _ => 0,
         }
     }
 
@@ -109,13 +119,13 @@ fn frame(kind: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
-/// How long kube-apiserver's watch cache waits to reach a resourceVersion a client asked
-/// for before it refuses it as too large.
+/// How long kube-apiserver's watch cache waits to reach a resourceVersion a list asked for
+/// before it refuses it as too large.
 pub const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 
-/// Waits until the store has reached `rv`, as kube-apiserver's watch cache does, and then
-/// refuses it: a client that resumes from a version the server never reached (an API server
-/// restored from an older backup, or one that lost its state) must see an error, not silence.
+/// Waits until the store has reached `rv`, as kube-apiserver's watch cache does for a list,
+/// and then refuses it: a client that lists at a version the server never reached (an API
+/// server restored from an older backup, or one that lost its state) sees an error.
 pub async fn wait_until_fresh(sim: &Sim, rv: u64) -> ApiResult<()> {
     let mut changes = {
         let state = sim.lock();
@@ -151,10 +161,9 @@ pub async fn serve(
     target: Target,
     opts: WatchOptions,
 ) -> ApiResult<Response> {
-    let fresh = match opts.resource_version {
-        Some(rv) if !opts.send_initial_events => wait_until_fresh(&sim, rv).await,
-        _ => Ok(()),
-    };
+    // A watch from a version the store has not reached yet is neither waited on nor refused
+    // (kube-apiserver 1.32's watch cache does neither; only lists wait, then refuse it): it
+    // stays quiet until changes pass that version.
     let (first, changes) = {
         let state = sim.lock();
         let verbatim = !opts.metadata_only
@@ -162,7 +171,7 @@ pub async fn serve(
             && target.rt.view == crate::registry::View::Native
             && state.registry.by_storage(&target.rt.storage).len() == 1;
         let watcher = Watcher { target, opts, verbatim };
-        let first = fresh.and_then(|()| initial_frames(&state, &watcher));
+        let first = initial_frames(&state, &watcher);
         (first.map(|frames| (frames, watcher)), state.subscribe())
     };
     let (tx, rx) = mpsc::channel(256);
@@ -234,8 +243,8 @@ async fn pump(
             _ = closed.changed() => return,
             _ = bookmarks.tick(), if watcher.opts.bookmarks => {
                 match quiet_resource_version(&sim, &changes) {
-                    Some(rv) => watcher.bookmark(rv, false),
-                    None => continue,
+                    Some(rv) if rv > watcher.after() => watcher.bookmark(rv, false),
+                    _ => continue,
                 }
             }
             change = changes.recv() => match change {

@@ -1,17 +1,18 @@
 //! Watches that start over from a fresh list when the API server can no longer serve the
 //! resourceVersion they hold.
 //!
-//! kube's watcher resumes from the last resourceVersion it saw. An API server that lost its
-//! state (restarted without its store, an etcd restored from a backup) answers such a resume
-//! with `504 Too large resource version` (or `410 Gone` when starting the watch), and kube's
-//! watcher retries the same resume forever: the caches stay as they were and kopper never
-//! sees the new state. This watcher drops its state on those answers and lists again, so
-//! the reflectors behind it replace their caches.
+//! kube's watcher resumes from the last resourceVersion it saw. An API server that can no
+//! longer serve it answers `410 Gone`, or `504 Too large resource version` to a list at a
+//! version it has not reached, and kube's watcher retries the same resume forever: the
+//! caches stay as they were and kopper never sees the new state. This watcher drops its
+//! state on those answers and lists again, so the reflectors behind it replace their caches.
 //!
-//! An API server that comes back with other data does not always say so: once its
-//! resourceVersion has passed the one a watch holds (an etcd restored from a backup, then
-//! written to before kopper reconnects), a resume succeeds and serves only what came after,
-//! and kopper would never see the rest, nor that objects it holds are gone. So a watch whose
+//! An API server that comes back with other data (restarted without its store, an etcd
+//! restored from a backup) does not say so: a resume from a version it has not reached is
+//! neither refused nor answered (kube-apiserver's watch cache stays quiet until its own
+//! version passes it), and once its version has passed the one a watch holds, a resume
+//! succeeds and serves only what came after. Either way kopper would never see the rest,
+//! nor that objects it holds are gone. So a watch whose
 //! resume found no API server there (the connection refused or never made, or a gateway
 //! saying 502 or 503 for it) lists again too: the API server was down, and may be back with
 //! other data. A watch cut off mid-stream, or whose resume met a connection closed under it
