@@ -32,7 +32,7 @@ pub struct Settings {
     /// The base of every controller's field manager (`kopper`): see [`Settings::field_manager_for`].
     /// Earlier releases wrote everything under this name alone.
     pub field_manager: String,
-    /// Annotation that asks the pod labeler for a label (seed 001).
+    /// Annotation that asks the pod labeler for a label.
     pub pod_label_annotation: String,
     /// Label the pod labeler writes, holding the pod's own name.
     pub pod_name_label: String,

@@ -1,11 +1,10 @@
 //! One cache of the cluster's namespaces for every controller that follows them.
 //!
-//! NamespaceAccess and the replication engine both follow every namespace. Each used to keep
-//! its own watches and its own copy of every Namespace (NamespaceAccess two, one of them with
-//! managed fields), so on a cluster of 10,000 namespaces kopper held them three times over.
-//! Here one watch keeps one store of namespaces' metadata alone (spec and status are never
-//! stored), trimmed of what no controller reads (managed fields, kubectl's last-applied
-//! annotation), and each controller subscribes to its changes ([`NamespaceFeed`]).
+//! NamespaceAccess and the replication engine both follow every namespace; a watch and a
+//! copy of every Namespace each would hold them twice over on a cluster of 10,000. Here one
+//! watch keeps one store of namespaces' metadata alone (spec and status are never stored),
+//! trimmed of what no controller reads (managed fields, kubectl's last-applied annotation),
+//! and each controller subscribes to its changes ([`NamespaceFeed`]).
 //!
 //! The watch starts with the first subscriber and stops with the last. A subscriber that
 //! falls more than [`BACKLOG`] changes behind is told to look at every namespace again

@@ -1,4 +1,4 @@
-//! Bucket (seed 004): an S3 bucket, an IAM user with an inline policy for exactly that
+//! Bucket: an S3 bucket, an IAM user with an inline policy for exactly that
 //! bucket, one access key, and a Secret with the credentials, owned by the Bucket.
 //!
 //! Crash safety comes from deciding everything from what exists, each pass:

@@ -1,4 +1,4 @@
-//! The Bucket custom resource (seed 004). Doc comments here are user documentation: they
+//! The Bucket custom resource. Doc comments here are user documentation: they
 //! become the CRD's descriptions and what `kubectl explain bucket` prints.
 
 use std::collections::BTreeMap;

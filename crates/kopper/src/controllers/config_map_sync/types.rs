@@ -1,4 +1,4 @@
-//! The ConfigMapSync custom resource (seed 002). Doc comments here are user documentation:
+//! The ConfigMapSync custom resource. Doc comments here are user documentation:
 //! they become the CRD's descriptions and what `kubectl explain configmapsync` prints.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};

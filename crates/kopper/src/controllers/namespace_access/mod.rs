@@ -1,4 +1,4 @@
-//! NamespaceAccess (seed 000): RoleBindings kept in every namespace a policy selects.
+//! NamespaceAccess: RoleBindings kept in every namespace a policy selects.
 //!
 //! Two controllers share three caches (policies, RoleBindings, and the namespaces kopper's
 //! controllers share, [`crate::runtime::namespaces`]):

@@ -1,4 +1,4 @@
-//! Pod labeler (seed 001): a pod annotated `<annotation>: "true"` carries the label
+//! Pod labeler: a pod annotated `<annotation>: "true"` carries the label
 //! `<label>: <its own name>`; without the annotation, the label is removed.
 //!
 //! Pods are watched as metadata only (`PartialObjectMetadata`), so the cache holds names,

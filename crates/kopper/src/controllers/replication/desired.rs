@@ -39,8 +39,6 @@ pub const SOURCE_VERSION_ANNOTATION: &str = "kopper.dev/source-resource-version"
 /// anyone (or any tool) reading them on a copy.
 const SOURCE_ONLY_ANNOTATIONS: [&str; 2] =
     ["kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision"];
-/// Label values are limited to 63 characters.
-const MAX_LABEL_VALUE: usize = 63;
 /// Hex digits of the rule digest in [`REPLICATED_BY_LABEL`]: 240 bits, far past any collision
 /// a tenant could search for.
 const RULE_DIGEST_HEX: usize = 60;
@@ -109,42 +107,27 @@ impl RuleId {
             RuleKind::ConfigMapSync => "s-",
         }
     }
-
-    /// The label value kopper 0.1 wrote (names shortened with a 64-bit hash), recognised so
-    /// copies made before an upgrade are taken over rather than deleted as orphans.
-    pub fn legacy_label_value(&self) -> String {
-        let full = self.to_string();
-        if full.len() <= MAX_LABEL_VALUE {
-            return full;
-        }
-        let hash = format!("{:016x}", fnv1a(full.as_bytes()));
-        let keep = MAX_LABEL_VALUE - hash.len() - 1;
-        let prefix: String = full.chars().take(keep).collect();
-        format!("{}-{hash}", prefix.trim_end_matches(['.', '-']))
-    }
 }
 
-/// The label values that mark a rule's copies: the current one and the one kopper wrote
-/// before (see [`RuleId::legacy_label_value`]). Built once per loop over copies.
+/// The label value that marks a rule's copies, computed once per loop over copies.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleLabels {
     pub current: String,
-    legacy: String,
 }
 
 impl RuleLabels {
     pub fn of(id: &RuleId) -> Self {
-        Self { current: id.label_value(), legacy: id.legacy_label_value() }
+        Self { current: id.label_value() }
     }
 
-    /// Whether `copy` carries one of these labels.
+    /// Whether `copy` carries this label.
     pub fn marks(&self, copy: &CopyState) -> bool {
-        copy.made_by(&self.current) || copy.made_by(&self.legacy)
+        copy.made_by(&self.current)
     }
 
-    /// Whether `label` is one of these values.
+    /// Whether `label` is this value.
     pub fn is(&self, label: &str) -> bool {
-        label == self.current || label == self.legacy
+        label == self.current
     }
 }
 
@@ -158,13 +141,6 @@ impl fmt::Display for RuleId {
             (RuleKind::ConfigMapSync, None) => write!(f, "ConfigMapSync.{}", self.name),
         }
     }
-}
-
-/// A stable hash for label values: the standard library's hasher may change between releases.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// One rule, whichever resource it came from, in the form the engine decides on.

@@ -355,8 +355,7 @@ impl Engine {
         let live: HashSet<(&str, String)> =
             ids.iter().map(|id| (controller_of(id.kind), id.to_string())).collect();
         ctx.metrics.retain_rule_gauges(|controller, rule| live.contains(&(controller, rule.to_owned())));
-        let rules: HashSet<String> =
-            ids.iter().flat_map(|id| [id.label_value(), id.legacy_label_value()]).collect();
+        let rules: HashSet<String> = ids.iter().map(RuleId::label_value).collect();
         let changes =
             self.copies_where(|copy| copy.rule.as_deref().is_some_and(|rule| !rules.contains(rule)));
         if changes.is_empty() {

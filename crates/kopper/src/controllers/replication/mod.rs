@@ -1,4 +1,4 @@
-//! The replication engine behind ConfigMapSync (seed 002) and ReplicationRule (seed 003).
+//! The replication engine behind ConfigMapSync and ReplicationRule.
 //!
 //! One engine decides what copies should exist and applies the difference; the two custom
 //! resources are its front doors ([`rules`]). Two kube-runtime controllers (one per

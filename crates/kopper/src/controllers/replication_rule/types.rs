@@ -1,4 +1,4 @@
-//! The ReplicationRule custom resource (seed 003). Doc comments here are user documentation:
+//! The ReplicationRule custom resource. Doc comments here are user documentation:
 //! they become the CRD's descriptions and what `kubectl explain replicationrule` prints.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
