@@ -67,7 +67,9 @@ impl Cluster {
     /// or kept in `config.data_dir`), while the operator runs on.
     async fn with_api_server_restarted(self, config: kubesim::Config) -> Self {
         let Self { sim, metrics, settings, operator, .. } = self;
-        let sim = common::restart_api_server(sim, config).await;
+        let failed = common::watch_errors(&metrics);
+        let noticed = || async { common::watch_errors(&metrics) > failed };
+        let sim = common::restart_api_server_once_noticed(sim, config, noticed).await;
         let client = sim.client();
         Self { sim, client, metrics, settings, operator }
     }
@@ -680,7 +682,7 @@ async fn closed_watches_and_compacted_history_still_converge() {
 
 /// An API server back without its data (restarted without its store, or etcd restored from
 /// an older backup) holds objects of the same names under lower resourceVersions. kopper's
-/// resumed watches are refused, and its caches must be replaced by a new list: kept, they
+/// resumes found no server while it was down, and its caches must be replaced by a new list: kept, they
 /// would hold a copy that no longer exists, which kopper would try to update instead of
 /// making again.
 #[tokio::test]

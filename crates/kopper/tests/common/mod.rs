@@ -168,9 +168,37 @@ impl Operator {
 /// restarts does: with an empty store, or with the one kept in `config.data_dir`. Clients of
 /// the old server (kopper's among them) reach the new one.
 pub async fn restart_api_server(sim: kubesim::Server, config: kubesim::Config) -> kubesim::Server {
+    restart_api_server_once_noticed(sim, config, || async { true }).await
+}
+
+/// [`restart_api_server`], the new server started only once `noticed` says kopper found the
+/// old one gone (a watch resume refused, say), as during a real restart, which takes seconds:
+/// a server back without its data does not refuse a resume from a version it has not
+/// reached, it stays quiet, so only a resume that found no server makes kopper list again.
+pub async fn restart_api_server_once_noticed<F, Fut>(
+    sim: kubesim::Server,
+    config: kubesim::Config,
+    noticed: F,
+) -> kubesim::Server
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
     let addr = sim.addr();
     sim.shutdown().await;
+    eventually("kopper to find the API server gone", || async { noticed().await.then_some(()) }).await;
     kubesim::Server::start(kubesim::Config { addr, ..config }).await.unwrap()
+}
+
+/// Watches that failed in this process so far, of every controller and kind
+/// (`kopper_watch_errors_total`).
+pub fn watch_errors(metrics: &kopper::runtime::Metrics) -> f64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with("kopper_watch_errors_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// A loopback address with a port that was free a moment ago, for `--admin-addr` in tests
