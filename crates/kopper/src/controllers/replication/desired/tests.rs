@@ -896,43 +896,43 @@ fn key_c() -> CopyKey {
     key("tenant-c", "cfg")
 }
 
+/// Which rule owns `tenant-c/cfg` among `rules`, each tenant's `cfg` a source, when the copy
+/// there is `holder`'s (if any).
+fn owner_in_tenant_c(rules: &[Rule], holder: Option<&RuleId>) -> RuleId {
+    let mut ns = two_tenants_and_a_shared_destination();
+    ns.insert("src".into(), namespace_accepting("src", "", false));
+    let objects = [
+        source("tenant-a", "cfg", "ua", "1"),
+        source("tenant-b", "cfg", "ub", "1"),
+        source("src", "cfg", "us", "1"),
+    ];
+    let world = World::new(rules, &ns, &objects);
+    let holder = holder.map(RuleId::label_value);
+    world.owner(&key_c(), holder.as_deref()).unwrap().0.id.clone()
+}
+
 #[test]
 fn where_no_tenant_holds_the_place_the_first_rule_by_name_wins_it() {
     let rules = [sync_into_tenant_c("tenant-b", "sync"), sync_into_tenant_c("tenant-a", "0")];
-    let ns = two_tenants_and_a_shared_destination();
-    let objects = [source("tenant-a", "cfg", "ua", "1"), source("tenant-b", "cfg", "ub", "1")];
-    let world = World::new(&rules, &ns, &objects);
-    let (owner, _) = world.owner(&key_c(), None).unwrap();
-    assert_eq!(owner.id, RuleId::config_map_sync("tenant-a", "0"));
+    assert_eq!(owner_in_tenant_c(&rules, None), RuleId::config_map_sync("tenant-a", "0"));
 }
 
 #[test]
 fn the_next_tenant_in_line_takes_the_place_once_the_holder_no_longer_wants_it() {
     let gone = sync_into_tenant_c("tenant-b", "sync");
     let next = sync_into_tenant_c("tenant-a", "0");
-    let rules = [next.clone()];
-    let ns = two_tenants_and_a_shared_destination();
-    let objects = [source("tenant-a", "cfg", "ua", "1"), source("tenant-b", "cfg", "ub", "1")];
-    let world = World::new(&rules, &ns, &objects);
-    let holder_label = gone.id.label_value();
-    let (owner, _) = world.owner(&key_c(), Some(&holder_label)).unwrap();
-    assert_eq!(owner.id, next.id);
+    assert_eq!(owner_in_tenant_c(&[next.clone()], Some(&gone.id)), next.id);
 }
 
 #[test]
 fn an_admin_rule_still_wins_a_place_a_tenant_holds() {
-    let mut admin = sync_into_tenant_c("src", "admin");
-    admin.id = RuleId::replication_rule("zz-admin");
-    admin.targets = rule("zz-admin", 0).targets;
+    let admin = Rule {
+        id: RuleId::replication_rule("zz-admin"),
+        targets: rule("zz-admin", 0).targets,
+        ..sync_into_tenant_c("src", "admin")
+    };
     let holder = sync_into_tenant_c("tenant-b", "sync");
-    let rules = [holder.clone(), admin.clone()];
-    let mut ns = two_tenants_and_a_shared_destination();
-    ns.insert("src".into(), namespace_accepting("src", "", false));
-    let objects = [source("src", "cfg", "us", "1"), source("tenant-b", "cfg", "ub", "1")];
-    let world = World::new(&rules, &ns, &objects);
-    let holder_label = holder.id.label_value();
-    let (owner, _) = world.owner(&key_c(), Some(&holder_label)).unwrap();
-    assert_eq!(owner.id, admin.id);
+    assert_eq!(owner_in_tenant_c(&[holder.clone(), admin.clone()], Some(&holder.id)), admin.id);
 }
 
 #[test]
@@ -940,12 +940,11 @@ fn rules_of_one_tenant_still_go_by_name_whichever_holds_the_place() {
     let first = sync_into_tenant_c("tenant-b", "a-first");
     let holder = sync_into_tenant_c("tenant-b", "z-holder");
     let rules = [holder.clone(), first.clone(), sync_into_tenant_c("tenant-a", "0")];
-    let ns = two_tenants_and_a_shared_destination();
-    let objects = [source("tenant-a", "cfg", "ua", "1"), source("tenant-b", "cfg", "ub", "1")];
-    let world = World::new(&rules, &ns, &objects);
-    let holder_label = holder.id.label_value();
-    let (owner, _) = world.owner(&key_c(), Some(&holder_label)).unwrap();
-    assert_eq!(owner.id, first.id, "the holder's own tenant decides among its rules");
+    assert_eq!(
+        owner_in_tenant_c(&rules, Some(&holder.id)),
+        first.id,
+        "the holder's own tenant decides among its rules"
+    );
 }
 
 #[test]
