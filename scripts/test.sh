@@ -3,9 +3,33 @@
 # workspace (unit, conformance on kubesim, end-to-end on kubesim, kubectl, CRD drift).
 # Needs the Rust toolchain (cargo, rustfmt, clippy) and, for the kubectl tests, kubectl on
 # PATH; crates are fetched by cargo, and the tools the other tests use are installed by the
-# scripts below.
+# scripts below. Prints the time each phase took at the end, so a slower suite is seen
+# when it happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+phases=()
+phase_started=$SECONDS
+suite_started=$SECONDS
+# Records the phase that just ended, named $1.
+phase_done() {
+    phases+=("$(printf '%-8s %5d s' "$1" $((SECONDS - phase_started)))")
+    phase_started=$SECONDS
+}
+test_log=$(mktemp)
+report() {
+    local status=$?
+    echo
+    echo "test.sh phases (exit $status):"
+    printf '  %s\n' "${phases[@]}"
+    printf '  %-8s %5d s\n' total $((SECONDS - suite_started))
+    # One closing line for the whole suite, summed over every test binary's.
+    awk '/^test result:/ { for (i = 1; i <= NF; i++) { n = $(i - 1) + 0;
+            if ($i ~ /^passed/) p += n; else if ($i ~ /^failed/) f += n; else if ($i ~ /^ignored/) s += n } }
+         END { if (p + f + s > 0) printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$test_log"
+    rm -f "$test_log"
+}
+trap report EXIT
 
 # Prometheus and promtool, for the observability tests.
 ./scripts/setup-prometheus.sh
@@ -13,7 +37,14 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-helm.sh
 # moto (S3 and IAM on loopback), for the Bucket tests.
 ./scripts/setup-moto.sh
+phase_done set-up
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+phase_done lint
+
+cargo test --workspace --locked --no-run
+phase_done build
+
+cargo test --workspace --locked 2>&1 | tee "$test_log"
+phase_done tests
