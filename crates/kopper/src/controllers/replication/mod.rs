@@ -60,7 +60,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Resource};
 
 use self::desired::RuleKind;
 use self::engine::{Engine, Memo, SyncError};
@@ -96,8 +96,6 @@ const ORPHAN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 pub enum Error {
     #[error(transparent)]
     CacheStopped(#[from] CacheStopped),
-    #[error("adding the finalizer: {0}")]
-    AddFinalizer(#[source] kube::Error),
     #[error("removing the finalizer: {0}")]
     RemoveFinalizer(#[source] kube::Error),
     #[error(transparent)]
@@ -108,7 +106,7 @@ impl ErrorCategory for Error {
     fn category(&self) -> &'static str {
         match self {
             Self::CacheStopped(_) => "cache",
-            Self::AddFinalizer(_) | Self::RemoveFinalizer(_) => "kube_api",
+            Self::RemoveFinalizer(_) => "kube_api",
             Self::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
                     error.category()
@@ -278,13 +276,9 @@ async fn reconcile_rule<R: RuleObject>(
     engine: &Engine,
 ) -> Result<Action, Error> {
     let api = object.api(ctx.client.clone());
-    if object.meta().deletion_timestamp.is_none() && !object.finalizers().iter().any(|f| f == FINALIZER) {
-        add_finalizer(&api, object.as_ref(), &ctx.settings.field_manager_for(FIELD_MANAGER_NAME))
-            .await
-            .map_err(Error::AddFinalizer)?;
-        // The write comes back as a watch event, which starts the first real pass.
-        return Ok(Action::await_change());
-    }
+    // kube-runtime's helper adds the finalizer first (a JSON patch that tests the list it
+    // read, so a concurrent change fails it and the next reconcile reads again); the write
+    // comes back as a watch event, which starts the first real pass.
     finalizer(&api, FINALIZER, object, move |event| async move {
         match event {
             finalizer::Event::Apply(object) => engine.sync(ctx, object.as_ref()).await,
@@ -351,23 +345,6 @@ async fn remove_finalizer<R: RuleObject>(
     let name = meta.name.as_deref().unwrap_or_default();
     let params = PatchParams { field_manager: Some(field_manager.to_owned()), ..PatchParams::default() };
     api.patch(name, &params, &Patch::Merge(patch)).await.map(drop)
-}
-
-/// Adds kopper's finalizer with a merge patch that fails if the object changed since it was
-/// read. (kube-runtime's helper adds it with a JSON patch whose `test` of an absent list is
-/// not accepted by every API server.)
-async fn add_finalizer<R: RuleObject>(
-    api: &Api<R>,
-    object: &R,
-    field_manager: &str,
-) -> Result<(), kube::Error> {
-    let mut finalizers = object.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_owned());
-    let patch = serde_json::json!({
-        "metadata": { "finalizers": finalizers, "resourceVersion": object.resource_version() }
-    });
-    let params = PatchParams { field_manager: Some(field_manager.to_owned()), ..PatchParams::default() };
-    api.patch(&object.name_any(), &params, &Patch::Merge(patch)).await.map(drop)
 }
 
 #[cfg(test)]

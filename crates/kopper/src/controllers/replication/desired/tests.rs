@@ -921,7 +921,7 @@ fn where_no_tenant_holds_the_place_the_first_rule_by_name_wins_it() {
 fn the_next_tenant_in_line_takes_the_place_once_the_holder_no_longer_wants_it() {
     let gone = sync_into_tenant_c("tenant-b", "sync");
     let next = sync_into_tenant_c("tenant-a", "0");
-    assert_eq!(owner_in_tenant_c(&[next.clone()], Some(&gone.id)), next.id);
+    assert_eq!(owner_in_tenant_c(std::slice::from_ref(&next), Some(&gone.id)), next.id);
 }
 
 #[test]
