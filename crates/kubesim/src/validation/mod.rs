@@ -15,6 +15,7 @@
 //! - [`crd`]: validation of CustomResourceDefinitions themselves.
 
 pub mod crd;
+pub mod defaults;
 pub mod names;
 pub mod objects;
 pub mod schema;

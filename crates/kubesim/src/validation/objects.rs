@@ -299,7 +299,8 @@ pub fn validate_metadata_update(old: &Value, new: &Value) -> Vec<Cause> {
 }
 
 /// Defaults kube-apiserver applies to built-ins before validation: Secret `type: Opaque`,
-/// the RBAC subject `apiGroup`, and the CRD defaults of [`super::default_crd`].
+/// the RBAC subject `apiGroup`, NetworkPolicy and LimitRange defaults ([`super::defaults`]),
+/// and the CRD defaults of [`super::default_crd`].
 pub fn apply_builtin_defaults(group: &str, resource: &str, obj: &mut Value) {
     match (group, resource) {
         ("", "secrets") => {
@@ -310,6 +311,8 @@ pub fn apply_builtin_defaults(group: &str, resource: &str, obj: &mut Value) {
             }
         }
         (RBAC_GROUP, "rolebindings" | "clusterrolebindings") => super::rbac::default_subject_api_groups(obj),
+        ("networking.k8s.io", "networkpolicies") => super::defaults::network_policy(obj),
+        ("", "limitranges") => super::defaults::limit_range(obj),
         ("apiextensions.k8s.io", "customresourcedefinitions") => super::default_crd(obj),
         _ => {}
     }

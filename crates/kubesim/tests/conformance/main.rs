@@ -8,6 +8,7 @@ mod authz;
 mod common;
 mod crd;
 mod crud;
+mod defaults;
 mod delete;
 mod discovery;
 mod errors;
