@@ -42,10 +42,9 @@ fn context(cluster: &Cluster) -> Arc<Context> {
     Arc::new(Context::new(cluster.client.clone(), Arc::new(Metrics::default()), Settings::default()))
 }
 
-fn controller(cluster: &Cluster, shutdown: &Shutdown) -> Controller<ConfigMap> {
+fn controller(cluster: &Cluster) -> Controller<ConfigMap> {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
     Controller::new(api, watcher::Config::default().labels("test=controller"))
-        .graceful_shutdown_on(shutdown.wait())
 }
 
 #[tokio::test]
@@ -67,8 +66,13 @@ async fn shutdown_lets_an_in_flight_reconcile_finish() {
             }
         }
     };
-    let driver =
-        tokio::spawn(run_controller("test", controller(&cluster, &shutdown), context(&cluster), reconcile));
+    let driver = tokio::spawn(run_controller(
+        "test",
+        controller(&cluster),
+        context(&cluster),
+        shutdown.wait(),
+        reconcile,
+    ));
     tokio::time::timeout(DEADLINE, started.notified()).await.expect("the reconcile never started");
 
     shutdown.trigger();
@@ -76,6 +80,40 @@ async fn shutdown_lets_an_in_flight_reconcile_finish() {
 
     tokio::time::timeout(DEADLINE, driver).await.expect("the controller did not stop").unwrap();
     assert!(finished.load(Ordering::SeqCst), "the in-flight reconcile was cut short");
+}
+
+/// With every permit taken, the reconciles waiting for one give up their turn at shutdown:
+/// stopping waits for the running reconcile only, not for the backlog behind it.
+#[tokio::test]
+async fn shutdown_does_not_wait_for_reconciles_queued_behind_the_permits() {
+    let cluster = Cluster::start().await;
+    for name in ["first", "second", "third"] {
+        create_config_map(&cluster, name).await;
+    }
+    let settings = Settings { concurrency: 1, ..Settings::default() };
+    let ctx = Arc::new(Context::new(cluster.client.clone(), Arc::new(Metrics::default()), settings));
+    let (started, release, runs) =
+        (Arc::new(Notify::new()), Arc::new(Notify::new()), Arc::new(AtomicU32::new(0)));
+    let shutdown = Shutdown::new();
+    let reconcile = {
+        let (started, release, runs) = (started.clone(), release.clone(), runs.clone());
+        move |_: Arc<ConfigMap>, _: Arc<Context>| {
+            let (started, release, runs) = (started.clone(), release.clone(), runs.clone());
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                started.notify_one();
+                release.notified().await;
+                Ok::<_, TransientError>(Action::await_change())
+            }
+        }
+    };
+    let driver = tokio::spawn(run_controller("test", controller(&cluster), ctx, shutdown.wait(), reconcile));
+    tokio::time::timeout(DEADLINE, started.notified()).await.expect("no reconcile started");
+
+    shutdown.trigger();
+    release.notify_one();
+    tokio::time::timeout(DEADLINE, driver).await.expect("the controller did not stop").unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "only the reconcile holding the permit ran");
 }
 
 #[tokio::test]
@@ -93,7 +131,7 @@ async fn failed_reconciles_are_retried_and_counted_until_they_succeed() {
         }
     };
     let driver =
-        tokio::spawn(run_controller("test", controller(&cluster, &shutdown), ctx.clone(), reconcile));
+        tokio::spawn(run_controller("test", controller(&cluster), ctx.clone(), shutdown.wait(), reconcile));
 
     eventually("a third, successful attempt", || async {
         (attempts.load(Ordering::SeqCst) >= 3).then_some(())
@@ -119,7 +157,7 @@ async fn readiness_waits_for_the_first_list() {
     let reconcile =
         |_: Arc<ConfigMap>, _: Arc<Context>| async { Ok::<_, TransientError>(Action::await_change()) };
     let driver =
-        tokio::spawn(run_controller("test", controller(&cluster, &shutdown), ctx.clone(), reconcile));
+        tokio::spawn(run_controller("test", controller(&cluster), ctx.clone(), shutdown.wait(), reconcile));
 
     eventually("the controller to be ready", || async { ctx.readiness.is_ready().then_some(()) }).await;
     shutdown.trigger();

@@ -7,9 +7,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use common::manifests::{create_document, rbac_documents};
-use common::{Operator, eventually, run_args};
+use common::{Operator, eventually, eventually_within, run_args};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kopper::controllers::config_map_sync::types::ConfigMapSync;
@@ -596,5 +598,57 @@ async fn an_admin_rule_never_rewrites_a_bucket_s_secret_of_the_same_name() {
         (before.metadata.uid, before.metadata.resource_version),
         "the Bucket's Secret is left as it is"
     );
+
+/// A tenant's burst does not hold up another tenant: 2,000 ConfigMapSyncs of alice's, each
+/// refused at once (tenant-b did not consent), queue behind kopper's reconcile permits, yet
+/// bob's ConfigMapSync gets its copy within seconds, because namespaces take the permits in
+/// turn (one reconcile per namespace with work waiting ahead of bob's first).
+#[tokio::test]
+async fn a_burst_of_one_tenant_s_objects_does_not_delay_another_tenant() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "tenant-b-copies", json!({"annotations": {CONSENT: "tenant-b"}})).await;
+    config_map(&tenancy.config_maps(&tenancy.bob, "tenant-b"), "settings", json!({"mode": "bob"})).await;
+    let syncs = Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a");
+    let burst = futures::stream::iter(0..2_000).for_each_concurrent(16, |n| {
+        let syncs = syncs.clone();
+        async move {
+            let sync: ConfigMapSync = serde_json::from_value(json!({
+                "apiVersion": "kopper.dev/v1alpha1",
+                "kind": "ConfigMapSync",
+                "metadata": {"name": format!("push-{n}"), "namespace": "tenant-a"},
+                "spec": {
+                    "sourceNamespace": "tenant-a",
+                    "destinationNamespaces": ["tenant-b"],
+                    "configMapName": "aws-auth",
+                },
+            }))
+            .unwrap();
+            syncs.create(&PostParams::default(), &sync).await.unwrap();
+        }
+    });
+    burst.await;
+
+    let sync: ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "ConfigMapSync",
+        "metadata": {"name": "share", "namespace": "tenant-b"},
+        "spec": {
+            "sourceNamespace": "tenant-b",
+            "destinationNamespaces": ["tenant-b-copies"],
+            "configMapName": "settings",
+        },
+    }))
+    .unwrap();
+    Api::<ConfigMapSync>::namespaced(tenancy.bob.clone(), "tenant-b")
+        .create(&PostParams::default(), &sync)
+        .await
+        .unwrap();
+    let copies = tenancy.config_maps(&tenancy.admin, "tenant-b-copies");
+    eventually_within(Duration::from_secs(10), "bob's copy despite alice's burst", || async {
+        copies.get_opt("settings").await.unwrap().map(|_| ())
+    })
+    .await;
+    let refused = tenancy.sync_status("push-0", |s| ready_reason(s) == "DestinationRefused").await;
+    assert_eq!(refused["syncedCount"], 0, "alice's syncs are refused all the same");
     tenancy.stop().await;
 }

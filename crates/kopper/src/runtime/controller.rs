@@ -1,9 +1,10 @@
 //! The driver every kopper controller runs on: metrics, a tracing span per reconcile,
 //! per-object exponential backoff, and the readiness registry behind `/readyz`.
 //!
-//! kube-runtime's `Controller` already owns the watches, the work queue, deduplication and
-//! bounded concurrency; this module adds what it leaves to each operator, so that every
-//! controller gets the same retry policy and the same observability without repeating it.
+//! kube-runtime's `Controller` already owns the watches, the work queue and deduplication;
+//! this module adds what it leaves to each operator, so that every controller gets the same
+//! retry policy, the same observability and the same fairness between namespaces (a
+//! [`FairGate`] bounds concurrency) without repeating it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
@@ -12,14 +13,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::future::Either;
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config, Error as ControllerError};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::context::{Context, ErrorCategory};
+use super::fair_gate::FairGate;
 use super::metrics::CacheLabels;
 
 /// First retry delay after a failed reconcile.
@@ -33,7 +37,16 @@ const BACKOFF_JITTER: f64 = 0.2;
 /// How often a controller's store is asked whether its first list has arrived.
 const READINESS_POLL: Duration = Duration::from_millis(100);
 
-/// Runs `controller` until its graceful-shutdown trigger fires: records metrics
+/// The controller settings every kopper controller starts from. kube's own concurrency is
+/// unbounded: [`run_controller`] bounds reconciles to
+/// [`Settings::concurrency`](super::Settings::concurrency) with a [`FairGate`] that serves
+/// namespaces in turn, where kube's queue would serve them first come, first served. A
+/// controller adds its own debounce on top, so this is not applied behind its back.
+pub fn config(_ctx: &Context) -> Config {
+    Config::default().concurrency(0)
+}
+
+/// Runs `controller` until `shutdown` resolves and its running reconciles end: records metrics
 /// (`ctx.metrics.reconciled`/`failed`), wraps each reconcile in a tracing span naming the
 /// object (fields `controller`, `namespace`, `object`), and on error requeues with per-object
 /// exponential backoff (base 500ms, x2, max 5 min, jitter; reset on success); permanent errors
@@ -44,21 +57,22 @@ const READINESS_POLL: Duration = Duration::from_millis(100);
 ///
 /// [`ControllerName::as_str`]: crate::cli::ControllerName::as_str
 ///
-/// The caller builds the `Controller` (its watches, owned and watched kinds), gives it
-/// [`config`] (plus any debounce of its own) and attaches the shutdown trigger with
-/// `graceful_shutdown_on`. `name` is registered with
-/// [`Readiness`] and is ready once the controller's main watch has delivered its first list.
-/// The controller settings every kopper controller starts from: bounded concurrency from
-/// [`Settings::concurrency`](super::Settings::concurrency). A controller adds its own
-/// debounce on top, so this is not applied behind its back.
-pub fn config(ctx: &Context) -> Config {
-    Config::default().concurrency(ctx.settings.concurrency)
-}
-
+/// The caller builds the `Controller` (its watches, owned and watched kinds) and gives it
+/// [`config`] (plus any debounce of its own). `name` is registered with [`Readiness`] and is
+/// ready once the controller's main watch has delivered its first list.
+///
+/// Each reconcile first waits for a permit of a [`FairGate`] of
+/// [`Settings::concurrency`](super::Settings::concurrency) permits, in its namespace's queue
+/// (cluster-scoped objects have one of their own): a namespace's first waiting reconcile
+/// starts after at most one of each other namespace with work waiting. The wait is not in
+/// the reconcile metrics or span timings. kube still never runs one object twice at once.
+/// When `shutdown` resolves, reconciles holding a permit finish and those still waiting
+/// give up their turn, so stopping does not wait for a whole backlog.
 pub async fn run_controller<K, E, F, Fut>(
     name: &'static str,
     controller: Controller<K>,
     ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     mut reconcile: F,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -69,7 +83,11 @@ pub async fn run_controller<K, E, F, Fut>(
     let store = controller.store();
     spawn_readiness_watch(name, store.clone(), &ctx);
     let failures = Arc::new(FailureCounts::default());
+    let gate = FairGate::new(usize::from(ctx.settings.concurrency));
+    let stopping = CancellationToken::new();
+    let controller = controller.graceful_shutdown_on(stopping.clone().cancelled_owned());
 
+    let reconcile_gate = gate.clone();
     let reconcile_failures = failures.clone();
     let policy_failures = failures.clone();
     let reconciler = move |obj: Arc<K>, ctx: Arc<Context>| {
@@ -81,11 +99,17 @@ pub async fn run_controller<K, E, F, Fut>(
             object = obj.name_any(),
         );
         let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
+        let lane = obj.namespace();
+        let gate = reconcile_gate.clone();
         let failures = reconcile_failures.clone();
         let store = store.clone();
-        let started = Instant::now();
         let work = span.in_scope(|| reconcile(obj, ctx.clone()));
         async move {
+            let Some(_permit) = gate.acquire(lane).await else {
+                debug!(controller = name, "shutting down: this reconcile gives up its turn");
+                return Ok(Action::await_change());
+            };
+            let started = Instant::now();
             let result = work.await;
             ctx.metrics.reconciled(name, started.elapsed());
             record_cache_size(&ctx, name, &store);
@@ -114,17 +138,23 @@ pub async fn run_controller<K, E, F, Fut>(
         Action::requeue(delay)
     };
 
-    controller
-        .run(reconciler, error_policy, ctx)
-        .for_each(|result| {
-            // An object that left the cache will not be retried: forget its failures.
-            if let Err(ControllerError::ObjectNotFound(object)) = &result {
-                failures.reset(&object.to_string());
-            }
-            log_outcome(name, result);
-            std::future::ready(())
-        })
-        .await;
+    let running = controller.run(reconciler, error_policy, ctx).for_each(|result| {
+        // An object that left the cache will not be retried: forget its failures.
+        if let Err(ControllerError::ObjectNotFound(object)) = &result {
+            failures.reset(&object.to_string());
+        }
+        log_outcome(name, result);
+        std::future::ready(())
+    });
+    let closing = async {
+        shutdown.await;
+        gate.close();
+        stopping.cancel();
+    };
+    let running = std::pin::pin!(running);
+    if let Either::Left(((), running)) = futures::future::select(std::pin::pin!(closing), running).await {
+        running.await;
+    }
     debug!(controller = name, "controller stopped");
 }
 

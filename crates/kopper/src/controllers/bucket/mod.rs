@@ -207,11 +207,10 @@ pub async fn run(
             .touched_objects();
     let controller = Controller::for_stream(stream, reader)
         .owns_stream(secret_events)
-        .with_config(crate::runtime::controller::config(&ctx))
-        .graceful_shutdown_on(shutdown);
+        .with_config(crate::runtime::controller::config(&ctx));
     // One lock for creating or adopting a bucket, across every Bucket this replica reconciles.
     let creating = Arc::new(tokio::sync::Mutex::new(()));
-    run_controller(NAME, controller, ctx, move |bucket, ctx| {
+    run_controller(NAME, controller, ctx, shutdown, move |bucket, ctx| {
         reconcile(bucket, ctx, provider.clone(), creating.clone())
     })
     .await;

@@ -165,8 +165,7 @@ pub async fn run(
             binding.namespace().map(|namespace| ObjectRef::<NamespaceMeta>::new(&namespace))
         })
         .reconcile_all_on(policy_changes)
-        .reconcile_all_on(namespace_resyncs)
-        .graceful_shutdown_on(shutdown.clone());
+        .reconcile_all_on(namespace_resyncs);
     let (policy_reader, policy_writer) = kube::runtime::reflector::store();
     let policy_events = watch::watcher(Api::<GuardedPolicy>::all(client), watcher::Config::default())
         .default_backoff()
@@ -174,8 +173,7 @@ pub async fn run(
         .applied_objects();
     let status_controller = Controller::for_stream(policy_events, policy_reader)
         .with_config(crate::runtime::controller::config(&ctx).debounce(STATUS_DEBOUNCE))
-        .reconcile_all_on(status_changes)
-        .graceful_shutdown_on(shutdown.clone());
+        .reconcile_all_on(status_changes);
 
     let status_wakes = cache::wake_on_namespace_changes(status_feed, shared.wake_status.clone());
     let for_bindings = shared.clone();
@@ -187,10 +185,14 @@ pub async fn run(
                 () = shutdown.clone() => {}
             }
         },
-        run_controller(BINDING_CONTROLLER, binding_controller, ctx.clone(), move |namespace, ctx| {
-            reconcile_namespace(namespace, ctx, for_bindings.clone())
-        }),
-        run_controller(STATUS_CONTROLLER, status_controller, ctx, move |policy, ctx| {
+        run_controller(
+            BINDING_CONTROLLER,
+            binding_controller,
+            ctx.clone(),
+            shutdown.clone(),
+            move |namespace, ctx| { reconcile_namespace(namespace, ctx, for_bindings.clone()) }
+        ),
+        run_controller(STATUS_CONTROLLER, status_controller, ctx, shutdown.clone(), move |policy, ctx| {
             reconcile_status(policy, ctx, for_status.clone())
         }),
     );

@@ -66,10 +66,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::labels.combine(predicates::annotations), Default::default());
-    let controller = Controller::for_stream(pods, reader)
-        .with_config(crate::runtime::controller::config(&ctx))
-        .graceful_shutdown_on(shutdown);
-    run_controller(NAME, controller, ctx, reconcile).await;
+    let controller =
+        Controller::for_stream(pods, reader).with_config(crate::runtime::controller::config(&ctx));
+    run_controller(NAME, controller, ctx, shutdown, reconcile).await;
 }
 
 async fn reconcile(pod: Arc<PodMeta>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -134,12 +134,10 @@ pub async fn run(
     let (syncs, syncs_synced) = watch_rules::<ConfigMapSync>(&client, &revision);
     let rule_controller = Controller::for_stream(rules.0, rules.1)
         .with_config(config.clone())
-        .reconcile_on(pacing::paced(rule_wakes, pacing::MIN_WAKE_GAP))
-        .graceful_shutdown_on(shutdown.clone());
+        .reconcile_on(pacing::paced(rule_wakes, pacing::MIN_WAKE_GAP));
     let sync_controller = Controller::for_stream(syncs.0, syncs.1)
         .with_config(config)
-        .reconcile_on(pacing::paced(sync_wakes, pacing::MIN_WAKE_GAP))
-        .graceful_shutdown_on(shutdown.clone());
+        .reconcile_on(pacing::paced(sync_wakes, pacing::MIN_WAKE_GAP));
     let router = Arc::new(Router {
         rules: RuleStores::new(
             (rule_controller.store(), rules_synced),
@@ -168,10 +166,14 @@ pub async fn run(
         tokio::join!(
             collect_orphans(for_orphans, orphan_ctx, shutdown.clone()),
             namespaces::serve(for_namespaces, ctx.clone(), namespace_changes, shutdown.clone()),
-            run_controller(RULE_CONTROLLER, rule_controller, ctx.clone(), move |rule, ctx| {
-                reconcile(rule, ctx, for_rules.clone())
-            }),
-            run_controller(SYNC_CONTROLLER, sync_controller, ctx, move |sync, ctx| {
+            run_controller(
+                RULE_CONTROLLER,
+                rule_controller,
+                ctx.clone(),
+                shutdown.clone(),
+                move |rule, ctx| { reconcile(rule, ctx, for_rules.clone()) }
+            ),
+            run_controller(SYNC_CONTROLLER, sync_controller, ctx, shutdown.clone(), move |sync, ctx| {
                 reconcile(sync, ctx, for_syncs.clone())
             }),
         )
