@@ -269,6 +269,12 @@ pub struct S3Args {
     /// (environment, profile, web identity for IRSA, container or instance metadata).
     #[arg(long, env = "KOPPER_S3_CREDENTIALS_SECRET", value_parser = parse_namespaced_name)]
     pub s3_credentials_secret: Option<(String, String)>,
+
+    /// Object versions deleted per batch when emptying a bucket (default and most: 1000).
+    /// Hidden: only tests lower it, to make a bucket slow to empty.
+    #[arg(long, env = "KOPPER_S3_DELETE_BATCH", hide = true,
+          value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub s3_delete_batch: Option<u16>,
 }
 
 impl S3Args {
@@ -279,6 +285,7 @@ impl S3Args {
             iam_endpoint: self.iam_endpoint.clone(),
             force_path_style: self.s3_force_path_style,
             credentials: None,
+            delete_batch: self.s3_delete_batch,
         });
         crate::controllers::bucket::BucketSettings {
             cluster_id: self.cluster_id.clone(),

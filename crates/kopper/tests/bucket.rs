@@ -10,7 +10,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::moto::{FaultProxy, Moto, REGION};
-use common::{Cluster, Operator, eventually};
+use common::{Cluster, Operator, eventually, eventually_within};
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -296,6 +297,62 @@ async fn emptying_a_bucket_on_delete_revokes_its_credentials_first() {
     let revoked = first("DeleteAccessKey").expect("the access key deleted");
     let emptied = first("DeleteObjects").or(first("DeleteObject")).expect("the bucket emptied");
     assert!(revoked < emptied, "credentials revoked before emptying: {calls:?}");
+    operator.stop().await.unwrap();
+}
+
+/// Objects each huge bucket holds: with one object per delete batch, emptying one takes
+/// many seconds, far longer than a Bucket takes to become Ready.
+const HUGE: usize = 250;
+
+/// Emptying buckets does not hold kopper's reconciles for everyone: while four huge buckets
+/// of one namespace are emptied (one object per batch), another namespace's new Bucket
+/// becomes Ready within seconds, and the four are still emptied and deleted in the end.
+#[tokio::test]
+async fn emptying_huge_buckets_does_not_hold_up_another_tenant_s_bucket() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-b"}})).unwrap();
+    Api::<Namespace>::all(cluster.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    let operator = start_operator_at(&cluster, &moto.endpoint, &["--s3-delete-batch", "1"]);
+    let s3 = moto.client().await;
+    let huge: Vec<String> = (0..4).map(|n| format!("huge-{n}")).collect();
+    for name in &huge {
+        let spec = json!({"deletionPolicy": "Delete", "emptyOnDelete": true, "bucketName": format!("{name}-bucket")});
+        create_bucket(&cluster, name, spec).await;
+    }
+    for name in &huge {
+        wait_for_reason(&cluster, name, "Ready").await;
+        let secret = secret(&cluster, &format!("{name}-s3")).await.unwrap();
+        futures::stream::iter(0..HUGE)
+            .for_each_concurrent(16, |n| {
+                let secret = secret.clone();
+                async move { put_object(&secret, &format!("object-{n}")).await }
+            })
+            .await;
+    }
+
+    for name in &huge {
+        buckets(&cluster).delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    for name in &huge {
+        wait_for_reason(&cluster, name, "Emptying").await;
+    }
+    create_bucket_in(&cluster, "team-b", "quick", json!({})).await;
+    let team_b = Api::<Bucket>::namespaced(cluster.client.clone(), "team-b");
+    eventually_within(Duration::from_secs(10), "team-b's Bucket to be Ready", || async {
+        let bucket = team_b.get("quick").await.unwrap();
+        (ready_reason(&bucket).map(|(_, reason)| reason).as_deref() == Some("Ready")).then_some(())
+    })
+    .await;
+
+    let api = buckets(&cluster);
+    for name in &huge {
+        eventually_within(Duration::from_secs(90), &format!("Bucket {name} emptied and gone"), || async {
+            api.get_opt(name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+        assert_eq!(s3.lookup_bucket(&format!("{name}-bucket")).await.unwrap(), BucketLookup::Missing);
+    }
     operator.stop().await.unwrap();
 }
 

@@ -65,6 +65,7 @@ pub async fn client_of(endpoint: &str) -> AwsProvider {
             secret_access_key: "testing".into(),
             session_token: None,
         }),
+        delete_batch: None,
     })
     .await
 }

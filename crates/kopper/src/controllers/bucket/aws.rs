@@ -23,8 +23,8 @@ use futures::future::BoxFuture;
 use super::metrics::count_provider_call;
 use super::provider::{BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult};
 
-/// Largest batch S3's DeleteObjects accepts.
-const DELETE_BATCH: i32 = 1000;
+/// Largest batch S3's DeleteObjects accepts, and the default batch when emptying a bucket.
+pub const MAX_DELETE_BATCH: u16 = 1000;
 
 /// Where and as whom kopper talks to S3 and IAM.
 #[derive(Clone, Debug, Default)]
@@ -38,6 +38,9 @@ pub struct AwsSettings {
     /// Static credentials (from `--s3-credentials-secret`); `None` for the standard AWS chain
     /// (environment, profile, web identity for IRSA, container and instance metadata).
     pub credentials: Option<StaticCredentials>,
+    /// Object versions listed and deleted per batch when emptying a bucket; `None` for
+    /// [`MAX_DELETE_BATCH`]. Smaller only in tests, to make a bucket slow to empty.
+    pub delete_batch: Option<u16>,
 }
 
 #[derive(Clone)]
@@ -303,12 +306,13 @@ impl AwsProvider {
         }
     }
 
-    async fn empty_batch(&self, bucket: &str) -> ProviderResult<u64> {
+    async fn delete_one_batch(&self, bucket: &str) -> ProviderResult<u64> {
+        let batch = self.settings.delete_batch.unwrap_or(MAX_DELETE_BATCH).clamp(1, MAX_DELETE_BATCH);
         let listed = self
             .s3
             .list_object_versions()
             .bucket(bucket)
-            .max_keys(DELETE_BATCH)
+            .max_keys(i32::from(batch))
             .send()
             .await
             .map_err(|e| failed("s3", "ListObjectVersions", e))?;
@@ -474,18 +478,8 @@ impl Provider for AwsProvider {
         .boxed()
     }
 
-    fn empty_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>> {
-        async move {
-            let mut total = 0;
-            loop {
-                let deleted = self.empty_batch(bucket).await?;
-                if deleted == 0 {
-                    return Ok(total);
-                }
-                total += deleted;
-            }
-        }
-        .boxed()
+    fn empty_batch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>> {
+        self.delete_one_batch(bucket).boxed()
     }
 
     fn delete_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<()>> {

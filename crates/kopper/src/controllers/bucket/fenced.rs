@@ -86,8 +86,8 @@ impl<P: Provider> Provider for Fenced<P> {
         self.inner.bucket_is_empty(bucket)
     }
 
-    fn empty_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>> {
-        self.write("s3", "DeleteObjects", self.inner.empty_bucket(bucket))
+    fn empty_batch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>> {
+        self.write("s3", "DeleteObjects", self.inner.empty_batch(bucket))
     }
 
     fn delete_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
@@ -164,6 +164,7 @@ mod tests {
                 secret_access_key: "secret".into(),
                 session_token: None,
             }),
+            delete_batch: None,
         })
         .await
     }

@@ -19,6 +19,7 @@ pub mod aws;
 pub mod decide;
 pub mod fenced;
 pub mod metrics;
+pub mod name_locks;
 pub mod names;
 pub mod provider;
 pub mod secret;
@@ -26,7 +27,7 @@ pub mod types;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -42,6 +43,7 @@ use tracing::{info, warn};
 
 use decide::{BucketStep, Recorded, UserStep};
 pub use metrics::register_metrics;
+use name_locks::NameLocks;
 use names::Owner;
 use provider::{BucketLookup, FailureKind, Provider, ProviderError};
 use types::{Bucket, BucketStatus, DeletionPolicy};
@@ -58,6 +60,13 @@ pub const ROTATE_ANNOTATION: &str = "kopper.dev/rotate-credentials";
 /// How often a Ready Bucket is checked again, so that drift (a key deleted by hand, a policy
 /// edited) is repaired without an event to trigger it.
 const RESYNC: Duration = Duration::from_secs(30 * 60);
+/// How long one pass goes on emptying a bucket (`emptyOnDelete`) before it gives its
+/// reconcile slot back and requeues: a bucket of millions of objects is emptied over many
+/// short passes, and other Buckets are served in between.
+const EMPTYING_SLICE: Duration = Duration::from_secs(2);
+/// The requeue after a pass that left a bucket partly emptied: at once, in the Bucket's
+/// turn.
+const EMPTYING_REQUEUE: Duration = Duration::from_millis(10);
 const READY: &str = "Ready";
 
 #[derive(Debug, thiserror::Error)]
@@ -208,8 +217,9 @@ pub async fn run(
     let controller = Controller::for_stream(stream, reader)
         .owns_stream(secret_events)
         .with_config(crate::runtime::controller::config(&ctx));
-    // One lock for creating or adopting a bucket, across every Bucket this replica reconciles.
-    let creating = Arc::new(tokio::sync::Mutex::new(()));
+    // Creating or adopting a bucket is serialised per bucket name, across every Bucket this
+    // replica reconciles.
+    let creating = NameLocks::default();
     run_controller(NAME, controller, ctx, shutdown, move |bucket, ctx| {
         reconcile(bucket, ctx, provider.clone(), creating.clone())
     })
@@ -228,7 +238,7 @@ async fn reconcile(
     bucket: Arc<Bucket>,
     ctx: Arc<Context>,
     provider: Option<Arc<dyn Provider>>,
-    creating: Arc<tokio::sync::Mutex<()>>,
+    creating: NameLocks,
 ) -> Result<Action, Error> {
     let Some(provider) = provider else {
         let message = "kopper runs without an S3 provider: a cluster admin must set --s3-region \
@@ -249,20 +259,44 @@ async fn reconcile(
         creating: &creating,
         wrote_condition: std::sync::atomic::AtomicBool::new(false),
     };
-    let result = finalizer::finalizer(&api, FINALIZER, bucket.clone(), |event| async {
-        match event {
-            FinalizerEvent::Apply(bucket) => pass.apply(&bucket).await,
-            FinalizerEvent::Cleanup(bucket) => pass.cleanup(&bucket).await,
-        }
-    })
-    .await
-    .map_err(|error| Error::Finalizer(Box::new(error)));
+    // Cleanup runs before the finalizer helper, which would take the finalizer off after
+    // any pass that did not fail: a pass that only emptied part of the bucket is not done.
+    let cleanup = if is_cleaning_up(&bucket) { pass.cleanup(&bucket).await } else { Ok(Cleanup::Done) };
+    let emptying = matches!(cleanup, Ok(Cleanup::Emptying));
+    let result = match cleanup {
+        Ok(Cleanup::Emptying) => Ok(Action::requeue(EMPTYING_REQUEUE)),
+        Ok(Cleanup::Done) => finalizer::finalizer(&api, FINALIZER, bucket.clone(), |event| async {
+            match event {
+                FinalizerEvent::Apply(bucket) => pass.apply(&bucket).await,
+                // Done above, in this pass: the helper only takes the finalizer off.
+                FinalizerEvent::Cleanup(_) => Ok(Action::await_change()),
+            }
+        })
+        .await
+        .map_err(|error| Error::Finalizer(Box::new(error))),
+        Err(error) => Err(error),
+    };
     if let Err(error) = &result {
         report(&ctx, &bucket, error, pass.wrote_condition()).await;
     }
-    let cleaned_up = bucket.meta().deletion_timestamp.is_some() && result.is_ok();
+    let cleaned_up = bucket.meta().deletion_timestamp.is_some() && result.is_ok() && !emptying;
     count_not_ready(&ctx, &bucket, (!cleaned_up).then_some(result.is_err()));
     result
+}
+
+/// Whether the Bucket is deleted and still holds kopper's finalizer: what it owns outside
+/// the cluster is to be cleaned up.
+fn is_cleaning_up(bucket: &Bucket) -> bool {
+    bucket.meta().deletion_timestamp.is_some() && bucket.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// How far a cleanup pass got.
+#[derive(Debug, PartialEq, Eq)]
+enum Cleanup {
+    /// Everything is gone: the finalizer may come off.
+    Done,
+    /// The bucket is being emptied; the next pass goes on.
+    Emptying,
 }
 
 /// Counts the Bucket in `kopper_rules_not_ready{controller="bucket"}` while it is not Ready;
@@ -309,10 +343,11 @@ struct Pass<'a> {
     ctx: &'a Context,
     provider: &'a dyn Provider,
     owner: Owner,
-    /// Held from looking at a bucket name to tagging the bucket, when creating or adopting.
-    creating: &'a tokio::sync::Mutex<()>,
+    /// Held per bucket name from looking at it to tagging the bucket, when creating or
+    /// adopting.
+    creating: &'a NameLocks,
     /// Whether this pass wrote a Ready condition before its last (Provisioning, before
-    /// creating a bucket): the pass's snapshot then no longer shows what the API server
+    /// creating a bucket; Emptying, before emptying one): the pass's snapshot then no longer shows what the API server
     /// holds, and its last condition is written even if the snapshot already had it.
     wrote_condition: std::sync::atomic::AtomicBool,
 }
@@ -421,7 +456,7 @@ impl Pass<'_> {
         // bucket cannot both find it missing (or untagged) and both take it.
         let _creating = match step {
             BucketStep::Create | BucketStep::AdoptIfEmpty => {
-                let guard = self.creating.lock().await;
+                let guard = self.creating.lock(name).await;
                 let found = self.provider.lookup_bucket(name).await?;
                 step = decide::bucket_step(&found, &self.owner, &tags, recorded);
                 Some(guard)
@@ -618,18 +653,26 @@ impl Pass<'_> {
     /// The bucket first (with `Delete`), then the IAM user: while the bucket cannot be
     /// deleted (not empty, denied, not this Bucket's), the finalizer stays and so do the
     /// credentials a tenant needs to empty it.
-    async fn cleanup(&self, bucket: &Bucket) -> Result<Action, Error> {
+    async fn cleanup(&self, bucket: &Bucket) -> Result<Cleanup, Error> {
         let status = bucket.status.clone().unwrap_or_default();
         if bucket.spec.deletion_policy == DeletionPolicy::Delete
             && let Some(name) = &status.bucket_name
+            && self.delete_bucket(bucket, &status, name).await? == Cleanup::Emptying
         {
-            self.delete_bucket(bucket, &status, name).await?;
+            return Ok(Cleanup::Emptying);
         }
         self.delete_user().await?;
-        Ok(Action::await_change())
+        Ok(Cleanup::Done)
     }
 
-    async fn delete_bucket(&self, bucket: &Bucket, status: &BucketStatus, name: &str) -> Result<(), Error> {
+    /// Deletes the bucket, emptying it first with `emptyOnDelete`: for [`EMPTYING_SLICE`] at
+    /// most per pass ([`Cleanup::Emptying`] until it is empty).
+    async fn delete_bucket(
+        &self,
+        bucket: &Bucket,
+        status: &BucketStatus,
+        name: &str,
+    ) -> Result<Cleanup, Error> {
         let found = self.provider.lookup_bucket(name).await?;
         let step = decide::bucket_step(&found, &self.owner, &bucket.spec.tags, recorded(status, name));
         match step {
@@ -637,7 +680,7 @@ impl Pass<'_> {
             // Created and never tagged (a crash): deleted only while it is empty.
             BucketStep::AdoptIfEmpty if self.provider.bucket_is_empty(name).await? => {}
             // S3 said NoSuchBucket: gone already.
-            BucketStep::Create => return Ok(()),
+            BucketStep::Create => return Ok(Cleanup::Done),
             // Not provably this Bucket's: kopper deletes nothing and keeps the finalizer.
             BucketStep::AdoptIfEmpty => return Err(refusal(&BucketStep::Taken, name, &self.owner, true)),
             BucketStep::OtherBucket | BucketStep::TagsLost | BucketStep::Taken => {
@@ -661,12 +704,47 @@ impl Pass<'_> {
                     ),
                 ));
             }
-            let deleted = self.provider.empty_bucket(name).await?;
-            info!(bucket = name, deleted, "emptied the bucket");
+            self.report_emptying(bucket, name).await?;
+            let (deleted, empty) = self.empty_for_a_slice(name).await?;
+            info!(bucket = name, deleted, empty, "deleted objects from the bucket");
+            if !empty {
+                return Ok(Cleanup::Emptying);
+            }
         }
         self.provider.delete_bucket(name).await?;
         info!(bucket = name, "deleted the bucket");
+        Ok(Cleanup::Done)
+    }
+
+    /// Says in the Ready condition that the bucket is being emptied: written once, when
+    /// emptying starts (or goes on after a failure), not after every batch.
+    async fn report_emptying(&self, bucket: &Bucket, name: &str) -> Result<(), Error> {
+        let message = format!(
+            "emptying bucket {name} before deleting it (spec.emptyOnDelete); its credentials are revoked"
+        );
+        write_status(self.ctx, bucket, false, |status| {
+            set_ready(status, bucket, "False", "Emptying", &message)
+        })
+        .await?;
+        self.wrote_condition.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Deletes batches of objects from `name` until it is empty or [`EMPTYING_SLICE`] has
+    /// passed: how many were deleted, and whether it is empty.
+    async fn empty_for_a_slice(&self, name: &str) -> Result<(u64, bool), Error> {
+        let started = Instant::now();
+        let mut total = 0;
+        loop {
+            let deleted = self.provider.empty_batch(name).await?;
+            if deleted == 0 {
+                return Ok((total, true));
+            }
+            total += deleted;
+            if started.elapsed() >= EMPTYING_SLICE {
+                return Ok((total, false));
+            }
+        }
     }
 }
 

@@ -85,8 +85,10 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn set_versioning<'a>(&'a self, bucket: &'a str, enabled: bool) -> BoxFuture<'a, ProviderResult<()>>;
     /// Whether the bucket holds no object, object version or delete marker.
     fn bucket_is_empty<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>>;
-    /// Deletes every object version and delete marker; the number deleted.
-    fn empty_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>>;
+    /// Deletes one batch of object versions and delete markers (one listing page and one
+    /// DeleteObjects, at most 1,000); the number deleted, 0 once the bucket is empty. One
+    /// batch at a time, so that emptying a huge bucket is spread over many short passes.
+    fn empty_batch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>>;
     fn delete_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<()>>;
 
     /// The user's tags, or `None` when there is no such user.
