@@ -145,7 +145,7 @@ pub struct RunArgs {
           default_values_t = ControllerName::ALL.to_vec())]
     pub controllers: Vec<ControllerName>,
 
-    /// Reconciles each controller runs at once.
+    /// Reconciles each controller runs at once; namespaces take these slots in turn.
     #[arg(long, env = "KOPPER_CONCURRENCY", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,

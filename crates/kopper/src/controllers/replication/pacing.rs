@@ -17,6 +17,11 @@
 //! a rule at most one pass per gap in a burst (a thousand namespaces created by a script,
 //! sources edited in a loop). Nothing waits in the controller meanwhile: a held
 //! wake-up takes no reconcile slot.
+//!
+//! Wake-ups that go on leave this stream as fast as the controller takes them (kube's
+//! scheduler reads its triggers whether or not a reconcile could start), so the stream is
+//! no queue that work waits in: which rule's pass runs next is decided by the runtime's
+//! [`FairGate`](crate::runtime::fair_gate::FairGate), namespace by namespace.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
