@@ -42,7 +42,7 @@ const READINESS_POLL: Duration = Duration::from_millis(100);
 /// [`Settings::concurrency`](super::Settings::concurrency) with a [`FairGate`] that serves
 /// namespaces in turn, where kube's queue would serve them first come, first served. A
 /// controller adds its own debounce on top, so this is not applied behind its back.
-pub fn config(_ctx: &Context) -> Config {
+pub fn config() -> Config {
     Config::default().concurrency(0)
 }
 
@@ -100,15 +100,12 @@ pub async fn run_controller<K, E, F, Fut>(
         );
         let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
         let lane = obj.namespace();
+        let waiting = key.clone();
         let gate = reconcile_gate.clone();
         let failures = reconcile_failures.clone();
         let store = store.clone();
         let work = span.in_scope(|| reconcile(obj, ctx.clone()));
-        async move {
-            let Some(_permit) = gate.acquire(lane).await else {
-                debug!(controller = name, "shutting down: this reconcile gives up its turn");
-                return Ok(Action::await_change());
-            };
+        let measured = async move {
             let started = Instant::now();
             let result = work.await;
             ctx.metrics.reconciled(name, started.elapsed());
@@ -122,7 +119,14 @@ pub async fn run_controller<K, E, F, Fut>(
             }
             result
         }
-        .instrument(span)
+        .instrument(span);
+        async move {
+            let Some(_permit) = gate.acquire(lane).await else {
+                debug!(controller = name, object = %waiting, "shutting down: this reconcile gives up its turn");
+                return Ok(Action::await_change());
+            };
+            measured.await
+        }
     };
     let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Context>| {
         let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();

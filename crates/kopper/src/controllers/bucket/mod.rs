@@ -216,7 +216,7 @@ pub async fn run(
             .touched_objects();
     let controller = Controller::for_stream(stream, reader)
         .owns_stream(secret_events)
-        .with_config(crate::runtime::controller::config(&ctx));
+        .with_config(crate::runtime::controller::config());
     // Creating or adopting a bucket is serialised per bucket name, across every Bucket this
     // replica reconciles.
     let creating = NameLocks::default();

@@ -160,7 +160,7 @@ pub async fn run(
         .default_backoff()
         .touched_objects();
     let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
-        .with_config(crate::runtime::controller::config(&ctx))
+        .with_config(crate::runtime::controller::config())
         .watches_stream(binding_events, |binding| {
             binding.namespace().map(|namespace| ObjectRef::<NamespaceMeta>::new(&namespace))
         })
@@ -172,7 +172,7 @@ pub async fn run(
         .reflect(policy_writer)
         .applied_objects();
     let status_controller = Controller::for_stream(policy_events, policy_reader)
-        .with_config(crate::runtime::controller::config(&ctx).debounce(STATUS_DEBOUNCE))
+        .with_config(crate::runtime::controller::config().debounce(STATUS_DEBOUNCE))
         .reconcile_all_on(status_changes);
 
     let status_wakes = cache::wake_on_namespace_changes(status_feed, shared.wake_status.clone());

@@ -66,8 +66,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::labels.combine(predicates::annotations), Default::default());
-    let controller =
-        Controller::for_stream(pods, reader).with_config(crate::runtime::controller::config(&ctx));
+    let controller = Controller::for_stream(pods, reader).with_config(crate::runtime::controller::config());
     run_controller(NAME, controller, ctx, shutdown, reconcile).await;
 }
 

@@ -127,7 +127,7 @@ pub async fn run(
     let shutdown = shutdown.shared();
     let client = ctx.client.clone();
     // No debounce, which would delay every change: wake-ups are paced per rule instead.
-    let config = crate::runtime::controller::config(&ctx);
+    let config = crate::runtime::controller::config();
     let (wakers, rule_wakes, sync_wakes) = Wakers::new();
     let revision = StoreRevision::default();
     let (rules, rules_synced) = watch_rules::<ReplicationRule>(&client, &revision);
