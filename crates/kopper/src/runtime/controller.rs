@@ -24,7 +24,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::context::{Context, ErrorCategory};
 use super::fair_gate::FairGate;
-use super::metrics::CacheLabels;
+use super::metrics::{CacheLabels, ControllerLabels};
 
 /// First retry delay after a failed reconcile.
 pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
@@ -83,7 +83,9 @@ pub async fn run_controller<K, E, F, Fut>(
     let store = controller.store();
     spawn_readiness_watch(name, store.clone(), &ctx);
     let failures = Arc::new(FailureCounts::default());
-    let gate = FairGate::new(usize::from(ctx.settings.concurrency));
+    let waiting =
+        ctx.metrics.reconciles_waiting.get_or_create(&ControllerLabels { controller: name.into() }).clone();
+    let gate = FairGate::new(usize::from(ctx.settings.concurrency)).counting_waiters_in(waiting);
     let stopping = CancellationToken::new();
     let controller = controller.graceful_shutdown_on(stopping.clone().cancelled_owned());
 

@@ -18,8 +18,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::oneshot;
 
 /// Items queued per key and served one key at a time, in turn: the next item comes from the
@@ -30,11 +32,12 @@ pub struct RoundRobin<K, T> {
     /// Keys with something queued, in the order their turns come.
     turns: VecDeque<K>,
     queues: HashMap<K, VecDeque<T>>,
+    len: usize,
 }
 
 impl<K: Clone + Eq + Hash, T> Default for RoundRobin<K, T> {
     fn default() -> Self {
-        Self { turns: VecDeque::new(), queues: HashMap::new() }
+        Self { turns: VecDeque::new(), queues: HashMap::new(), len: 0 }
     }
 }
 
@@ -47,6 +50,7 @@ impl<K: Clone + Eq + Hash, T> RoundRobin<K, T> {
             self.turns.push_back(key);
         }
         queue.push_back(item);
+        self.len += 1;
     }
 
     /// The oldest item of the key whose turn it is; that key goes to the end of the round if
@@ -55,6 +59,7 @@ impl<K: Clone + Eq + Hash, T> RoundRobin<K, T> {
         let key = self.turns.pop_front()?;
         let queue = self.queues.get_mut(&key)?;
         let item = queue.pop_front();
+        self.len -= usize::from(item.is_some());
         if queue.is_empty() {
             self.queues.remove(&key);
         } else {
@@ -64,7 +69,7 @@ impl<K: Clone + Eq + Hash, T> RoundRobin<K, T> {
     }
 
     pub fn len(&self) -> usize {
-        self.queues.values().map(VecDeque::len).sum()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
@@ -74,6 +79,7 @@ impl<K: Clone + Eq + Hash, T> RoundRobin<K, T> {
     /// Removes every queued item.
     fn drain(&mut self) -> Vec<T> {
         self.turns.clear();
+        self.len = 0;
         self.queues.drain().flat_map(|(_, queue)| queue).collect()
     }
 }
@@ -93,6 +99,14 @@ struct GateState {
     free: Option<usize>,
     waiting: RoundRobin<Lane, oneshot::Sender<Permit>>,
     closed: bool,
+    /// Set to how many wait, whenever that changes.
+    waiting_gauge: Gauge<i64, AtomicI64>,
+}
+
+impl GateState {
+    fn publish_waiting(&self) {
+        self.waiting_gauge.set(i64::try_from(self.waiting.len()).unwrap_or(i64::MAX));
+    }
 }
 
 /// Held while a reconcile runs; dropping it hands the permit to the next waiter in turn.
@@ -105,8 +119,19 @@ impl FairGate {
     /// A gate of `permits` permits; 0 for one that never makes anyone wait.
     pub fn new(permits: usize) -> Self {
         let free = (permits > 0).then_some(permits);
-        let state = GateState { free, waiting: RoundRobin::default(), closed: false };
+        let state = GateState {
+            free,
+            waiting: RoundRobin::default(),
+            closed: false,
+            waiting_gauge: Gauge::default(),
+        };
         Self { inner: Arc::new(Mutex::new(state)) }
+    }
+
+    /// The same gate, keeping `gauge` at the number of reconciles waiting (a metric).
+    pub fn counting_waiters_in(self, gauge: Gauge<i64, AtomicI64>) -> Self {
+        self.lock().waiting_gauge = gauge;
+        self
     }
 
     /// Waits for a permit in `lane`'s queue. `None` once the gate is closed: the caller
@@ -127,6 +152,7 @@ impl FairGate {
                 Some(_) => {
                     let (sender, receiver) = oneshot::channel();
                     state.waiting.push(lane, sender);
+                    state.publish_waiting();
                     receiver
                 }
             }
@@ -140,7 +166,9 @@ impl FairGate {
         let waiters = {
             let mut state = self.lock();
             state.closed = true;
-            state.waiting.drain()
+            let waiters = state.waiting.drain();
+            state.publish_waiting();
+            waiters
         };
         drop(waiters);
     }
@@ -154,6 +182,7 @@ impl FairGate {
     fn release(&self) {
         let mut state = self.lock();
         while let Some(waiter) = state.waiting.pop() {
+            state.publish_waiting();
             match waiter.send(Permit { gate: Some(self.clone()) }) {
                 Ok(()) => return,
                 // That waiter gave up; its permit comes back here, and is not released twice.
@@ -248,6 +277,21 @@ mod tests {
         assert!(third.await.unwrap().0.is_some());
         drop(second);
         assert!(gate.acquire(lane("b")).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn the_gauge_follows_how_many_wait() {
+        let gauge = Gauge::<i64, AtomicI64>::default();
+        let gate = FairGate::new(1).counting_waiters_in(gauge.clone());
+        let held = gate.acquire(lane("a")).await.unwrap();
+        let waiters: Vec<_> = (0..3).map(|_| tokio::spawn(wait_for(gate.clone(), "b"))).collect();
+        wait_until_waiting(&gate, 3).await;
+        assert_eq!(gauge.get(), 3);
+        drop(held);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert_eq!(gauge.get(), 0);
     }
 
     #[tokio::test]

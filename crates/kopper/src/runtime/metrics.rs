@@ -68,6 +68,8 @@ pub struct Metrics {
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
+    /// Reconciles waiting for one of their controller's `--concurrency` slots.
+    pub reconciles_waiting: Family<ControllerLabels, IntGauge>,
     /// Unix time of each controller's last reconcile that succeeded.
     pub last_success: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
     pub cached_objects: Family<CacheLabels, IntGauge>,
@@ -138,6 +140,7 @@ impl Metrics {
             reconcile_duration: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 14))
             }),
+            reconciles_waiting: Family::default(),
             last_success: Family::default(),
             cached_objects: Family::default(),
             scoped_watches: Family::default(),
@@ -173,6 +176,11 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Time spent in one reconcile, per controller",
             self.reconcile_duration.clone(),
+        );
+        kopper.register(
+            "reconciles_waiting",
+            "Reconciles waiting for one of the controller's --concurrency slots, per controller",
+            self.reconciles_waiting.clone(),
         );
         kopper.register(
             "last_successful_reconcile_timestamp_seconds",
