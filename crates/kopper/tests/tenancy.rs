@@ -598,6 +598,8 @@ async fn an_admin_rule_never_rewrites_a_bucket_s_secret_of_the_same_name() {
         (before.metadata.uid, before.metadata.resource_version),
         "the Bucket's Secret is left as it is"
     );
+    tenancy.stop().await;
+}
 
 /// A tenant's burst does not hold up another tenant: 2,000 ConfigMapSyncs of alice's, each
 /// refused at once (tenant-b did not consent), queue behind kopper's reconcile permits, yet
