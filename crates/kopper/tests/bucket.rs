@@ -449,19 +449,20 @@ async fn an_api_server_restart_is_survived_and_a_lost_store_loses_no_data() {
         || kubesim::Config { data_dir: Some(store.path().to_owned()), ..kubesim::Config::default() };
     let cluster = Cluster::start_with(kept_store()).await;
     install(&cluster).await;
-    let operator = start_operator(&cluster, &moto);
+    let admin = common::free_admin_addr();
+    let operator = start_operator_at(&cluster, &moto.endpoint, &["--admin-addr", &admin]);
     let s3 = moto.client().await;
     create_bucket(&cluster, "before", json!({})).await;
     let before = status(&wait_for_reason(&cluster, "before", "Ready").await);
 
-    let cluster = cluster.with_api_server_restarted(kept_store()).await;
+    let cluster = cluster.with_api_server_restarted(kept_store(), &admin).await;
     create_bucket(&cluster, "after", json!({})).await;
     let after = status(&wait_for_reason(&cluster, "after", "Ready").await);
     delete_and_wait_gone(&cluster, "before").await;
     assert_eq!(s3.user_tags(&before.user_name.unwrap()).await.unwrap(), None, "cleaned up after the restart");
     put_object(&secret(&cluster, "after-s3").await.unwrap(), "kept.txt").await;
 
-    let cluster = cluster.with_api_server_restarted(kubesim::Config::default()).await;
+    let cluster = cluster.with_api_server_restarted(kubesim::Config::default(), &admin).await;
     let namespaces = Api::<Namespace>::all(cluster.client.clone());
     assert!(namespaces.get_opt(NAMESPACE).await.unwrap().is_none(), "an empty store");
     install(&cluster).await;

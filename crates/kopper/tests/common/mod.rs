@@ -103,12 +103,15 @@ impl Cluster {
         Self { sim, client, _dir: dir, kubeconfig }
     }
 
-    /// This cluster with kubesim restarted on the same address with `config` (see
-    /// [`restart_api_server`]): the kubeconfig stays valid, and kopper's clients reach the
-    /// new server.
-    pub async fn with_api_server_restarted(self, config: kubesim::Config) -> Self {
+    /// This cluster with kubesim restarted on the same address with `config`, once the
+    /// kopper serving `/metrics` on `admin` found the old server gone (see
+    /// [`restart_api_server_once_noticed`]): the kubeconfig stays valid, and kopper's clients
+    /// reach the new server.
+    pub async fn with_api_server_restarted(self, config: kubesim::Config, admin: &str) -> Self {
         let Self { sim, _dir, kubeconfig, .. } = self;
-        let sim = restart_api_server(sim, config).await;
+        let failed = unanswered_watches(admin).await;
+        let noticed = || async { unanswered_watches(admin).await > failed };
+        let sim = restart_api_server_once_noticed(sim, config, noticed).await;
         let client = sim.client();
         Self { sim, client, _dir, kubeconfig }
     }
@@ -188,6 +191,11 @@ where
     sim.shutdown().await;
     eventually("kopper to find the API server gone", || async { noticed().await.then_some(()) }).await;
     kubesim::Server::start(kubesim::Config { addr, ..config }).await.unwrap()
+}
+
+/// Watch requests of the kopper serving `/metrics` on `admin` that got no answer so far.
+pub async fn unanswered_watches(admin: &str) -> f64 {
+    metric(admin, r#"kopper_api_requests_total{verb="watch",code="error"}"#).await.unwrap_or(0.0)
 }
 
 /// Watches that failed in this process so far, of every controller and kind
