@@ -654,3 +654,34 @@ async fn a_burst_of_one_tenant_s_objects_does_not_delay_another_tenant() {
     assert_eq!(refused["syncedCount"], 0, "alice's syncs are refused all the same");
     tenancy.stop().await;
 }
+
+/// A source an admin rule matches by its labels but may not copy (a Helm release record,
+/// whose type only its content tells) takes the place of one it copied: the old copies are
+/// removed, not kept by a rule that hands them to itself pass after pass.
+#[tokio::test]
+async fn a_source_turned_into_a_credential_type_loses_its_copies() {
+    let tenancy = Tenancy::start().await;
+    admin_rule(
+        &tenancy.admin,
+        "publish-b",
+        json!({"kind": "Secret", "namespaces": ["tenant-b"], "selector": {"matchLabels": {"publish": "yes"}}}),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(tenancy.bob.clone(), "tenant-b");
+    let source = |type_: &str| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": "x", "labels": {"publish": "yes"}},
+                                      "type": type_, "stringData": {"k": "v"}}))
+        .unwrap()
+    };
+    secrets.create(&PostParams::default(), &source("Opaque")).await.unwrap();
+    let copies: Api<Secret> = Api::namespaced(tenancy.admin.clone(), "tenant-a");
+    eventually("the copy in tenant-a", || async { copies.get_opt("x").await.unwrap() }).await;
+
+    secrets.delete("x", &DeleteParams::default()).await.unwrap();
+    secrets.create(&PostParams::default(), &source("helm.sh/release.v1")).await.unwrap();
+    eventually("the copy of the old source removed", || async {
+        copies.get_opt("x").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    tenancy.stop().await;
+}

@@ -15,7 +15,7 @@ use kube::core::{ObjectMeta, Status};
 use kube::{Api, Client, Resource};
 use serde::{Deserialize, Serialize};
 
-use super::desired::{Change, CopyKey, DesiredCopy, ObjectInfo, ObjectKind};
+use super::desired::{Change, CopyKey, DesiredCopy, ObjectInfo, ObjectKind, has_controller_owner};
 
 /// Writes in flight at once for one rule.
 const CONCURRENT_WRITES: usize = 16;
@@ -137,7 +137,9 @@ async fn create_once(client: &Client, field_manager: &str, copy: &DesiredCopy) -
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
         Err(kube::Error::Api(status)) if status.is_already_exists() => match look(client, &copy.key).await {
             // kopper's own copy, made by a pass that raced this one.
-            Ok(Some(meta)) if ObjectInfo::from_meta(&meta).is_kopper_copy() => {
+            Ok(Some(meta))
+                if ObjectInfo::from_meta(&meta).is_kopper_copy() && !has_controller_owner(&meta) =>
+            {
                 Outcome::Raced(copy.key.clone())
             }
             Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
@@ -164,7 +166,7 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     if current.uid.as_deref() != Some(existing_uid) {
         return Outcome::Raced(key.clone());
     }
-    if !ObjectInfo::from_meta(&current).is_kopper_copy() {
+    if !ObjectInfo::from_meta(&current).is_kopper_copy() || has_controller_owner(&current) {
         return Outcome::Unmanaged(key.clone());
     }
     match rewrite(client, field_manager, copy, &current).await {

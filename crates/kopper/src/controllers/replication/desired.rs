@@ -28,6 +28,11 @@ pub const RULE_UID_ANNOTATION: &str = "kopper.dev/rule-uid";
 /// Names the ServiceAccount whose token a Secret holds: how a service-account token is
 /// told from its metadata alone (see [`ObjectInfo::credential_type`]).
 pub const SERVICE_ACCOUNT_NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
+/// Label of kopper's Bucket controller on the Secrets it writes. An object carrying it is the
+/// Bucket controller's, whatever other labels it has (a tenant may add kopper's rule label
+/// to it): were both controllers to claim one Secret, each would rewrite the other's, and
+/// every round would cost an IAM access key.
+pub const BUCKET_SECRET_LABEL: &str = "kopper.dev/bucket";
 pub const SOURCE_NAMESPACE_ANNOTATION: &str = "kopper.dev/source-namespace";
 pub const SOURCE_NAME_ANNOTATION: &str = "kopper.dev/source-name";
 pub const SOURCE_UID_ANNOTATION: &str = "kopper.dev/source-uid";
@@ -339,10 +344,12 @@ impl ObjectInfo {
     }
 
     /// One of the replication engine's copies: kopper's managed-by label and a rule's
-    /// [`REPLICATED_BY_LABEL`]. Only such an object may the engine update or delete; a
-    /// Bucket's Secret carries the first alone, and is another controller's.
+    /// [`REPLICATED_BY_LABEL`], and no other controller's mark ([`BUCKET_SECRET_LABEL`]).
+    /// Only such an object may the engine update or delete.
     pub fn is_kopper_copy(&self) -> bool {
-        self.is_kopper_made() && self.labels.contains_key(REPLICATED_BY_LABEL)
+        self.is_kopper_made()
+            && self.labels.contains_key(REPLICATED_BY_LABEL)
+            && !self.labels.contains_key(BUCKET_SECRET_LABEL)
     }
 
     /// The rule label value this copy carries, if it is kopper's.
@@ -760,10 +767,14 @@ impl CopyState {
         let uid = meta.uid.as_deref().unwrap_or_default();
         let plain = meta.finalizers.as_ref().is_none_or(Vec::is_empty)
             && meta.owner_references.as_ref().is_none_or(Vec::is_empty);
-        Self {
+        let mut state = Self {
             plain_version: meta.resource_version.as_deref().filter(|_| plain).and_then(canonical_number),
             ..Self::of(uid, labels, annotations, meta.deletion_timestamp.is_some(), payload)
+        };
+        if has_controller_owner(meta) {
+            state.rule = None;
         }
+        state
     }
 
     /// The state of a copy known by its [`ObjectInfo`] and content.
@@ -780,7 +791,11 @@ impl CopyState {
     ) -> Self {
         Self {
             uid: uid.into(),
-            rule: labels.get(REPLICATED_BY_LABEL).map(|rule| Arc::from(rule.as_str())),
+            // Another controller's object is no rule's copy, whatever labels it carries.
+            rule: labels
+                .get(REPLICATED_BY_LABEL)
+                .filter(|_| !labels.contains_key(BUCKET_SECRET_LABEL))
+                .map(|rule| Arc::from(rule.as_str())),
             rule_uid: annotations.get(RULE_UID_ANNOTATION).map(|uid| Box::from(uid.as_str())),
             marks: Marks::new(labels, annotations),
             content: payload.digest(),
@@ -802,6 +817,12 @@ impl CopyState {
     pub fn deletable_by(&self, uid: &str) -> bool {
         self.rule_uid.as_deref().is_none_or(|own| own == uid)
     }
+}
+
+/// Whether `meta` names a controller owner: kopper never gives its copies one, so such an
+/// object is that controller's to manage, and no rule's copy whatever labels it carries.
+pub fn has_controller_owner(meta: &ObjectMeta) -> bool {
+    meta.owner_references.iter().flatten().any(|owner| owner.controller == Some(true))
 }
 
 /// `version` as a number, if writing the number back gives `version` again (resourceVersions
@@ -1072,10 +1093,14 @@ impl<'a> RulePass<'a> {
                 continue;
             }
             match self.world.owner_at(self.rule.kind, namespace, name, copy.rule.as_deref()) {
-                Some((owner, _)) => {
+                // Another rule wants the place: it takes the copy over in its pass. This rule
+                // may be the one "owning" it by metadata while none of its sources there may be
+                // copied (a Secret whose type only its content tells); handing the copy to
+                // itself would wake its own pass for ever, so such a copy is deleted.
+                Some((owner, _)) if owner.id != self.rule.id => {
                     plan.hand_over.insert(owner.id.clone());
                 }
-                None => plan.changes.push(Change::Delete {
+                _ => plan.changes.push(Change::Delete {
                     key: CopyKey {
                         kind: self.rule.kind,
                         namespace: namespace.to_owned(),

@@ -955,3 +955,63 @@ fn an_object_with_kopper_s_managed_by_label_alone_is_no_copy_of_the_engine_s() {
     assert!(bucket_secret.is_kopper_made());
     assert!(!rule("r", 0).sources.matches(&ObjectInfo { namespace: "src".into(), ..bucket_secret }));
 }
+
+#[test]
+fn an_object_another_controller_claims_is_no_rule_s_copy_whatever_its_labels() {
+    let rule = rule("r", 0);
+    let copy = desired_copy(
+        &rule.id,
+        RULE_UID,
+        ObjectKind::ConfigMap,
+        &read(&source("src", "cfg", "u", "1"), payload("v")),
+        "a",
+    );
+    let meta = |labels: BTreeMap<String, String>, owner: bool| ObjectMeta {
+        uid: Some("x".into()),
+        labels: Some(labels),
+        owner_references: owner.then(|| {
+            vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                controller: Some(true),
+                ..Default::default()
+            }]
+        }),
+        ..ObjectMeta::default()
+    };
+    let copy_labels = (*copy.labels).clone();
+    assert!(CopyState::new(&meta(copy_labels.clone(), false), &copy.payload).made_by(&rule.id.label_value()));
+    assert_eq!(
+        CopyState::new(&meta(copy_labels.clone(), true), &copy.payload).rule,
+        None,
+        "a controller owner"
+    );
+    let mut bucket_labels = copy_labels;
+    bucket_labels.insert(BUCKET_SECRET_LABEL.into(), "app".into());
+    assert_eq!(
+        CopyState::new(&meta(bucket_labels.clone(), false), &copy.payload).rule,
+        None,
+        "a Bucket's Secret"
+    );
+    let info = ObjectInfo { labels: bucket_labels, ..source("a", "cfg", "x", "1") };
+    assert!(!info.is_kopper_copy());
+}
+
+#[test]
+fn a_copy_whose_only_owner_is_its_own_rule_that_cannot_copy_the_source_is_deleted_not_handed_over() {
+    // The source's metadata says nothing of its type, so the rule "wants" the place; its
+    // content is a Helm release record, which the rule may not copy.
+    let mut broad = rule("r", 0);
+    broad.kind = ObjectKind::Secret;
+    broad.sources.credential_types = Some(vec![]);
+    let rules = [broad.clone()];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "2")];
+    let world = World::new(&rules, &ns, &objects);
+    let release = Payload { secret_type: Some("helm.sh/release.v1".into()), ..payload("v") };
+    let sources: HashMap<String, Source> = [("u1".to_owned(), read(&objects[0], release))].into();
+    let before = Payload { secret_type: Some("Opaque".into()), ..payload("v") };
+    let old = desired_copy(&broad.id, RULE_UID, ObjectKind::Secret, &read(&objects[0], before), "a");
+    let existing = [(old.key.clone(), written(&old))].into();
+    let plan = plan_rule(&broad, &world, &sources, &existing);
+    assert!(plan.hand_over.is_empty(), "no hand-over to itself: {plan:?}");
+    assert!(matches!(plan.changes.as_slice(), [Change::Delete { key, .. }] if *key == old.key), "{plan:?}");
+}
