@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use kube::runtime::events::{Recorder, Reporter};
 
 use super::controller::Readiness;
+use super::events::{Recorder, Reporter};
 use super::metrics::Metrics;
 use crate::tenancy::DestinationPolicy;
 

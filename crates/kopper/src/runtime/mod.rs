@@ -5,6 +5,7 @@ pub mod api_requests;
 pub mod client;
 pub mod context;
 pub mod controller;
+pub mod events;
 pub mod fair_gate;
 pub mod fence;
 pub mod field_manager;

@@ -24,17 +24,20 @@ pub struct NameTooLongForLabel(pub String);
 /// Longest label value the API server accepts.
 const MAX_LABEL_VALUE_LEN: usize = 63;
 
-/// A pod asks for the label with annotation value exactly `"true"`; it should then carry the
-/// label with its own name. Any other value, or no annotation, means the label should be gone.
-/// `None` when the labels are already as they should be, so nothing is written.
+/// A pod asks for the label with annotation value exactly `"true"`. Any other value, or no
+/// annotation, means the label should be gone.
+pub fn wants_label(annotations: &BTreeMap<String, String>, keys: Keys<'_>) -> bool {
+    annotations.get(keys.annotation).is_some_and(|value| value == "true")
+}
+
+/// A pod that wants the label should carry it with its own name; one that does not should
+/// not carry it (`current`: the label's value now). `None` when the labels are already as
+/// they should be, so nothing is written.
 pub fn label_change(
     pod_name: &str,
-    annotations: &BTreeMap<String, String>,
-    labels: &BTreeMap<String, String>,
-    keys: Keys<'_>,
+    wanted: bool,
+    current: Option<&str>,
 ) -> Result<Option<LabelChange>, NameTooLongForLabel> {
-    let wanted = annotations.get(keys.annotation).is_some_and(|value| value == "true");
-    let current = labels.get(keys.label);
     match (wanted, current) {
         (true, Some(value)) if value == pod_name => Ok(None),
         (true, _) if pod_name.len() > MAX_LABEL_VALUE_LEN => Err(NameTooLongForLabel(pod_name.to_owned())),
@@ -55,10 +58,20 @@ mod tests {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
     }
 
+    /// The decision for a pod with these annotations and labels, as the labeler makes it.
+    fn decide(
+        pod_name: &str,
+        annotations: &BTreeMap<String, String>,
+        labels: &BTreeMap<String, String>,
+        keys: Keys<'_>,
+    ) -> Result<Option<LabelChange>, NameTooLongForLabel> {
+        label_change(pod_name, wants_label(annotations, keys), labels.get(keys.label).map(String::as_str))
+    }
+
     #[test]
     fn annotated_pod_gets_its_name_as_label() {
         let annotations = map(&[("kopper.dev/add-pod-name-label", "true")]);
-        let change = label_change("web-1", &annotations, &map(&[("app", "web")]), KEYS);
+        let change = decide("web-1", &annotations, &map(&[("app", "web")]), KEYS);
         assert_eq!(change, Ok(Some(LabelChange::Set("web-1".into()))));
     }
 
@@ -66,7 +79,7 @@ mod tests {
     fn already_labelled_pod_needs_no_write() {
         let annotations = map(&[("kopper.dev/add-pod-name-label", "true")]);
         let labels = map(&[("kopper.dev/pod-name", "web-1")]);
-        assert_eq!(label_change("web-1", &annotations, &labels, KEYS), Ok(None));
+        assert_eq!(decide("web-1", &annotations, &labels, KEYS), Ok(None));
     }
 
     #[test]
@@ -74,7 +87,7 @@ mod tests {
         let annotations = map(&[("kopper.dev/add-pod-name-label", "true")]);
         let labels = map(&[("kopper.dev/pod-name", "someone-else")]);
         assert_eq!(
-            label_change("web-1", &annotations, &labels, KEYS),
+            decide("web-1", &annotations, &labels, KEYS),
             Ok(Some(LabelChange::Set("web-1".into())))
         );
     }
@@ -82,7 +95,7 @@ mod tests {
     #[test]
     fn label_is_removed_when_annotation_is_gone() {
         let labels = map(&[("kopper.dev/pod-name", "web-1")]);
-        assert_eq!(label_change("web-1", &map(&[]), &labels, KEYS), Ok(Some(LabelChange::Remove)));
+        assert_eq!(decide("web-1", &map(&[]), &labels, KEYS), Ok(Some(LabelChange::Remove)));
     }
 
     #[test]
@@ -91,7 +104,7 @@ mod tests {
         for value in ["false", "True", "yes", ""] {
             let annotations = map(&[("kopper.dev/add-pod-name-label", value)]);
             assert_eq!(
-                label_change("web-1", &annotations, &labels, KEYS),
+                decide("web-1", &annotations, &labels, KEYS),
                 Ok(Some(LabelChange::Remove)),
                 "{value}"
             );
@@ -100,7 +113,7 @@ mod tests {
 
     #[test]
     fn unannotated_unlabelled_pod_is_left_alone() {
-        assert_eq!(label_change("web-1", &map(&[("other", "true")]), &map(&[]), KEYS), Ok(None));
+        assert_eq!(decide("web-1", &map(&[("other", "true")]), &map(&[]), KEYS), Ok(None));
     }
 
     #[test]
@@ -109,7 +122,7 @@ mod tests {
         let annotations =
             map(&[("padok.fr/add-pod-name-label", "true"), ("kopper.dev/add-pod-name-label", "true")]);
         assert_eq!(
-            label_change("web-1", &annotations, &map(&[]), keys),
+            decide("web-1", &annotations, &map(&[]), keys),
             Ok(Some(LabelChange::Set("web-1".into())))
         );
     }
@@ -119,7 +132,7 @@ mod tests {
         let name = "p".repeat(64);
         let annotations = map(&[("kopper.dev/add-pod-name-label", "true")]);
         assert_eq!(
-            label_change(&name, &annotations, &map(&[]), KEYS),
+            decide(&name, &annotations, &map(&[]), KEYS),
             Err(NameTooLongForLabel(name.clone()))
         );
     }
