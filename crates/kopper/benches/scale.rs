@@ -92,7 +92,8 @@ fn pod_name(n: usize) -> String {
     format!("app-{n:06}-7d9f8c6b5-x2x4z")
 }
 
-/// A pod shaped like a Deployment's: labels, an owner, a few annotations.
+/// A pod shaped like a Deployment's: its labels and annotations. No owner reference: kubesim
+/// collects pods whose owner does not exist, as Kubernetes does.
 fn pod(name: &str, asking: bool) -> Pod {
     let mut annotations = json!({"kubectl.kubernetes.io/restartedAt": "2026-11-28T10:00:00Z"});
     if asking {
@@ -103,10 +104,6 @@ fn pod(name: &str, asking: bool) -> Pod {
             "name": name,
             "labels": {"app": "web", "pod-template-hash": "7d9f8c6b5", "team": "platform"},
             "annotations": annotations,
-            "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "app-7d9f8c6b5",
-                "uid": "6c1f0c7e-2f4b-4c4e-9d7b-1a2b3c4d5e6f", "controller": true, "blockOwnerDeletion": true,
-            }],
         },
         "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
     }))

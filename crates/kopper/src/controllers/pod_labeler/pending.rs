@@ -215,7 +215,7 @@ mod tests {
         };
         assert_eq!(kept.change(), Ok(Some(LabelChange::Remove)));
         let mut deleting = pod("web-1", false, Some("web-1"));
-        deleting.metadata.deletion_timestamp = Some(Default::default());
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
         assert!(matches!(held.hear(Event::Apply(deleting)), Some(Event::Delete(_))));
         assert!(held.hear(Event::Delete(pod("web-1", false, None))).is_none(), "not held any more");
     }
