@@ -241,7 +241,7 @@ fn policy(index: usize) -> serde_json::Value {
         "metadata": {"name": format!("policy-{index}")},
         "spec": {"bindings": [{
             "name": format!("policy-{index}-{{namespace}}"),
-            "roleRef": {"kind": "ClusterRole", "name": if index % 2 == 0 { "edit" } else { "view" }},
+            "roleRef": {"kind": "ClusterRole", "name": if index.is_multiple_of(2) { "edit" } else { "view" }},
             "subjects": [{"kind": "Group", "name": format!("group-{index}-{{namespace}}")}],
         }]},
     })
@@ -275,7 +275,7 @@ async fn create_pods(client: &kube::Client, scale: &Scale) {
         .for_each_concurrent(8, |n| {
             let api: Api<Pod> = Api::namespaced(client.clone(), &scale.namespace(n));
             async move {
-                api.create(&PostParams::default(), &pod(&pod_name(n), n % 2 == 0)).await.unwrap();
+                api.create(&PostParams::default(), &pod(&pod_name(n), n.is_multiple_of(2))).await.unwrap();
             }
         })
         .await;
@@ -343,7 +343,8 @@ async fn label_floor(client: &kube::Client, scale: &Scale) -> Duration {
 async fn pod_weights(client: &kube::Client) -> (f64, f64) {
     let api: Api<PartialObjectMeta<Pod>> = Api::all(client.clone());
     let (mut count, mut metadata, mut kept) = (0usize, 0usize, 0usize);
-    let mut pages = std::pin::pin!(watcher(api, watcher::Config::default().page_size(2000)).default_backoff());
+    let mut pages =
+        std::pin::pin!(watcher(api, watcher::Config::default().page_size(2000)).default_backoff());
     while let Some(event) = pages.try_next().await.unwrap() {
         match event {
             watcher::Event::InitApply(mut pod) => {
@@ -394,7 +395,10 @@ async fn label_latency(client: &kube::Client, scale: &Scale, labelled: &Seen) ->
     }
     let mut latencies = Vec::new();
     for (key, at) in created {
-        wait_until("a new pod labelled", Duration::from_secs(60), || std::future::ready(labelled.at(&key).is_some())).await;
+        wait_until("a new pod labelled", Duration::from_secs(60), || {
+            std::future::ready(labelled.at(&key).is_some())
+        })
+        .await;
         latencies.push(labelled.at(&key).unwrap().saturating_duration_since(at));
     }
     latencies.sort();
@@ -494,34 +498,74 @@ async fn main() {
     kopper.stop();
 
     let per = |kib: u64, count: usize| (kib * 1024) as f64 / count.max(1) as f64;
-    println!("kopper at scale: {namespaces} namespaces, {pods} pods ({} asking for the label), {POLICIES} NamespaceAccess policies", scale.asking());
-    println!("  kubesim: namespaces created in {:.1} s, pods in {:.1} s; it holds {:.0} bytes per namespace, {:.0} per pod (this process's RSS)",
-        namespaces_created.as_secs_f64(), pods_created.as_secs_f64(),
-        per(sim_namespaces.saturating_sub(sim_before), namespaces), per(sim_pods.saturating_sub(sim_namespaces), pods));
+    println!(
+        "kopper at scale: {namespaces} namespaces, {pods} pods ({} asking for the label), {POLICIES} NamespaceAccess policies",
+        scale.asking()
+    );
+    println!(
+        "  kubesim: namespaces created in {:.1} s, pods in {:.1} s; it holds {:.0} bytes per namespace, {:.0} per pod (this process's RSS)",
+        namespaces_created.as_secs_f64(),
+        pods_created.as_secs_f64(),
+        per(sim_namespaces.saturating_sub(sim_before), namespaces),
+        per(sim_pods.saturating_sub(sim_namespaces), pods)
+    );
     println!("memory");
     println!("  idle, empty cluster:               {:>8.1} MiB   (baseline)", mib(idle_rss));
-    println!("  namespaces bound:                  {:>8.1} MiB   {:>6.0} bytes per namespace above idle (aim: 2048)",
-        mib(namespaces_rss), per(namespaces_rss.saturating_sub(idle_rss), namespaces));
-    println!("  pods labelled too:                 {:>8.1} MiB   {:>6.0} bytes per pod above that (aim: 1024), peak {:.1} MiB",
-        mib(converged_rss), per(converged_rss.saturating_sub(namespaces_rss), pods), mib(converged_peak));
-    println!("  a pod's metadata, managedFields dropped: {metadata_weight:>6.0} bytes; the fields the labeler's decision reads: {kept_weight:.0} bytes");
+    println!(
+        "  namespaces bound:                  {:>8.1} MiB   {:>6.0} bytes per namespace above idle (aim: 2048)",
+        mib(namespaces_rss),
+        per(namespaces_rss.saturating_sub(idle_rss), namespaces)
+    );
+    println!(
+        "  pods labelled too:                 {:>8.1} MiB   {:>6.0} bytes per pod above that (aim: 1024), peak {:.1} MiB",
+        mib(converged_rss),
+        per(converged_rss.saturating_sub(namespaces_rss), pods),
+        mib(converged_peak)
+    );
+    println!(
+        "  a pod's metadata, managedFields dropped: {metadata_weight:>6.0} bytes; the fields the labeler's decision reads: {kept_weight:.0} bytes"
+    );
     println!("  after the latency runs:            {:>8.1} MiB", mib(after_latency_rss));
     println!("convergence (floor: the same writes from the bench, {CONCURRENCY} at a time)");
-    println!("  bindings ({} creates):  kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x; aim 1.5x)",
-        namespaces * POLICIES, bound_in.as_secs_f64(), floor_bindings.as_secs_f64(),
-        bound_in.as_secs_f64() / floor_bindings.as_secs_f64().max(1e-9));
-    println!("  labels ({} patches):   kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x)",
-        scale.asking(), labelled_in.as_secs_f64(), floor_labels.as_secs_f64(),
-        labelled_in.as_secs_f64() / floor_labels.as_secs_f64().max(1e-9));
+    println!(
+        "  bindings ({} creates):  kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x; aim 1.5x)",
+        namespaces * POLICIES,
+        bound_in.as_secs_f64(),
+        floor_bindings.as_secs_f64(),
+        bound_in.as_secs_f64() / floor_bindings.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "  labels ({} patches):   kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x)",
+        scale.asking(),
+        labelled_in.as_secs_f64(),
+        floor_labels.as_secs_f64(),
+        labelled_in.as_secs_f64() / floor_labels.as_secs_f64().max(1e-9)
+    );
     println!("latency with every pod there");
-    println!("  new pod labelled ({} at {}/s):       p50 {:>7.1} ms, p99 {:>7.1} ms (aim: p99 100 ms)",
-        pod_latencies.len(), scale.new_pods_per_second, ms(percentile(&pod_latencies, 0.5)), ms(percentile(&pod_latencies, 0.99)));
-    println!("  new namespace bound ({} at 10/s):   p50 {:>7.1} ms, p99 {:>7.1} ms (aim: p99 50 ms)",
-        namespace_latencies.len(), ms(percentile(&namespace_latencies, 0.5)), ms(percentile(&namespace_latencies, 0.99)));
+    println!(
+        "  new pod labelled ({} at {}/s):       p50 {:>7.1} ms, p99 {:>7.1} ms (aim: p99 100 ms)",
+        pod_latencies.len(),
+        scale.new_pods_per_second,
+        ms(percentile(&pod_latencies, 0.5)),
+        ms(percentile(&pod_latencies, 0.99))
+    );
+    println!(
+        "  new namespace bound ({} at 10/s):   p50 {:>7.1} ms, p99 {:>7.1} ms (aim: p99 50 ms)",
+        namespace_latencies.len(),
+        ms(percentile(&namespace_latencies, 0.5)),
+        ms(percentile(&namespace_latencies, 0.99))
+    );
     println!("restart on the converged cluster");
-    println!("  ready in {:.1} s; a pod created then labelled {:.1} s after the start",
-        ready_in.as_secs_f64(), working_in.as_secs_f64());
-    println!("  peak {:.1} MiB against steady {:.1} MiB ({:.2}x; aim 1.5x)",
-        mib(restart_peak), mib(restart_rss), restart_peak as f64 / restart_rss.max(1) as f64);
+    println!(
+        "  ready in {:.1} s; a pod created then labelled {:.1} s after the start",
+        ready_in.as_secs_f64(),
+        working_in.as_secs_f64()
+    );
+    println!(
+        "  peak {:.1} MiB against steady {:.1} MiB ({:.2}x; aim 1.5x)",
+        mib(restart_peak),
+        mib(restart_rss),
+        restart_peak as f64 / restart_rss.max(1) as f64
+    );
     cluster.sim.shutdown().await;
 }

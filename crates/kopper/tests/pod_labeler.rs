@@ -2,9 +2,7 @@
 
 mod common;
 
-use common::{
-    Cluster, Operator, create_pod, eventually, label_of, pod, wait_for_label,
-};
+use common::{Cluster, Operator, create_pod, eventually, label_of, pod, wait_for_label};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};

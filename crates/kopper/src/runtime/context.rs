@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-
 use super::controller::Readiness;
 use super::events::{Recorder, Reporter};
 use super::metrics::Metrics;

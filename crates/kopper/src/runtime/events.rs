@@ -55,7 +55,8 @@ impl Recorder {
                 Sent { name, count, last: now }
             }
             None => {
-                let created = events.create(&PostParams::default(), &self.new_event(event, regarding, now)).await?;
+                let created =
+                    events.create(&PostParams::default(), &self.new_event(event, regarding, now)).await?;
                 Sent { name: created.metadata.name.unwrap_or_default(), count: 1, last: now }
             }
         };

@@ -86,10 +86,7 @@ mod tests {
     fn stale_label_value_is_corrected() {
         let annotations = map(&[("kopper.dev/add-pod-name-label", "true")]);
         let labels = map(&[("kopper.dev/pod-name", "someone-else")]);
-        assert_eq!(
-            decide("web-1", &annotations, &labels, KEYS),
-            Ok(Some(LabelChange::Set("web-1".into())))
-        );
+        assert_eq!(decide("web-1", &annotations, &labels, KEYS), Ok(Some(LabelChange::Set("web-1".into()))));
     }
 
     #[test]
@@ -131,9 +128,6 @@ mod tests {
     fn name_too_long_for_a_label_value_is_refused() {
         let name = "p".repeat(64);
         let annotations = map(&[("kopper.dev/add-pod-name-label", "true")]);
-        assert_eq!(
-            decide(&name, &annotations, &map(&[]), KEYS),
-            Err(NameTooLongForLabel(name.clone()))
-        );
+        assert_eq!(decide(&name, &annotations, &map(&[]), KEYS), Err(NameTooLongForLabel(name.clone())));
     }
 }

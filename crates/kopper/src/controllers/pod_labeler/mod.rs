@@ -93,7 +93,12 @@ async fn reconcile(pod: Arc<TrackedPod>, ctx: Arc<Context>) -> Result<Action, Er
 }
 
 /// Writes the change; `Ok(false)` when the pod is already gone, which is not an error.
-async fn patch_label(ctx: &Context, pod: &TrackedPod, label: &str, change: &LabelChange) -> Result<bool, Error> {
+async fn patch_label(
+    ctx: &Context,
+    pod: &TrackedPod,
+    label: &str,
+    change: &LabelChange,
+) -> Result<bool, Error> {
     let namespace = pod.namespace().unwrap_or_default();
     let api = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
     let value = match change {

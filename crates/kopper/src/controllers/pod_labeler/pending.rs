@@ -55,7 +55,11 @@ impl TrackedPod {
         if self.deleting {
             return Ok(None);
         }
-        label_change(self.metadata.name.as_deref().unwrap_or_default(), self.wants_label, self.label.as_deref())
+        label_change(
+            self.metadata.name.as_deref().unwrap_or_default(),
+            self.wants_label,
+            self.label.as_deref(),
+        )
     }
 
     fn has_work(&self) -> bool {
@@ -104,7 +108,9 @@ pub fn keep_pending(
     match event {
         Event::Init => Some(Event::Init),
         Event::InitDone => Some(Event::InitDone),
-        Event::InitApply(pod) => Some(TrackedPod::observe(&pod, keys)).filter(TrackedPod::has_work).map(Event::InitApply),
+        Event::InitApply(pod) => {
+            Some(TrackedPod::observe(&pod, keys)).filter(TrackedPod::has_work).map(Event::InitApply)
+        }
         Event::Apply(pod) => {
             let pod = TrackedPod::observe(&pod, keys);
             let before = held(&ObjectRef::from_obj(&pod));
@@ -215,7 +221,8 @@ mod tests {
         };
         assert_eq!(kept.change(), Ok(Some(LabelChange::Remove)));
         let mut deleting = pod("web-1", false, Some("web-1"));
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
         assert!(matches!(held.hear(Event::Apply(deleting)), Some(Event::Delete(_))));
         assert!(held.hear(Event::Delete(pod("web-1", false, None))).is_none(), "not held any more");
     }
