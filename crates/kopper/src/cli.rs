@@ -275,6 +275,13 @@ pub struct S3Args {
     #[arg(long, env = "KOPPER_S3_DELETE_BATCH", hide = true,
           value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub s3_delete_batch: Option<u16>,
+
+    /// The shortest time between two access keys for one Bucket: a rotation asked for sooner
+    /// waits, and a key needed again sooner without being asked for (something keeps undoing
+    /// kopper's work) is reported as CredentialsChurn instead of issued. Bounds the
+    /// CreateAccessKey and DeleteAccessKey calls any Bucket can cost the shared account.
+    #[arg(long, env = "KOPPER_BUCKET_KEY_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub bucket_key_interval: Duration,
 }
 
 impl S3Args {
@@ -291,6 +298,7 @@ impl S3Args {
             cluster_id: self.cluster_id.clone(),
             provider,
             credentials_secret: self.s3_credentials_secret.clone(),
+            key_interval: self.bucket_key_interval,
         }
     }
 }

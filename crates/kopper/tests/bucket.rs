@@ -59,9 +59,14 @@ fn start_operator(cluster: &Cluster, moto: &Moto) -> Operator {
 }
 
 /// kopper with its S3 and IAM endpoint at `endpoint` (moto or a fault proxy) and `extra` flags.
+/// Unless `extra` sets `--bucket-key-interval`, a Bucket may get a new key every second, so
+/// that tests of rotation and repair need not wait out the default interval.
 fn start_operator_at(cluster: &Cluster, endpoint: &str, extra: &[&str]) -> Operator {
     let flags = operator_flags(endpoint);
     let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    if !extra.contains(&"--bucket-key-interval") {
+        flags.extend(["--bucket-key-interval", "1s"]);
+    }
     flags.extend(extra);
     Operator::start(cluster.run_args(&flags))
 }
@@ -545,6 +550,7 @@ async fn no_secret_key_reaches_the_logs_at_debug_level() {
         .args(["run", "--kubeconfig", cluster.kubeconfig.to_str().unwrap(), "--admin-addr", "127.0.0.1:0"])
         .args(["--leader-elect", "false", "--log-level", "debug"])
         .args(operator_flags(&moto.endpoint))
+        .args(["--bucket-key-interval", "1s"])
         .stdout(Stdio::from(log.reopen().unwrap()))
         .stderr(Stdio::from(log.reopen().unwrap()))
         .kill_on_drop(true)
@@ -1022,5 +1028,186 @@ async fn a_403_on_a_name_the_account_does_not_hold_is_taken_unless_listing_is_de
     assert!(!calls.iter().any(|call| call.operation == "CreateBucket"), "{calls:?}");
     let (users, buckets_in_account) = account_contents(&moto.endpoint).await;
     assert!(users.is_empty() && buckets_in_account.is_empty(), "{users:?} {buckets_in_account:?}");
+    operator.stop().await.unwrap();
+}
+
+/// Another controller's hand on a Bucket's Secret, as the replication engine's would be:
+/// every 100 ms the Secret `name` is put back to `data` (its metadata left as it is). The
+/// number of times it had to, until the flag is set.
+fn keep_secret(
+    cluster: &Cluster,
+    name: &str,
+    data: BTreeMap<String, ByteString>,
+) -> (std::sync::Arc<std::sync::atomic::AtomicBool>, tokio::task::JoinHandle<u32>) {
+    use std::sync::atomic::Ordering;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let api = Api::<Secret>::namespaced(cluster.client.clone(), NAMESPACE);
+    let (name, flag) = (name.to_owned(), stop.clone());
+    let task = tokio::spawn(async move {
+        let mut restored = 0;
+        while !flag.load(Ordering::Relaxed) {
+            if let Some(mut current) = api.get_opt(&name).await.unwrap()
+                && current.data.as_ref() != Some(&data)
+            {
+                current.data = Some(data.clone());
+                if api.replace(&name, &PostParams::default(), &current).await.is_ok() {
+                    restored += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        restored
+    });
+    (stop, task)
+}
+
+/// How long the tests of key loops count CreateAccessKey calls: the loop they guard against
+/// made about nine a second.
+const LOOP_WINDOW: Duration = Duration::from_secs(15);
+
+async fn access_keys_created(proxy: &FaultProxy) -> usize {
+    proxy.calls().await.iter().filter(|call| call.operation == "CreateAccessKey").count()
+}
+
+fn admin_data() -> BTreeMap<String, ByteString> {
+    BTreeMap::from([("token".to_owned(), ByteString(b"admin".to_vec()))])
+}
+
+fn replication_marks() -> serde_json::Value {
+    json!({
+        "labels": {"app.kubernetes.io/managed-by": "kopper", "kopper.dev/replicated-by": "shared"},
+        "annotations": {"kopper.dev/rule-uid": "rule-uid-1"},
+    })
+}
+
+/// A tenant who may edit Secrets in its namespace forges a controller reference to its Bucket
+/// (and the Bucket's label) on a Secret the replication engine keeps there; and, with no
+/// forging, the engine takes over the Secret of a Ready Bucket (an admin rule replicating a
+/// Secret named `<bucket>-s3`). Neither Secret is taken: no access key loop starts, the
+/// admin's data is never overwritten, and each Bucket reports the conflict on
+/// spec.secretName.
+#[tokio::test]
+async fn a_secret_the_replication_engine_keeps_is_never_taken_and_no_key_loop_starts() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &["--bucket-key-interval", "5m"]);
+    let secrets = Api::<Secret>::namespaced(cluster.client.clone(), NAMESPACE);
+    let mut replicated: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "shared-config", "namespace": NAMESPACE},
+    }))
+    .unwrap();
+    replicated.metadata.labels = serde_json::from_value(replication_marks()["labels"].clone()).unwrap();
+    replicated.metadata.annotations =
+        serde_json::from_value(replication_marks()["annotations"].clone()).unwrap();
+    replicated.data = Some(admin_data());
+    secrets.create(&PostParams::default(), &replicated).await.unwrap();
+
+    let forger = create_bucket(&cluster, "forger", json!({"secretName": "shared-config"})).await;
+    wait_for_reason(&cluster, "forger", "SecretNameTaken").await;
+    create_bucket(&cluster, "app", json!({})).await;
+    wait_for_reason(&cluster, "app", "Ready").await;
+    proxy.reset_calls().await;
+
+    let owner_reference = json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket", "name": "forger",
+        "uid": forger.uid().unwrap(), "controller": true,
+    });
+    let forged = json!({"metadata": {"ownerReferences": [owner_reference], "labels": {"kopper.dev/bucket": "forger"}}});
+    secrets.patch("shared-config", &PatchParams::default(), &Patch::Merge(forged)).await.unwrap();
+    let (forged_stop, forged_keeper) = keep_secret(&cluster, "shared-config", admin_data());
+    let mut taken_over = secrets.get("app-s3").await.unwrap();
+    taken_over.labels_mut().insert("kopper.dev/replicated-by".into(), "shared".into());
+    taken_over.annotations_mut().insert("kopper.dev/rule-uid".into(), "rule-uid-1".into());
+    taken_over.data = Some(admin_data());
+    secrets.replace("app-s3", &PostParams::default(), &taken_over).await.unwrap();
+    let (app_stop, app_keeper) = keep_secret(&cluster, "app-s3", admin_data());
+
+    // Counting calls over a window is the measurement: a loop shows as many calls in it.
+    tokio::time::sleep(LOOP_WINDOW).await;
+    let created = access_keys_created(&proxy).await;
+    forged_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    app_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let restored = (forged_keeper.await.unwrap(), app_keeper.await.unwrap());
+    assert!(created <= 1, "{created} access keys created in {LOOP_WINDOW:?}");
+    assert_eq!(restored, (0, 0), "kopper overwrote a Secret the replication engine keeps");
+    for name in ["forger", "app"] {
+        let refused = wait_for_reason(&cluster, name, "SecretNameTaken").await;
+        let message = &status(&refused).conditions[0].message;
+        assert!(message.contains("spec.secretName") && message.contains("replication"), "{message}");
+    }
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    eventually("a Warning Event for the taken Secret", || async {
+        let listed = events.list(&ListParams::default()).await.unwrap();
+        listed.items.into_iter().find(|event| {
+            event.reason.as_deref() == Some("SecretNameTaken")
+                && event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("app")
+        })
+    })
+    .await;
+    operator.stop().await.unwrap();
+}
+
+/// Something keeps undoing kopper's work on a Secret that is the Bucket's own (a tool that
+/// writes back stale content without the key pair): kopper issues no second key within the
+/// interval and says CredentialsChurn, whatever the cause.
+#[tokio::test]
+async fn a_secret_rewritten_in_a_loop_costs_no_more_than_one_key_per_interval() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &["--bucket-key-interval", "5m"]);
+    create_bucket(&cluster, "churn", json!({})).await;
+    wait_for_reason(&cluster, "churn", "Ready").await;
+    proxy.reset_calls().await;
+
+    let (stop, keeper) = keep_secret(&cluster, "churn-s3", admin_data());
+    tokio::time::sleep(LOOP_WINDOW).await;
+    let created = access_keys_created(&proxy).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    keeper.await.unwrap();
+    assert!(created <= 1, "{created} access keys created in {LOOP_WINDOW:?}");
+    let churn = wait_for_reason(&cluster, "churn", "CredentialsChurn").await;
+    let message = &status(&churn).conditions[0].message;
+    assert!(message.contains("churn-s3"), "{message}");
+    operator.stop().await.unwrap();
+}
+
+/// Rotation requests in quick succession: each change of the annotation is one new key, at
+/// most one per interval; a request inside the interval waits, says so, and is served at the
+/// interval's end.
+#[tokio::test]
+async fn rotations_asked_for_in_quick_succession_wait_for_the_interval() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &moto.endpoint, &["--bucket-key-interval", "6s"]);
+    create_bucket(&cluster, "spin", json!({})).await;
+    let first = status(&wait_for_reason(&cluster, "spin", "Ready").await).access_key_id.unwrap();
+    let rotate = |value: &str| {
+        Patch::Merge(json!({"metadata": {"annotations": {"kopper.dev/rotate-credentials": value}}}))
+    };
+    buckets(&cluster).patch("spin", &PatchParams::default(), &rotate("1")).await.unwrap();
+    let waiting = wait_for_reason(&cluster, "spin", "RotationRateLimited").await;
+    assert_eq!(status(&waiting).access_key_id.as_deref(), Some(first.as_str()), "no key yet");
+    let api = buckets(&cluster);
+    let rotated = eventually("the first rotation, at the interval's end", || async {
+        let status = api.get("spin").await.unwrap().status?;
+        (status.rotated_for.as_deref() == Some("1")).then_some(status)
+    })
+    .await;
+    let second = rotated.access_key_id.unwrap();
+    assert_ne!(second, first);
+
+    buckets(&cluster).patch("spin", &PatchParams::default(), &rotate("2")).await.unwrap();
+    let waiting = wait_for_reason(&cluster, "spin", "RotationRateLimited").await;
+    assert_eq!(status(&waiting).access_key_id.as_deref(), Some(second.as_str()), "the second waits");
+    let message = &status(&waiting).conditions[0].message;
+    assert!(message.contains("kopper.dev/rotate-credentials"), "{message}");
+    eventually("the second rotation, at the interval's end", || async {
+        let status = api.get("spin").await.unwrap().status?;
+        (status.rotated_for.as_deref() == Some("2") && status.access_key_id.as_deref() != Some(&second))
+            .then_some(())
+    })
+    .await;
     operator.stop().await.unwrap();
 }

@@ -16,6 +16,7 @@
 //! owner reference.
 
 pub mod aws;
+pub mod churn;
 pub mod decide;
 pub mod fenced;
 pub mod metrics;
@@ -84,6 +85,10 @@ pub enum Error {
     Blocked { reason: &'static str, message: String },
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
+    /// Nothing is wrong, but the pass may not go on before `retry_after`: reported in status,
+    /// and the Bucket is looked at again then.
+    #[error("{message}")]
+    Wait { reason: &'static str, message: String, retry_after: Duration },
 }
 
 impl ErrorCategory for Error {
@@ -97,6 +102,7 @@ impl ErrorCategory for Error {
             },
             Error::Kube { .. } => "kube_api",
             Error::Blocked { .. } => "blocked",
+            Error::Wait { .. } => "waiting",
             Error::Finalizer(inner) => match inner.as_ref() {
                 finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
                     error.category()
@@ -116,7 +122,7 @@ impl ErrorCategory for Error {
                 }
                 _ => false,
             },
-            Error::Kube { .. } => false,
+            Error::Kube { .. } | Error::Wait { .. } => false,
         }
     }
 }
@@ -129,6 +135,20 @@ impl Error {
 
     fn blocked(reason: &'static str, message: impl Into<String>) -> Error {
         Error::Blocked { reason, message: message.into() }
+    }
+
+    /// How long to wait before the next pass, for an error that only says to wait.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Wait { retry_after, .. } => Some(*retry_after),
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
+                    error.retry_after()
+                }
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// The Ready condition's reason and message for this error.
@@ -152,7 +172,9 @@ impl Error {
                 };
                 (reason, error.to_string())
             }
-            Error::Blocked { reason, message } => (reason, message.clone()),
+            Error::Blocked { reason, message } | Error::Wait { reason, message, .. } => {
+                (reason, message.clone())
+            }
             Error::Kube { .. } => ("KubernetesError", self.to_string()),
             Error::Finalizer(inner) => match inner.as_ref() {
                 finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
@@ -174,6 +196,8 @@ pub struct BucketSettings {
     pub provider: Option<aws::AwsSettings>,
     /// A Secret (`namespace/name`) holding kopper's own credentials for the provider.
     pub credentials_secret: Option<(String, String)>,
+    /// The shortest time between two access keys for one Bucket ([`churn`]).
+    pub key_interval: Duration,
 }
 
 /// Runs the Bucket controller until `shutdown` resolves.
@@ -220,8 +244,9 @@ pub async fn run(
     // Creating or adopting a bucket is serialised per bucket name, across every Bucket this
     // replica reconciles.
     let creating = NameLocks::default();
+    let keys = Arc::new(churn::KeyLedger::new(ctx.settings.buckets.key_interval));
     run_controller(NAME, controller, ctx, shutdown, move |bucket, ctx| {
-        reconcile(bucket, ctx, provider.clone(), creating.clone())
+        reconcile(bucket, ctx, provider.clone(), creating.clone(), keys.clone())
     })
     .await;
     Ok(())
@@ -239,6 +264,7 @@ async fn reconcile(
     ctx: Arc<Context>,
     provider: Option<Arc<dyn Provider>>,
     creating: NameLocks,
+    keys: Arc<churn::KeyLedger>,
 ) -> Result<Action, Error> {
     let Some(provider) = provider else {
         let message = "kopper runs without an S3 provider: a cluster admin must set --s3-region \
@@ -257,6 +283,7 @@ async fn reconcile(
         provider: provider.as_ref(),
         owner: owner_of(&ctx, &bucket),
         creating: &creating,
+        keys: &keys,
         wrote_condition: std::sync::atomic::AtomicBool::new(false),
     };
     // Cleanup runs before the finalizer helper, which would take the finalizer off after
@@ -281,7 +308,10 @@ async fn reconcile(
     }
     let cleaned_up = bucket.meta().deletion_timestamp.is_some() && result.is_ok() && !emptying;
     count_not_ready(&ctx, &bucket, (!cleaned_up).then_some(result.is_err()));
-    result
+    match result.as_ref().err().and_then(Error::retry_after) {
+        Some(wait) => Ok(Action::requeue(wait)),
+        None => result,
+    }
 }
 
 /// Whether the Bucket is deleted and still holds kopper's finalizer: what it owns outside
@@ -346,6 +376,8 @@ struct Pass<'a> {
     /// Held per bucket name from looking at it to tagging the bucket, when creating or
     /// adopting.
     creating: &'a NameLocks,
+    /// When each Bucket last got an access key: no Bucket gets keys in a loop.
+    keys: &'a churn::KeyLedger,
     /// Whether this pass wrote a Ready condition before its last (Provisioning, before
     /// creating a bucket; Emptying, before emptying one): the pass's snapshot then no longer shows what the API server
     /// holds, and its last condition is written even if the snapshot already had it.
@@ -597,16 +629,8 @@ impl Pass<'_> {
             .get_opt(&secret_name)
             .await
             .map_err(Error::kube(format!("reading Secret {secret_name}")))?;
-        if let Some(current) = &current
-            && !secret::is_controlled_by(current, bucket)
-        {
-            return Err(Error::blocked(
-                "SecretNameTaken",
-                format!(
-                    "a Secret named {secret_name} exists and is not this Bucket's; kopper never overwrites \
-                     it: delete it, or set spec.secretName to another name"
-                ),
-            ));
+        if let Some(current) = &current {
+            secret_taken(secret::keeper(current, bucket), &secret_name)?;
         }
         let held = current.as_ref().and_then(secret::held_key_id);
         let wanted_rotation = bucket.annotations().get(ROTATE_ANNOTATION);
@@ -620,6 +644,7 @@ impl Pass<'_> {
         }
         let settings = secret::Contents { bucket: bucket_name, region, endpoint: self.provider.endpoint() };
         let key_id = if plan.create {
+            self.may_issue_key(bucket, rotate)?;
             let key = self.provider.create_access_key(user).await?;
             let desired = secret::desired(bucket, &settings, &key.id, &key.secret);
             secret::write(&secrets, current.as_ref(), desired, &self.ctx.settings.field_manager_for(NAME))
@@ -648,6 +673,41 @@ impl Pass<'_> {
             .await;
         }
         Ok(key_id)
+    }
+
+    /// Refuses a second access key for this Bucket within the key interval, and otherwise
+    /// records that one is about to be issued.
+    fn may_issue_key(&self, bucket: &Bucket, rotation: bool) -> Result<(), Error> {
+        let interval = self.ctx.settings.buckets.key_interval;
+        match self.keys.check(&self.owner.uid, rotation) {
+            churn::KeyIssue::Allowed => {
+                self.keys.record(&self.owner.uid);
+                Ok(())
+            }
+            churn::KeyIssue::RotationWaits(wait) => Err(Error::Wait {
+                reason: "RotationRateLimited",
+                message: format!(
+                    "the rotation asked for by {ROTATE_ANNOTATION} waits {}s: a Bucket gets at most one new \
+                     access key every {}s; the current key stays valid meanwhile",
+                    wait.as_secs().max(1),
+                    interval.as_secs()
+                ),
+                retry_after: wait,
+            }),
+            churn::KeyIssue::Churn(wait) => Err(Error::Wait {
+                reason: "CredentialsChurn",
+                message: format!(
+                    "this Bucket needs another access key {}s after the last one, so something keeps undoing \
+                     kopper's work (a controller or person rewriting Secret {}, or deleting its key): \
+                     kopper issues at most one key every {}s and tries again in {}s",
+                    interval.saturating_sub(wait).as_secs(),
+                    bucket.secret_name(),
+                    interval.as_secs(),
+                    wait.as_secs().max(1)
+                ),
+                retry_after: wait,
+            }),
+        }
     }
 
     /// The bucket first (with `Delete`), then the IAM user: while the bucket cannot be
@@ -789,6 +849,27 @@ fn refusal(step: &BucketStep, name: &str, owner: &Owner, deleting: bool) -> Erro
         ),
         _ => taken(name),
     }
+}
+
+/// The refusal of a Secret under `spec.secretName` that `keeper` keeps, unless it is this
+/// Bucket's.
+fn secret_taken(keeper: secret::Keeper, secret_name: &str) -> Result<(), Error> {
+    let who = match keeper {
+        secret::Keeper::ThisBucket => return Ok(()),
+        secret::Keeper::Replication => {
+            "is a copy the replication engine keeps (a ReplicationRule or \
+                                        ConfigMapSync writes it)"
+        }
+        secret::Keeper::Other => "was not made by kopper for this Bucket",
+    };
+    Err(Error::blocked(
+        "SecretNameTaken",
+        format!(
+            "Secret {secret_name} {who}; kopper never takes or overwrites it and issues no credentials \
+             into it: set spec.secretName to a name no other Secret in the namespace has (or have the \
+             Secret's owner remove it)"
+        ),
+    ))
 }
 
 fn taken(name: &str) -> Error {

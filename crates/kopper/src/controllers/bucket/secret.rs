@@ -41,13 +41,41 @@ impl Contents<'_> {
     }
 }
 
-/// Whether this Bucket controls the Secret (by uid, not by name).
-pub fn is_controlled_by(secret: &Secret, bucket: &Bucket) -> bool {
+/// Label and annotation the replication engine puts on the copies it keeps.
+pub const REPLICATED_BY_LABEL: &str = "kopper.dev/replicated-by";
+pub const RULE_UID_ANNOTATION: &str = "kopper.dev/rule-uid";
+
+/// Who keeps a Secret found under a Bucket's `spec.secretName`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keeper {
+    /// This Bucket: it may write the Secret.
+    ThisBucket,
+    /// The replication engine (its marks are on the Secret), whatever else the Secret says.
+    Replication,
+    /// Anyone else: another controller, another Bucket, a person.
+    Other,
+}
+
+/// Who keeps `secret`. A Secret is this Bucket's when kopper made it for this Bucket: its
+/// controller is this Bucket (by uid, so a recreated Bucket of the same name does not inherit
+/// it) and it carries no mark of another keeper. A tenant who edits Secrets in its namespace
+/// can forge the owner reference on any Secret there, so the reference alone proves nothing;
+/// what it cannot do is make kopper fight another controller: a Secret with the replication
+/// engine's marks is never this Bucket's, and a forged claim on a Secret nobody else keeps
+/// only hands the tenant's own Bucket a Secret the tenant could have written anyway. Whatever
+/// slips through, [`super::churn`] bounds the access keys a fight could cost.
+pub fn keeper(secret: &Secret, bucket: &Bucket) -> Keeper {
+    let replicated = secret.labels().contains_key(REPLICATED_BY_LABEL)
+        || secret.annotations().contains_key(RULE_UID_ANNOTATION);
+    if replicated {
+        return Keeper::Replication;
+    }
     let uid = bucket.uid();
-    secret
+    let controlled = secret
         .owner_references()
         .iter()
-        .any(|owner| owner.controller == Some(true) && Some(&owner.uid) == uid.as_ref())
+        .any(|owner| owner.controller == Some(true) && Some(&owner.uid) == uid.as_ref());
+    if controlled && secret.labels().contains_key(BUCKET_LABEL) { Keeper::ThisBucket } else { Keeper::Other }
 }
 
 /// The access key id the Secret holds, if it holds a complete key pair.
@@ -83,10 +111,10 @@ pub fn desired(bucket: &Bucket, contents: &Contents, key_id: &str, secret_key: &
         metadata: ObjectMeta {
             name: Some(bucket.secret_name()),
             namespace: bucket.namespace(),
-            labels: Some(BTreeMap::from([
-                (BUCKET_LABEL.to_owned(), super::names::label_value(&bucket.name_any())),
-                ("app.kubernetes.io/managed-by".to_owned(), "kopper".to_owned()),
-            ])),
+            labels: Some(BTreeMap::from([(
+                BUCKET_LABEL.to_owned(),
+                super::names::label_value(&bucket.name_any()),
+            )])),
             owner_references: owner_reference(bucket).map(|owner| vec![owner]),
             ..ObjectMeta::default()
         },
@@ -190,11 +218,44 @@ mod tests {
         ] {
             assert!(data.contains_key(key), "{key}");
         }
-        assert!(is_controlled_by(&secret, &bucket()));
+        assert_eq!(keeper(&secret, &bucket()), Keeper::ThisBucket);
         assert_eq!(held_key_id(&secret).as_deref(), Some("AKIA1"));
         let mut other = bucket();
         other.metadata.uid = Some("uid-2".into());
-        assert!(!is_controlled_by(&secret, &other), "a recreated Bucket of the same name does not own it");
+        assert_eq!(
+            keeper(&secret, &other),
+            Keeper::Other,
+            "a recreated Bucket of the same name does not own it"
+        );
+    }
+
+    /// A tenant may put a controller reference to its Bucket on a Secret the replication
+    /// engine keeps in its namespace; kopper must not fight the engine over it.
+    #[test]
+    fn a_secret_the_replication_engine_keeps_is_never_the_bucket_s() {
+        let forged = |label: bool, annotation: bool| {
+            let mut secret = desired(&bucket(), &contents(), "AKIA1", "s3cr3t");
+            if label {
+                secret.labels_mut().insert(REPLICATED_BY_LABEL.into(), "rule".into());
+            }
+            if annotation {
+                secret.annotations_mut().insert(RULE_UID_ANNOTATION.into(), "uid-r".into());
+            }
+            secret
+        };
+        assert_eq!(keeper(&forged(true, false), &bucket()), Keeper::Replication);
+        assert_eq!(keeper(&forged(false, true), &bucket()), Keeper::Replication);
+        assert_eq!(keeper(&forged(false, false), &bucket()), Keeper::ThisBucket);
+    }
+
+    #[test]
+    fn a_secret_without_the_bucket_s_controller_reference_is_someone_else_s() {
+        let mut secret = desired(&bucket(), &contents(), "AKIA1", "s3cr3t");
+        secret.metadata.owner_references = None;
+        assert_eq!(keeper(&secret, &bucket()), Keeper::Other);
+        let mut unlabelled = desired(&bucket(), &contents(), "AKIA1", "s3cr3t");
+        unlabelled.metadata.labels = None;
+        assert_eq!(keeper(&unlabelled, &bucket()), Keeper::Other);
     }
 
     #[test]
