@@ -282,6 +282,13 @@ pub struct S3Args {
     /// CreateAccessKey and DeleteAccessKey calls any Bucket can cost the shared account.
     #[arg(long, env = "KOPPER_BUCKET_KEY_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub bucket_key_interval: Duration,
+
+    /// How often the leader deletes the IAM users, keys and policies of Buckets that no longer
+    /// exist (a finalizer removed by hand), besides once at start. Each sweep lists the
+    /// account's IAM users (one ListUsers call per 100), reads the tags of this cluster's
+    /// (one ListUserTags each) and lists Buckets from the API server.
+    #[arg(long, env = "KOPPER_ORPHAN_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub orphan_sweep_interval: Duration,
 }
 
 impl S3Args {
@@ -299,6 +306,7 @@ impl S3Args {
             provider,
             credentials_secret: self.s3_credentials_secret.clone(),
             key_interval: self.bucket_key_interval,
+            orphan_sweep_interval: self.orphan_sweep_interval,
         }
     }
 }

@@ -1211,3 +1211,58 @@ async fn rotations_asked_for_in_quick_succession_wait_for_the_interval() {
     .await;
     operator.stop().await.unwrap();
 }
+
+/// A tenant strips kopper's finalizer from a Bucket held in deletion (its bucket is not
+/// empty): the Bucket is gone, and the sweep deletes its IAM user with its key and policy, so
+/// the old key reads nothing once the bucket's name goes to someone else. The bucket and its
+/// data stay; a live Bucket's user is untouched. (moto does not check signatures here, so the
+/// old key is shown gone from IAM rather than refused by S3.)
+#[tokio::test]
+async fn credentials_of_a_bucket_whose_finalizer_was_stripped_are_swept() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &moto.endpoint, &["--orphan-sweep-interval", "1s"]);
+    let s3 = moto.client().await;
+    let live = status(&{
+        create_bucket(&cluster, "live", json!({})).await;
+        wait_for_reason(&cluster, "live", "Ready").await
+    });
+    create_bucket(&cluster, "held", json!({"deletionPolicy": "Delete", "bucketName": "held-bucket"})).await;
+    let ready = status(&wait_for_reason(&cluster, "held", "Ready").await);
+    let (user, old_key) = (ready.user_name.unwrap(), ready.access_key_id.unwrap());
+    put_object(&secret(&cluster, "held-s3").await.unwrap(), "a.txt").await;
+
+    buckets(&cluster).delete("held", &DeleteParams::default()).await.unwrap();
+    wait_for_reason(&cluster, "held", "BucketNotEmpty").await;
+    assert_eq!(s3.access_keys(&user).await.unwrap(), vec![old_key.clone()], "held in deletion, kept");
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    buckets(&cluster).patch("held", &PatchParams::default(), &strip).await.unwrap();
+    let api = buckets(&cluster);
+    eventually("the stripped Bucket to be gone", || async {
+        api.get_opt("held").await.unwrap().is_none().then_some(())
+    })
+    .await;
+
+    eventually("the sweep to delete the gone Bucket's user", || async {
+        s3.user_tags(&user).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(s3.access_keys(&user).await.is_err(), "the old key {old_key} went with its user");
+    assert!(!s3.bucket_is_empty("held-bucket").await.unwrap(), "the data stays");
+    let live_user = live.user_name.unwrap();
+    assert_eq!(s3.access_keys(&live_user).await.unwrap(), vec![live.access_key_id.unwrap()]);
+
+    // An admin deletes the bucket; another tenant's Bucket takes its name.
+    s3.empty_bucket("held-bucket").await.unwrap();
+    s3.delete_bucket("held-bucket").await.unwrap();
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-b"}})).unwrap();
+    Api::<Namespace>::all(cluster.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    create_bucket_in(&cluster, "team-b", "reused", json!({"bucketName": "held-bucket"})).await;
+    eventually("the other tenant's Bucket to be Ready", || async {
+        (reason_in(&cluster, "team-b", "reused").await.as_deref() == Some("Ready")).then_some(())
+    })
+    .await;
+    let (users, _) = account_contents(&moto.endpoint).await;
+    assert!(!users.contains(&user), "the old user did not come back: {users:?}");
+    operator.stop().await.unwrap();
+}

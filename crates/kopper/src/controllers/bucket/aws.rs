@@ -494,6 +494,34 @@ impl Provider for AwsProvider {
         .boxed()
     }
 
+    fn users<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+        async move {
+            let mut names = Vec::new();
+            let mut marker: Option<String> = None;
+            loop {
+                let result = self.iam.list_users().set_marker(marker.clone()).send().await;
+                let listed =
+                    succeeded("iam", "ListUsers", result.map_err(|e| failed("iam", "ListUsers", e))?);
+                let page = listed.users().iter().map(|user| user.user_name());
+                names.extend(page.filter(|name| name.starts_with(prefix)).map(str::to_owned));
+                match listed.marker() {
+                    // A service that hands back the marker it was given would loop for good.
+                    Some(next) if marker.as_deref() == Some(next) => {
+                        return Err(ProviderError {
+                            service: "iam",
+                            operation: "ListUsers",
+                            kind: FailureKind::Other,
+                            message: "ListUsers returned the marker it was sent".into(),
+                        });
+                    }
+                    Some(next) if listed.is_truncated() && !next.is_empty() => marker = Some(next.to_owned()),
+                    _ => return Ok(names),
+                }
+            }
+        }
+        .boxed()
+    }
+
     fn user_tags<'a>(
         &'a self,
         user: &'a str,

@@ -94,6 +94,10 @@ impl<P: Provider> Provider for Fenced<P> {
         self.write("s3", "DeleteBucket", self.inner.delete_bucket(bucket))
     }
 
+    fn users<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+        self.inner.users(prefix)
+    }
+
     fn user_tags<'a>(
         &'a self,
         user: &'a str,

@@ -24,6 +24,7 @@ pub mod name_locks;
 pub mod names;
 pub mod provider;
 pub mod secret;
+pub mod sweep;
 pub mod types;
 
 use std::future::Future;
@@ -198,6 +199,8 @@ pub struct BucketSettings {
     pub credentials_secret: Option<(String, String)>,
     /// The shortest time between two access keys for one Bucket ([`churn`]).
     pub key_interval: Duration,
+    /// How often the leader looks for credentials of Buckets that no longer exist ([`sweep`]).
+    pub orphan_sweep_interval: Duration,
 }
 
 /// Runs the Bucket controller until `shutdown` resolves.
@@ -245,10 +248,18 @@ pub async fn run(
     // replica reconciles.
     let creating = NameLocks::default();
     let keys = Arc::new(churn::KeyLedger::new(ctx.settings.buckets.key_interval));
+    let sweeper = provider.clone().map(|provider| {
+        let settings = &ctx.settings.buckets;
+        let interval = settings.orphan_sweep_interval.max(Duration::from_secs(1));
+        tokio::spawn(sweep::run(ctx.client.clone(), provider, settings.cluster_id.clone(), interval))
+    });
     run_controller(NAME, controller, ctx, shutdown, move |bucket, ctx| {
         reconcile(bucket, ctx, provider.clone(), creating.clone(), keys.clone())
     })
     .await;
+    if let Some(sweeper) = sweeper {
+        sweeper.abort();
+    }
     Ok(())
 }
 

@@ -70,6 +70,13 @@ impl Owner {
     }
 }
 
+/// What the name of every IAM user kopper derives for this cluster starts with: the sweep
+/// for orphans lists only these, then proves each by its tags. The cluster id has at most 20
+/// characters, so no cut of a derived name reaches into it.
+pub fn user_name_prefix(cluster: &str) -> String {
+    format!("kopper-{cluster}-")
+}
+
 fn derived_name(parts: &[&str], max: usize) -> String {
     let digest = short_digest(&parts.join("/"));
     let readable: String = parts

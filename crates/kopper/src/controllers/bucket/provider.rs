@@ -91,6 +91,8 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn empty_batch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>>;
     fn delete_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<()>>;
 
+    /// The names of the account's IAM users that start with `prefix`, every page.
+    fn users<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>>;
     /// The user's tags, or `None` when there is no such user.
     fn user_tags<'a>(
         &'a self,

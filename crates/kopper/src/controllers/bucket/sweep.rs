@@ -1,0 +1,162 @@
+//! The sweep for credentials whose Bucket is gone. A Bucket is meant to leave only through
+//! its finalizer, which deletes its IAM user, policy and keys; but a tenant may remove the
+//! finalizer with a plain update while kopper holds the Bucket back (a bucket not empty, a
+//! denial), and then nothing else would ever delete them: the key would keep working, and
+//! once the bucket is deleted and its name taken by someone else, read their objects.
+//!
+//! So the leader sweeps at start and then every `--orphan-sweep-interval`: it lists the IAM
+//! users whose names start with this cluster's prefix, reads each one's tags, lists the
+//! Buckets from the API server (not from the cache: a Bucket just created may not be there
+//! yet), and deletes the keys, policy and user of every one whose tags name this cluster and
+//! a Bucket uid that does not exist. Names alone prove nothing (another cluster's prefix may
+//! start with this one's); a user whose tags cannot be read is left for the next sweep. Users
+//! are listed before Buckets: a user made after that list cannot be in it, and a Bucket made
+//! before its user is in the Bucket list. Bucket data is never touched here: `Retain` keeps
+//! data, never credentials.
+//!
+//! Cost per sweep: ListUsers pages (100 users each) over the account, one ListUserTags per
+//! user of this cluster, one paged list of Buckets from the API server; and for each orphan
+//! ListAccessKeys, a DeleteAccessKey per key, DeleteUserPolicy and DeleteUser. Writes pass
+//! the lease fence like every other provider write.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use tracing::{info, warn};
+
+use super::Error;
+use super::names::{self, POLICY_NAME, TAG_CLUSTER, TAG_UID};
+use super::provider::Provider;
+use super::types::Bucket;
+
+/// The kinds of identity kopper makes for a Bucket; each is found, proven and deleted the
+/// same way, so that roles can join users here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    User,
+}
+
+/// An identity found in the account with the tags it carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub kind: Kind,
+    pub name: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// The identities made for a Bucket of `cluster` that no longer exists: their tags name this
+/// cluster and a uid that is not among `live` Bucket uids. Untagged identities, and those of
+/// other clusters, are never orphans.
+pub fn orphans<'a>(found: &'a [Found], cluster: &str, live: &HashSet<String>) -> Vec<&'a Found> {
+    found
+        .iter()
+        .filter(|found| found.tags.get(TAG_CLUSTER).is_some_and(|tag| tag == cluster))
+        .filter(|found| found.tags.get(TAG_UID).is_some_and(|uid| !uid.is_empty() && !live.contains(uid)))
+        .collect()
+}
+
+/// Sweeps at once and then every `interval`, until the task is aborted.
+pub async fn run(client: kube::Client, provider: Arc<dyn Provider>, cluster: String, interval: Duration) {
+    loop {
+        match sweep(&client, provider.as_ref(), &cluster).await {
+            Ok(0) => {}
+            Ok(deleted) => info!(deleted, "deleted the IAM users of Buckets that no longer exist"),
+            Err(error) => {
+                warn!("the sweep for credentials of deleted Buckets failed, retried next time: {error}")
+            }
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// One sweep; how many users it deleted.
+async fn sweep(client: &kube::Client, provider: &dyn Provider, cluster: &str) -> Result<usize, Error> {
+    let mut found = Vec::new();
+    for name in provider.users(&names::user_name_prefix(cluster)).await? {
+        match provider.user_tags(&name).await {
+            Ok(Some(tags)) => found.push(Found { kind: Kind::User, name, tags }),
+            Ok(None) => {}
+            // No proof either way: the next sweep looks again.
+            Err(error) => warn!(user = name, "could not read the user's tags: {error}"),
+        }
+    }
+    if found.is_empty() {
+        return Ok(0);
+    }
+    let live = live_bucket_uids(client).await?;
+    let mut deleted = 0;
+    for orphan in orphans(&found, cluster, &live) {
+        delete(provider, orphan).await?;
+        info!(user = orphan.name, "deleted the IAM user, policy and keys of a Bucket that no longer exists");
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
+/// Every Bucket's uid, read from the API server page by page.
+async fn live_bucket_uids(client: &kube::Client) -> Result<HashSet<String>, Error> {
+    let api = Api::<Bucket>::all(client.clone());
+    let mut uids = HashSet::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list_metadata(&params).await.map_err(Error::kube("listing Buckets"))?;
+        uids.extend(page.items.iter().filter_map(|bucket| bucket.uid()));
+        match page.metadata.continue_ {
+            Some(next) if !next.is_empty() => params = params.continue_token(&next),
+            _ => return Ok(uids),
+        }
+    }
+}
+
+async fn delete(provider: &dyn Provider, found: &Found) -> Result<(), Error> {
+    match found.kind {
+        Kind::User => {
+            let user = &found.name;
+            for key in provider.access_keys(user).await? {
+                provider.delete_access_key(user, &key).await?;
+            }
+            provider.delete_user_policy(user, POLICY_NAME).await?;
+            provider.delete_user(user).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, tags: &[(&str, &str)]) -> Found {
+        let tags = tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Found { kind: Kind::User, name: name.into(), tags }
+    }
+
+    fn names(found: Vec<&Found>) -> Vec<&str> {
+        found.iter().map(|found| found.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_user_of_this_cluster_whose_bucket_is_gone_is_an_orphan() {
+        let found = [
+            user("kopper-c1-a", &[(TAG_CLUSTER, "c1"), (TAG_UID, "gone")]),
+            user("kopper-c1-b", &[(TAG_CLUSTER, "c1"), (TAG_UID, "live")]),
+        ];
+        let live = HashSet::from(["live".to_owned()]);
+        assert_eq!(names(orphans(&found, "c1", &live)), ["kopper-c1-a"]);
+    }
+
+    #[test]
+    fn users_of_other_clusters_or_without_kopper_s_tags_are_never_orphans() {
+        let found = [
+            user("kopper-c1-x-a", &[(TAG_CLUSTER, "c1-x"), (TAG_UID, "gone")]),
+            user("kopper-c1-b", &[]),
+            user("kopper-c1-c", &[(TAG_CLUSTER, "c1")]),
+            user("kopper-c1-d", &[(TAG_CLUSTER, "c1"), (TAG_UID, "")]),
+            user("kopper-c1-e", &[(TAG_UID, "gone")]),
+        ];
+        assert!(orphans(&found, "c1", &HashSet::new()).is_empty());
+    }
+}
