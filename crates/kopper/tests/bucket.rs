@@ -444,8 +444,9 @@ async fn what_a_crash_leaves_behind_is_adopted_without_duplicates() {
 /// serving Buckets: one made after the restart gets its bucket, one deleted is cleaned up.
 /// With its store lost (an etcd restored from before the Buckets were made), kopper deletes
 /// nothing in S3 or IAM for the Buckets it no longer sees; a Bucket made again under the
-/// same name is a new owner (the uid decides, see `Owner::owns`), told that the name is
-/// taken, and the data stays for an admin to hand over.
+/// same name is a new owner (the uid decides, see `Owner::owns`), told that the user name is
+/// taken, and the data stays for an admin to hand over. (The credentials of the Buckets the
+/// store lost are the sweep's at its next run, `--orphan-sweep-interval`; not within this test.)
 #[tokio::test]
 async fn an_api_server_restart_is_survived_and_a_lost_store_loses_no_data() {
     let Some(moto) = Moto::start().await else { return };
@@ -472,7 +473,8 @@ async fn an_api_server_restart_is_survived_and_a_lost_store_loses_no_data() {
     assert!(namespaces.get_opt(NAMESPACE).await.unwrap().is_none(), "an empty store");
     install(&cluster).await;
     create_bucket(&cluster, "after", json!({})).await;
-    wait_for_reason(&cluster, "after", "BucketNameTaken").await;
+    // A new uid: a new bucket name, but the same user name, which the old uid's tags hold.
+    wait_for_reason(&cluster, "after", "UserNameTaken").await;
     let name = after.bucket_name.unwrap();
     assert!(!s3.bucket_is_empty(&name).await.unwrap(), "the bucket and its data are kept");
     let user = after.user_name.unwrap();
@@ -1265,4 +1267,34 @@ async fn credentials_of_a_bucket_whose_finalizer_was_stripped_are_swept() {
     let (users, _) = account_contents(&moto.endpoint).await;
     assert!(!users.contains(&user), "the old user did not come back: {users:?}");
     operator.stop().await.unwrap();
+}
+
+/// Two clusters share an account. A tenant of c1 takes, by an explicit bucketName, the name
+/// c2's Bucket `team-a/data` would have derived were names predictable from its cluster,
+/// namespace and name. They are not: c2's Bucket derives a name holding its uid, gets its
+/// own bucket, and the squatted one stays c1's tenant's.
+#[tokio::test]
+async fn a_tenant_of_another_cluster_cannot_take_the_name_a_bucket_will_derive() {
+    let Some(moto) = Moto::start().await else { return };
+    let (c1, c2) = (cluster().await, cluster().await);
+    let operator_for = |cluster: &Cluster, id: &str| {
+        let mut flags = vec!["--controllers".to_owned(), "bucket".to_owned()];
+        flags.extend(common::moto::flags(&moto.endpoint, id));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Operator::start(cluster.run_args(&flags))
+    };
+    let (operator1, operator2) = (operator_for(&c1, "c1"), operator_for(&c2, "c2"));
+    let predictable =
+        Owner { cluster: "c2".into(), namespace: NAMESPACE.into(), name: "data".into(), uid: String::new() }
+            .legacy_bucket_name();
+    create_bucket(&c1, "squat", json!({"bucketName": predictable})).await;
+    wait_for_reason(&c1, "squat", "Ready").await;
+
+    create_bucket(&c2, "data", json!({})).await;
+    let ready = status(&wait_for_reason(&c2, "data", "Ready").await);
+    let derived = ready.bucket_name.unwrap();
+    assert_ne!(derived, predictable);
+    assert!(derived.starts_with("c2-team-a-data-"), "{derived}");
+    operator1.stop().await.unwrap();
+    operator2.stop().await.unwrap();
 }

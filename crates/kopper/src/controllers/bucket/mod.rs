@@ -442,7 +442,11 @@ impl Pass<'_> {
 
     /// The bucket's name: the spec's or the derived one, unchanged once a bucket exists.
     fn bucket_name(&self, bucket: &Bucket, status: &BucketStatus) -> Result<String, Error> {
-        let wanted = bucket.spec.bucket_name.clone().unwrap_or_else(|| self.owner.default_bucket_name());
+        let wanted = bucket
+            .spec
+            .bucket_name
+            .clone()
+            .unwrap_or_else(|| self.owner.derived_bucket_name(status.bucket_name.as_deref()));
         if let Some(problem) = names::bucket_name_problem(&wanted) {
             return Err(Error::blocked("InvalidBucketName", format!("spec.bucketName {wanted:?} {problem}")));
         }

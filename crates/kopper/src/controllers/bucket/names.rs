@@ -14,8 +14,12 @@ pub const TAG_UID: &str = "kopper.dev/uid";
 /// Longest S3 bucket name; IAM user names may have 64 characters.
 const BUCKET_NAME_MAX: usize = 63;
 const USER_NAME_MAX: usize = 64;
-/// Hex digits of the digest that keep derived names unique when the readable part is cut.
+/// Hex digits of the digest that keep derived user names and label values unique when the
+/// readable part is cut.
 const DIGEST_CHARS: usize = 8;
+/// Hex digits (80 bits) of the digest ending a derived bucket name: too many to search for a
+/// collision.
+const BUCKET_DIGEST_CHARS: usize = 20;
 
 /// Which Bucket object a provider resource belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,10 +56,33 @@ impl Owner {
     }
 
     /// The bucket name kopper derives when `spec.bucketName` is not set:
-    /// `<cluster>-<namespace>-<name>` made valid for S3, cut to fit, and ended by a digest of
-    /// the three so that different Buckets never derive the same name.
+    /// `<cluster>-<namespace>-<name>` made valid for S3, cut to fit, and ended by 80 bits of a
+    /// digest of the three and the Bucket's uid. The uid is chosen by the API server when the
+    /// Bucket is created and is visible only to those who may read the Bucket, so nobody
+    /// else, in this cluster or another sharing the account, can know the name before the
+    /// bucket exists and take it first; and 80 bits leave no collision to search for.
     pub fn default_bucket_name(&self) -> String {
+        let digest = digest_hex(&[self.cluster.as_str(), &self.namespace, &self.name, &self.uid].join("/"));
+        derived_name_with(
+            &[&self.cluster, &self.namespace, &self.name],
+            &digest[..BUCKET_DIGEST_CHARS],
+            BUCKET_NAME_MAX,
+        )
+    }
+
+    /// The name kopper derived for a bucket before names held the uid, which anyone could
+    /// predict; a Bucket whose status records it keeps it (a bucket cannot be renamed).
+    pub fn legacy_bucket_name(&self) -> String {
         derived_name(&[&self.cluster, &self.namespace, &self.name], BUCKET_NAME_MAX)
+    }
+
+    /// The derived bucket name for a Bucket whose status records `recorded`: the legacy name
+    /// when that is what it recorded, the current derivation otherwise. Status proves nothing
+    /// here; it only picks between two names both derived from this Bucket, and what is found
+    /// under either is still proven by its tags.
+    pub fn derived_bucket_name(&self, recorded: Option<&str>) -> String {
+        let legacy = self.legacy_bucket_name();
+        if recorded == Some(legacy.as_str()) { legacy } else { self.default_bucket_name() }
     }
 
     /// What every derived bucket name starts with, and so no explicit one may: otherwise a
@@ -78,20 +105,26 @@ pub fn user_name_prefix(cluster: &str) -> String {
 }
 
 fn derived_name(parts: &[&str], max: usize) -> String {
-    let digest = short_digest(&parts.join("/"));
+    let digest = digest_hex(&parts.join("/"));
+    derived_name_with(parts, &digest[..DIGEST_CHARS], max)
+}
+
+/// `parts` made readable and valid for S3 and IAM, cut to leave room for `digest`, which ends it.
+fn derived_name_with(parts: &[&str], digest: &str, max: usize) -> String {
     let readable: String = parts
         .join("-")
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
         .collect();
-    let room = max - DIGEST_CHARS - 1;
+    let room = max - digest.len() - 1;
     let readable = readable.get(..room).unwrap_or(&readable).trim_matches('-');
     format!("{readable}-{digest}")
 }
 
-fn short_digest(text: &str) -> String {
+/// The SHA-256 of `text` in hex (64 digits).
+fn digest_hex(text: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-    digest.as_ref().iter().take(DIGEST_CHARS / 2).map(|byte| format!("{byte:02x}")).collect()
+    digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// ARN of an S3 bucket (the partition of every commercial region).
@@ -241,6 +274,30 @@ mod tests {
         let user = long.user_name();
         assert!(user.len() <= 64 && user.starts_with("kopper-prod-"), "{user}");
         assert_ne!(bucket, owner(&"n".repeat(63), &format!("{}.y", "m".repeat(250))).default_bucket_name());
+    }
+
+    /// Another cluster's tenant who knows a Bucket's cluster, namespace and name still cannot
+    /// know the bucket name kopper will derive for it: that needs the Bucket's uid.
+    #[test]
+    fn derived_bucket_names_hold_the_uid_and_80_bits_of_digest() {
+        let a = owner("team", "data");
+        let b = Owner { uid: "u-2".into(), ..a.clone() };
+        assert_ne!(a.default_bucket_name(), b.default_bucket_name());
+        let digest = a.default_bucket_name().rsplit('-').next().unwrap().to_owned();
+        assert_eq!(digest.len(), 20, "{digest}");
+        assert!(valid_bucket_name(&a.default_bucket_name()));
+    }
+
+    /// A Bucket provisioned under the legacy name keeps it; every other Bucket derives the
+    /// current one.
+    #[test]
+    fn a_bucket_recorded_under_the_legacy_name_keeps_it() {
+        let a = owner("team", "data");
+        let legacy = a.legacy_bucket_name();
+        assert_ne!(legacy, a.default_bucket_name());
+        assert_eq!(a.derived_bucket_name(Some(&legacy)), legacy);
+        assert_eq!(a.derived_bucket_name(None), a.default_bucket_name());
+        assert_eq!(a.derived_bucket_name(Some("someone-elses")), a.default_bucket_name());
     }
 
     #[test]
