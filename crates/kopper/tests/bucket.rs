@@ -643,7 +643,9 @@ async fn throttling_and_server_errors_are_retried_with_backoff_until_ready() {
     let proxy = FaultProxy::start(&moto.endpoint).await;
     let cluster = cluster().await;
     let admin = common::free_admin_addr();
-    let operator = start_operator_at(&cluster, &proxy.endpoint, &["--admin-addr", &admin]);
+    // The default key interval: a throttled CreateAccessKey made no key, so it starts none.
+    let flags = ["--admin-addr", &admin, "--bucket-key-interval", "5m"];
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &flags);
     proxy
         .set_faults(json!([
             {"operation": "HeadBucket", "times": 2, "status": 503},

@@ -55,7 +55,7 @@ impl KeyLedger {
     }
 
     /// Records a key issued for the Bucket `uid`, forgetting what is older than the interval.
-    /// Called before CreateAccessKey is sent: a call whose answer is lost counts too.
+    /// A CreateAccessKey whose answer was lost counts too; one the provider refused does not.
     pub fn record(&self, uid: &str) {
         let now = Instant::now();
         if let Ok(mut issued) = self.issued.lock() {

@@ -660,7 +660,13 @@ impl Pass<'_> {
         let settings = secret::Contents { bucket: bucket_name, region, endpoint: self.provider.endpoint() };
         let key_id = if plan.create {
             self.may_issue_key(bucket, rotate)?;
-            let key = self.provider.create_access_key(user).await?;
+            let created = self.provider.create_access_key(user).await;
+            // An answer lost on the way (unreachable, timed out) may hide a key made.
+            if created.as_ref().is_ok() || created.as_ref().is_err_and(|e| e.kind == FailureKind::Unavailable)
+            {
+                self.keys.record(&self.owner.uid);
+            }
+            let key = created?;
             let desired = secret::desired(bucket, &settings, &key.id, &key.secret);
             secret::write(&secrets, current.as_ref(), desired, &self.ctx.settings.field_manager_for(NAME))
                 .await?;
@@ -690,15 +696,11 @@ impl Pass<'_> {
         Ok(key_id)
     }
 
-    /// Refuses a second access key for this Bucket within the key interval, and otherwise
-    /// records that one is about to be issued.
+    /// Refuses a second access key for this Bucket within the key interval.
     fn may_issue_key(&self, bucket: &Bucket, rotation: bool) -> Result<(), Error> {
         let interval = self.ctx.settings.buckets.key_interval;
         match self.keys.check(&self.owner.uid, rotation) {
-            churn::KeyIssue::Allowed => {
-                self.keys.record(&self.owner.uid);
-                Ok(())
-            }
+            churn::KeyIssue::Allowed => Ok(()),
             churn::KeyIssue::RotationWaits(wait) => Err(Error::Wait {
                 reason: "RotationRateLimited",
                 message: format!(
