@@ -76,19 +76,31 @@ fn type_of(schema: &Value) -> String {
     if schema["x-kubernetes-int-or-string"] == true {
         return "integer or string".into();
     }
+    let additional = &schema["additionalProperties"];
     let base = match schema["type"].as_str() {
         Some("array") => format!("array of {}", type_of(&schema["items"])),
+        Some("object") if additional.is_object() => format!("map of {}", type_of(additional)),
         Some(kind) => kind.to_owned(),
         None => "object".to_owned(),
     };
-    match schema["enum"].as_array() {
+    let typed = match schema["enum"].as_array() {
         Some(values) => {
             let values: Vec<String> =
                 values.iter().map(|v| format!("`{}`", v.as_str().unwrap_or_default())).collect();
             format!("{base}: {}", values.join(", "))
         }
         None => base,
-    }
+    };
+    format!("{typed}{}", bound_of(schema))
+}
+
+/// The bound the API server puts on a field's size, as `kubectl explain` users need it.
+fn bound_of(schema: &Value) -> String {
+    let bounds = [("maxLength", "characters"), ("maxItems", "items"), ("maxProperties", "entries")];
+    bounds
+        .iter()
+        .filter_map(|(keyword, unit)| schema[keyword].as_u64().map(|max| format!(" (at most {max} {unit})")))
+        .collect()
 }
 
 /// A description on one line: the schema keeps the doc comment's line breaks.
@@ -107,13 +119,19 @@ mod tests {
             assert!(reference.contains(&format!("## {kind}")), "{kind}");
         }
         assert!(
-            reference.contains("| `spec.configMapName` | string | yes | Name of the ConfigMap to copy"),
+            reference.contains(
+                "| `spec.configMapName` | string (at most 253 characters) | yes | Name of the ConfigMap to copy"
+            ),
             "{reference}"
         );
         assert!(reference.contains("| `spec.kind` | string: `ConfigMap`, `Secret` | yes |"), "{reference}");
         assert!(
             reference
                 .contains("`spec.credentialTypes` | array of string: `kubernetes.io/service-account-token`")
+        );
+        assert!(
+            reference.contains("| `spec.tags` | map of string (at most 256 characters) (at most 40 entries) |"),
+            "{reference}"
         );
     }
 }

@@ -27,11 +27,23 @@ pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]
 /// Label values: empty, or at most 63 letters, digits, `-`, `_` and `.`, alphanumeric at both ends.
 pub const LABEL_VALUE_PATTERN: &str = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
 
-/// k8s-openapi's LabelSelector schema accepts any string as an operator, key or value, so a
-/// wrong selector would be stored and fail only when kopper reads it. Every selector in
-/// kopper's CRDs gets the rules kube-apiserver applies to label selectors: operators from
-/// the four that exist, label keys and values of the right shape; `kubectl apply` then
-/// refuses a wrong one and names the field.
+/// Most `matchExpressions` in one label selector.
+pub const MAX_MATCH_EXPRESSIONS: usize = 16;
+/// Most `values` in one selector requirement.
+pub const MAX_REQUIREMENT_VALUES: usize = 64;
+/// Most `matchLabels` in one label selector.
+pub const MAX_MATCH_LABELS: usize = 64;
+/// Longest label key Kubernetes accepts: a 253-character prefix, `/` and a 63-character name.
+pub const MAX_LABEL_KEY_LENGTH: usize = 317;
+/// Longest label value Kubernetes accepts.
+pub const MAX_LABEL_VALUE_LENGTH: usize = 63;
+
+/// k8s-openapi's LabelSelector schema accepts any string as an operator, key or value, and
+/// any number of them, so a wrong or tenant-sized selector would be stored and fail (or sit
+/// in kopper's memory) only when kopper reads it. Every selector in kopper's CRDs gets the
+/// rules kube-apiserver applies to label selectors: operators from the four that exist, label
+/// keys and values of the right shape and length, and a bounded number of each;
+/// `kubectl apply` then refuses a wrong one and names the field.
 fn with_strict_selectors(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     for version in &mut crd.spec.versions {
         let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.take()) else {
@@ -54,10 +66,29 @@ fn tighten_selectors(node: &mut serde_json::Value) {
         let requirement = &mut properties["matchExpressions"]["items"]["properties"];
         requirement["operator"]["enum"] = serde_json::json!(["In", "NotIn", "Exists", "DoesNotExist"]);
         requirement["key"]["pattern"] = LABEL_KEY_PATTERN.into();
-        requirement["key"]["maxLength"] = 317.into();
+        requirement["key"]["maxLength"] = MAX_LABEL_KEY_LENGTH.into();
+        requirement["values"]["maxItems"] = MAX_REQUIREMENT_VALUES.into();
         requirement["values"]["items"]["pattern"] = LABEL_VALUE_PATTERN.into();
+        requirement["values"]["items"]["maxLength"] = MAX_LABEL_VALUE_LENGTH.into();
         properties["matchExpressions"]["items"]["anyOf"] = values_fit_the_operator();
-        properties["matchLabels"]["additionalProperties"]["pattern"] = LABEL_VALUE_PATTERN.into();
+        properties["matchExpressions"]["maxItems"] = MAX_MATCH_EXPRESSIONS.into();
+        append_description(
+            &mut properties["matchExpressions"],
+            &format!(
+                "At most {MAX_MATCH_EXPRESSIONS} requirements, each with at most \
+                 {MAX_REQUIREMENT_VALUES} values."
+            ),
+        );
+        let match_labels = &mut properties["matchLabels"];
+        match_labels["additionalProperties"]["pattern"] = LABEL_VALUE_PATTERN.into();
+        match_labels["additionalProperties"]["maxLength"] = MAX_LABEL_VALUE_LENGTH.into();
+        match_labels["maxProperties"] = MAX_MATCH_LABELS.into();
+        // Structural schemas cannot bound map keys; a CEL rule can (kube-apiserver 1.25+).
+        match_labels["x-kubernetes-validations"] = serde_json::json!([{
+            "rule": format!("self.all(key, size(key) <= {MAX_LABEL_KEY_LENGTH})"),
+            "message": format!("label keys must have at most {MAX_LABEL_KEY_LENGTH} characters"),
+        }]);
+        append_description(match_labels, &format!("At most {MAX_MATCH_LABELS} labels."));
     }
     for child in object.values_mut() {
         match child {
@@ -65,6 +96,11 @@ fn tighten_selectors(node: &mut serde_json::Value) {
             other => tighten_selectors(other),
         }
     }
+}
+
+fn append_description(node: &mut serde_json::Value, sentence: &str) {
+    let description = node["description"].as_str().unwrap_or_default().trim_end().to_owned();
+    node["description"] = format!("{description} {sentence}").trim_start().into();
 }
 
 /// `values` as kube-apiserver wants them in a label selector requirement: at least one for

@@ -65,9 +65,19 @@ pub struct BucketSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<bool>,
 
-    /// Tags for the bucket, besides the `kopper.dev/*` tags kopper sets to recognise it.
+    /// Tags for the bucket, besides the `kopper.dev/*` tags kopper sets to recognise it: at
+    /// most 40, keys of 1 to 128 characters and values of at most 256, made of letters,
+    /// digits, spaces and `_ . : / = + - @` (what both S3 and IAM accept). Keys may not start
+    /// with `aws:` or `kopper.dev/`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 40))]
+    #[schemars(extend(
+        "maxProperties" = 40,
+        "additionalProperties" = {"type": "string", "maxLength": 256, "pattern": r"^[\p{L}\p{N} _.:/=+@-]*$"},
+        "x-kubernetes-validations" = [
+            {"rule": "self.all(key, size(key) >= 1 && size(key) <= 128)", "message": "tag keys must have 1 to 128 characters"},
+            {"rule": "self.all(key, !key.startsWith('aws:') && !key.startsWith('kopper.dev/'))", "message": "tag keys may not start with aws: or kopper.dev/"}
+        ]
+    ))]
     pub tags: BTreeMap<String, String>,
 }
 

@@ -47,7 +47,7 @@ pub struct ConfigMapSyncSpec {
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub destination_namespace: Option<String>,
 
-    /// More namespaces to copy the ConfigMap into.
+    /// More namespaces to copy the ConfigMap into: at most 256.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
         length(max = 256),

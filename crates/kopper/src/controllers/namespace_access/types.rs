@@ -49,12 +49,14 @@ pub struct NamespaceSelection {
     pub selector: Option<LabelSelector>,
 
     /// Namespace name patterns to select. `*` matches any run of characters, `?` exactly one.
-    /// Omit to select every namespace (that the selector allows).
+    /// Omit to select every namespace (that the selector allows). At most 64 patterns of at
+    /// most 63 characters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$")))]
     pub include: Vec<String>,
 
     /// Namespace name patterns never to select, even when included or matched by the selector.
+    /// At most 64 patterns of at most 63 characters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$")))]
     pub exclude: Vec<String>,

@@ -33,7 +33,7 @@ pub struct ReplicationRuleSpec {
     /// What to copy: ConfigMap or Secret.
     pub kind: ReplicatedKind,
 
-    /// Namespaces the sources are read from.
+    /// Namespaces the sources are read from: 1 to 32 namespace names.
     #[schemars(
         length(min = 1, max = 32),
         inner(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))
@@ -52,12 +52,14 @@ pub struct ReplicationRuleSpec {
     /// exactly one. Omit to target every namespace except the source namespaces and the
     /// protected ones (kube-system, kube-public, kube-node-lease, kopper's own namespace and
     /// any the admin protects); a protected namespace receives copies only when listed here
-    /// by its exact name, never through a pattern.
+    /// by its exact name, never through a pattern. At most 64 patterns of at most 63
+    /// characters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$")))]
     pub include_namespaces: Vec<String>,
 
-    /// Namespace name patterns that never receive copies.
+    /// Namespace name patterns that never receive copies. At most 64 patterns of at most 63
+    /// characters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$")))]
     pub exclude_namespaces: Vec<String>,
