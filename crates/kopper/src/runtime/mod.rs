@@ -15,6 +15,7 @@ pub mod namespaces;
 pub mod process;
 pub mod shutdown;
 pub mod telemetry;
+pub mod trim;
 pub mod watch;
 
 pub use context::{Context, ErrorCategory, Settings};

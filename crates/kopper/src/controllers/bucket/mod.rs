@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use crate::runtime::trim::keep_only_what_decisions_read;
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
@@ -230,8 +231,9 @@ pub async fn run(
         Some(digest_of(&(bucket.meta().generation, rotate, deleting, bucket.finalizers().to_vec())))
     };
     let (reader, writer) = kube::runtime::reflector::store();
-    let stream = crate::runtime::watch::watcher(buckets, watcher::Config::default())
+    let stream = crate::runtime::watch::watcher(buckets, crate::runtime::trim::tenant_objects_watch())
         .default_backoff()
+        .modify(|bucket| keep_only_what_decisions_read(bucket, &[ROTATE_ANNOTATION]))
         .reflect(writer)
         .applied_objects()
         .predicate_filter(changes, Default::default());

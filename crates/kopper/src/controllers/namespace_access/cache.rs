@@ -47,22 +47,22 @@ impl<K> Cache<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    /// Watches `api` into a store; every event `relevant` accepts fires `triggers`.
+    /// Watches `api` into a store, each object cut down by `trim` first; every event
+    /// `relevant` accepts fires `triggers`.
     pub fn spawn(
         api: Api<K>,
         mut relevant: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+        trim: impl FnMut(&mut K) + Send + 'static,
         triggers: Vec<Trigger>,
         metrics: Arc<Metrics>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         let (store, writer) = reflector::store();
-        // Managed fields are never read from these caches and can be most of an object's
-        // size (the status controller and the binding writes read them elsewhere).
         let events = reflector::reflector(
             writer,
-            crate::runtime::watch::watcher(api, watcher::Config::default())
+            crate::runtime::watch::watcher(api, crate::runtime::trim::tenant_objects_watch())
                 .default_backoff()
-                .modify(|object: &mut K| object.managed_fields_mut().clear()),
+                .modify(trim),
         )
         .take_until(shutdown);
         let reader = store.clone();

@@ -120,6 +120,7 @@ pub async fn run(
     let policies = Cache::spawn(
         Api::<GuardedPolicy>::all(client.clone()),
         cache::spec_changed(),
+        crate::runtime::trim::keep_no_metadata_extras,
         vec![wake_namespaces, wake_status.clone()],
         ctx.metrics.clone(),
         shutdown.clone(),
@@ -129,6 +130,7 @@ pub async fn run(
     let bindings = Cache::spawn(
         Api::<RoleBinding>::all(client.clone()),
         cache::any_change,
+        |binding: &mut RoleBinding| binding.managed_fields_mut().clear(),
         vec![wake_status.clone()],
         ctx.metrics.clone(),
         shutdown.clone(),
@@ -167,8 +169,9 @@ pub async fn run(
         .reconcile_all_on(policy_changes)
         .reconcile_all_on(namespace_resyncs);
     let (policy_reader, policy_writer) = kube::runtime::reflector::store();
-    let policy_events = watch::watcher(Api::<GuardedPolicy>::all(client), watcher::Config::default())
+    let policy_events = watch::watcher(Api::<GuardedPolicy>::all(client), crate::runtime::trim::tenant_objects_watch())
         .default_backoff()
+        .modify(crate::runtime::trim::keep_no_metadata_extras)
         .reflect(policy_writer)
         .applied_objects();
     let status_controller = Controller::for_stream(policy_events, policy_reader)

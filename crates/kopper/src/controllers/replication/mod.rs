@@ -212,8 +212,9 @@ fn watch_rules<R: RuleObject>(
     let synced = Synced::default();
     let events = reflector::reflector(
         writer,
-        crate::runtime::watch::watcher(Api::<Guarded<R>>::all(client.clone()), watcher::Config::default())
-            .default_backoff(),
+        crate::runtime::watch::watcher(Api::<Guarded<R>>::all(client.clone()), crate::runtime::trim::tenant_objects_watch())
+            .default_backoff()
+            .modify(crate::runtime::trim::keep_no_metadata_extras),
     );
     let objects = synced
         .track(revision.track(events))
