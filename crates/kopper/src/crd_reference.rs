@@ -130,7 +130,8 @@ mod tests {
                 .contains("`spec.credentialTypes` | array of string: `kubernetes.io/service-account-token`")
         );
         assert!(
-            reference.contains("| `spec.tags` | map of string (at most 256 characters) (at most 40 entries) |"),
+            reference
+                .contains("| `spec.tags` | map of string (at most 256 characters) (at most 40 entries) |"),
             "{reference}"
         );
     }

@@ -14,6 +14,7 @@ use common::{Operator, eventually, eventually_within, run_args};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use kopper::controllers::bucket::types::Bucket;
 use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::replication_rule::types::ReplicationRule;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -144,13 +145,13 @@ fn ready_reason(status: &Value) -> &str {
     status["conditions"][0]["reason"].as_str().unwrap_or_default()
 }
 
-/// Tenants may manage ConfigMaps, Secrets and ConfigMapSyncs in their own namespace only.
+/// Tenants may manage ConfigMaps, Secrets, ConfigMapSyncs and Buckets in their own namespace only.
 async fn tenant_role(admin: &Client) {
     let role: ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": "tenant"},
         "rules": [
             {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["*"]},
-            {"apiGroups": ["kopper.dev"], "resources": ["configmapsyncs"], "verbs": ["*"]},
+            {"apiGroups": ["kopper.dev"], "resources": ["configmapsyncs", "buckets"], "verbs": ["*"]},
         ],
     }))
     .unwrap();
@@ -683,5 +684,103 @@ async fn a_source_turned_into_a_credential_type_loses_its_copies() {
         copies.get_opt("x").await.unwrap().is_none().then_some(())
     })
     .await;
+    tenancy.stop().await;
+}
+
+/// What a tenant sends the API server for a kind kopper caches, and the error it gets back.
+async fn refused<K>(api: &Api<K>, object: Value) -> kube::core::Status
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(object).unwrap();
+    match api.create(&PostParams::default(), &object).await {
+        Err(kube::Error::Api(status)) => *status,
+        other => panic!("the API server accepted a tenant-sized object: {other:?}"),
+    }
+}
+
+/// A tenant cannot fill kopper's memory through Bucket tags: 40 Buckets of 40 tags of
+/// 30,000 characters (1.2 MB each) are all refused by the CRD schema, naming the tag, and
+/// none is stored for kopper to cache.
+#[tokio::test]
+async fn tenant_sized_bucket_tags_are_refused_by_the_schema() {
+    let tenancy = Tenancy::start().await;
+    let api = Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a");
+    let value = "v".repeat(30_000);
+    let tags: BTreeMap<String, String> = (0..40).map(|i| (format!("tag{i:02}"), value.clone())).collect();
+    for n in 0..40 {
+        let bucket = json!({
+            "apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket",
+            "metadata": {"name": format!("big-{n}"), "namespace": "tenant-a"},
+            "spec": {"tags": tags},
+        });
+        let status = refused(&api, bucket).await;
+        assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+        assert!(
+            status.message.contains("spec.tags.tag00: Too long: may not be more than 256 bytes"),
+            "{}",
+            status.message
+        );
+    }
+    assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty());
+    let fits: BTreeMap<String, String> = [("owner".to_owned(), "v".repeat(256))].into();
+    let bucket: Bucket = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "fits", "namespace": "tenant-a"}, "spec": {"tags": fits},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &bucket).await.expect("tags within the S3 limits are accepted");
+    tenancy.stop().await;
+}
+
+/// A ConfigMapSync's selector is bounded too: a requirement listing 300 values (at most 64) is refused,
+/// naming the field.
+#[tokio::test]
+async fn a_tenant_sized_config_map_sync_selector_is_refused_by_the_schema() {
+    let tenancy = Tenancy::start().await;
+    let api = Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a");
+    let values: Vec<String> = (0..300).map(|i| format!("{i:0>63}")).collect();
+    let sync = json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ConfigMapSync",
+        "metadata": {"name": "wide", "namespace": "tenant-a"},
+        "spec": {"sourceNamespace": "tenant-a", "configMapName": "settings",
+                 "destinationSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": values}]}},
+    });
+    let status = refused(&api, sync).await;
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert!(
+        status.message.contains(
+            "spec.destinationSelector.matchExpressions[0].values: Too many: 300: must have at most 64 items"
+        ),
+        "{}",
+        status.message
+    );
+    tenancy.stop().await;
+}
+
+/// The finalizer and status kopper writes from its cached copy of a ConfigMapSync, which
+/// holds no annotations or labels, leave the tenant's annotations and labels on the server.
+#[tokio::test]
+async fn writes_from_the_cache_keep_a_config_map_syncs_annotations_and_labels() {
+    let tenancy = Tenancy::start().await;
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "settings", json!({"a": "1"})).await;
+    let note = "n".repeat(100_000);
+    let sync: ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ConfigMapSync",
+        "metadata": {"name": "noted", "namespace": "tenant-a",
+                     "annotations": {"example.com/note": note}, "labels": {"team": "a"}},
+        "spec": {"sourceNamespace": "tenant-a", "configMapName": "settings"},
+    }))
+    .unwrap();
+    let api = Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a");
+    api.create(&PostParams::default(), &sync).await.unwrap();
+    tenancy.sync_status("noted", |status| status.get("observedGeneration").is_some()).await;
+    let written = eventually("kopper's finalizer on the ConfigMapSync", || async {
+        let sync = api.get("noted").await.unwrap();
+        (!sync.finalizers().is_empty()).then_some(sync)
+    })
+    .await;
+    assert_eq!(written.annotations().get("example.com/note"), Some(&note));
+    assert_eq!(written.labels().get("team").map(String::as_str), Some("a"));
     tenancy.stop().await;
 }

@@ -219,3 +219,64 @@ async fn deleting_a_crd_removes_its_objects_and_stops_serving_it() {
     let status = api_error(api.get("w").await);
     assert_eq!(status.code, 404);
 }
+
+/// The bounds an operator puts on tenant-written fields (`maxLength` on map values and list
+/// items, `maxProperties`, `maxItems`) are enforced on create with kube-apiserver's wording,
+/// each cause naming its field, and an object within them is stored.
+#[tokio::test]
+async fn length_and_count_bounds_are_enforced_with_the_apiservers_wording() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("crd").await;
+    let group = format!("{}.test.kubesim.dev", unique_name("bounds"));
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object",
+                "properties": {"spec": {"type": "object", "properties": {
+                    "tags": {"type": "object", "maxProperties": 2,
+                             "additionalProperties": {"type": "string", "maxLength": 4}},
+                    "names": {"type": "array", "maxItems": 2, "items": {"type": "string", "maxLength": 3}},
+                }}},
+            }}}],
+        },
+    }))
+    .unwrap();
+    cluster.crd(&crd).await;
+    let gvk = GroupVersionKind::gvk(&group, "v1", "Gadget");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(&gvk, "gadgets"),
+    );
+    let gadget = |name: &str, spec: Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget",
+            "metadata": {"name": name}, "spec": spec}))
+        .unwrap()
+    };
+    let long = gadget("long", json!({"tags": {"a": "12345"}, "names": ["abcd"]}));
+    let status = api_error(api.create(&PostParams::default(), &long).await);
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    for cause in [
+        "spec.tags.a: Too long: may not be more than 4 bytes",
+        "spec.names[0]: Too long: may not be more than 3 bytes",
+    ] {
+        assert!(status.message.contains(cause), "{cause} in {}", status.message);
+    }
+    let many = gadget("many", json!({"tags": {"a": "1", "b": "2", "c": "3"}, "names": ["a", "b", "c"]}));
+    let status = api_error(api.create(&PostParams::default(), &many).await);
+    for cause in [
+        "spec.tags: Too many: 2: must have at most 2 items",
+        "spec.names: Too many: 3: must have at most 2 items",
+    ] {
+        assert!(status.message.contains(cause), "{cause} in {}", status.message);
+    }
+    api.create(
+        &PostParams::default(),
+        &gadget("fits", json!({"tags": {"a": "1234"}, "names": ["abc", "de"]})),
+    )
+    .await
+    .expect("an object within its bounds is stored");
+}

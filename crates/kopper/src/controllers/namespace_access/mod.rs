@@ -169,11 +169,12 @@ pub async fn run(
         .reconcile_all_on(policy_changes)
         .reconcile_all_on(namespace_resyncs);
     let (policy_reader, policy_writer) = kube::runtime::reflector::store();
-    let policy_events = watch::watcher(Api::<GuardedPolicy>::all(client), crate::runtime::trim::tenant_objects_watch())
-        .default_backoff()
-        .modify(crate::runtime::trim::keep_no_metadata_extras)
-        .reflect(policy_writer)
-        .applied_objects();
+    let policy_events =
+        watch::watcher(Api::<GuardedPolicy>::all(client), crate::runtime::trim::tenant_objects_watch())
+            .default_backoff()
+            .modify(crate::runtime::trim::keep_no_metadata_extras)
+            .reflect(policy_writer)
+            .applied_objects();
     let status_controller = Controller::for_stream(policy_events, policy_reader)
         .with_config(crate::runtime::controller::config().debounce(STATUS_DEBOUNCE))
         .reconcile_all_on(status_changes);

@@ -212,9 +212,12 @@ fn watch_rules<R: RuleObject>(
     let synced = Synced::default();
     let events = reflector::reflector(
         writer,
-        crate::runtime::watch::watcher(Api::<Guarded<R>>::all(client.clone()), crate::runtime::trim::tenant_objects_watch())
-            .default_backoff()
-            .modify(crate::runtime::trim::keep_no_metadata_extras),
+        crate::runtime::watch::watcher(
+            Api::<Guarded<R>>::all(client.clone()),
+            crate::runtime::trim::tenant_objects_watch(),
+        )
+        .default_backoff()
+        .modify(crate::runtime::trim::keep_no_metadata_extras),
     );
     let objects = synced
         .track(revision.track(events))
