@@ -87,13 +87,20 @@ async fn populate(cluster: &Cluster, largest: bool) {
                     let bucket: Bucket = serde_json::from_value(json!({"apiVersion": "kopper.dev/v1alpha1",
                         "kind": "Bucket", "metadata": metadata, "spec": bucket_spec}))
                     .unwrap();
-                    let sync: ConfigMapSync = serde_json::from_value(json!({"apiVersion": "kopper.dev/v1alpha1",
+                    let sync: ConfigMapSync =
+                        serde_json::from_value(json!({"apiVersion": "kopper.dev/v1alpha1",
                         "kind": "ConfigMapSync", "metadata": metadata, "spec": sync_spec}))
-                    .unwrap();
+                        .unwrap();
                     let buckets: Api<Bucket> = Api::namespaced(client.clone(), &namespace);
-                    buckets.create(&PostParams::default(), &bucket).await.expect("a Bucket within the schema");
+                    buckets
+                        .create(&PostParams::default(), &bucket)
+                        .await
+                        .expect("a Bucket within the schema");
                     let syncs: Api<ConfigMapSync> = Api::namespaced(client.clone(), &namespace);
-                    syncs.create(&PostParams::default(), &sync).await.expect("a ConfigMapSync within the schema");
+                    syncs
+                        .create(&PostParams::default(), &sync)
+                        .await
+                        .expect("a ConfigMapSync within the schema");
                 }
             })
         })
@@ -127,7 +134,9 @@ where
         counted += page
             .items
             .iter()
-            .filter(|object| serde_json::to_value(object).is_ok_and(|v| v["status"]["conditions"][0].is_object()))
+            .filter(|object| {
+                serde_json::to_value(object).is_ok_and(|v| v["status"]["conditions"][0].is_object())
+            })
             .count();
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
