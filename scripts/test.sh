@@ -46,5 +46,5 @@ phase_done lint
 cargo test --workspace --locked --no-run
 phase_done build
 
-cargo test --workspace --locked 2>&1 | tee "$test_log"
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"
 phase_done tests
