@@ -107,6 +107,9 @@ impl Installation {
         let s3_flags = common::moto::flags(&moto.endpoint, cluster_id);
         let mut flags: Vec<&str> = s3_flags.iter().map(String::as_str).collect();
         flags.extend([
+            // The Bucket's Secret is deleted and written again with a new key at once.
+            "--bucket-key-interval",
+            "1s",
             "--leader-elect",
             "true",
             "--lease-namespace",

@@ -42,7 +42,7 @@ use kube::{Api, Resource, ResourceExt};
 use crate::runtime::controller::run_controller;
 use crate::runtime::namespaces::NamespaceMeta;
 use crate::runtime::{Context, ErrorCategory};
-use crate::runtime::{field_manager, watch};
+use crate::runtime::watch;
 use crate::tenancy::ProtectedNamespaces;
 
 use self::cache::{Cache, Trigger};
@@ -265,9 +265,7 @@ async fn reconcile_status(
     let name = policy.name_any();
     let next = shared.status_of(policy);
     shared.count_conflicts(&name, next.conflict_count, &ctx);
-    let legacy = &ctx.settings.field_manager;
-    let migrating = field_manager::holds_applied_fields(&policy.metadata, legacy, Some("status"));
-    if policy.status.as_ref() == Some(&next) && !migrating {
+    if policy.status.as_ref() == Some(&next) {
         return Ok(Action::await_change());
     }
     let api = Api::<NamespaceAccess>::all(ctx.client.clone());
@@ -280,11 +278,6 @@ async fn reconcile_status(
     api.patch_status(&name, &params, &Patch::Apply(&patch))
         .await
         .map_err(|source| Error::WriteStatus { name: name.clone(), source })?;
-    if migrating {
-        field_manager::release(&api, &name, legacy, true)
-            .await
-            .map_err(|source| Error::WriteStatus { name: name.clone(), source })?;
-    }
     ctx.metrics.wrote(STATUS_CONTROLLER);
     let reference = policy.object_ref(&());
     for notice in notices(policy.status.as_ref(), &next) {
