@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::wait_until;
+
 use support::memory_kib;
 
 use std::net::TcpListener;
@@ -35,18 +37,6 @@ fn start_kopper(kubeconfig: &Path, admin_port: u16) -> Child {
         .stdout(Stdio::null())
         .spawn()
         .expect("the kopper binary starts")
-}
-
-async fn wait_until<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn ready(admin_port: u16) -> bool {

@@ -31,6 +31,8 @@
 
 mod support;
 
+use support::wait_until;
+
 use support::{Cluster, admin_get, memory_kib};
 
 use std::collections::HashMap;
@@ -177,18 +179,6 @@ impl Kopper {
         if self.child.wait().is_err() {
             self.child.kill().ok();
         }
-    }
-}
-
-async fn wait_until<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

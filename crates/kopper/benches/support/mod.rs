@@ -92,3 +92,17 @@ pub async fn admin_get(port: u16, path: &str) -> Option<String> {
     stream.read_to_string(&mut response).await.ok()?;
     Some(response)
 }
+
+/// Waits until `check` holds, asking every 100 ms; panics naming `what` after `limit`.
+#[allow(dead_code)] // not every bench waits this way
+pub async fn wait_until<F, Fut>(what: &str, limit: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + limit;
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

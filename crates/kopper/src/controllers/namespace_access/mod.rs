@@ -41,8 +41,8 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::controller::run_controller;
 use crate::runtime::namespaces::NamespaceMeta;
-use crate::runtime::{Context, ErrorCategory};
 use crate::runtime::watch;
+use crate::runtime::{Context, ErrorCategory};
 use crate::tenancy::ProtectedNamespaces;
 
 use self::cache::{Cache, Trigger};
