@@ -237,12 +237,17 @@ pub struct RunArgs {
 }
 
 /// Settings of the Bucket controller's S3 and IAM provider.
+/// The `--cluster-id` of an install that did not choose one.
+pub const DEFAULT_CLUSTER_ID: &str = "kopper";
+
 #[derive(Clone, Debug, Args)]
 pub struct S3Args {
     /// Names this cluster in derived bucket and user names and in tags, so that clusters
     /// sharing an account never take each other's buckets: lowercase letters, digits and
-    /// hyphens, at most 20.
-    #[arg(long, env = "KOPPER_CLUSTER_ID", default_value = "kopper", value_parser = parse_cluster_id)]
+    /// hyphens, at most 20; one per cluster in an account. The sweep for credentials of
+    /// deleted Buckets runs only when it is set (not the default): with the default, two
+    /// clusters in one account could not tell each other's credentials from orphans.
+    #[arg(long, env = "KOPPER_CLUSTER_ID", default_value = DEFAULT_CLUSTER_ID, value_parser = parse_cluster_id)]
     pub cluster_id: String,
 
     /// Region buckets are created in unless a Bucket names one. Setting it turns the S3

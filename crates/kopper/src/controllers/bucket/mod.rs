@@ -39,7 +39,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{self, Event as FinalizerEvent};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
@@ -233,16 +233,22 @@ pub async fn run(
     let (reader, writer) = kube::runtime::reflector::store();
     let stream = crate::runtime::watch::watcher(buckets, crate::runtime::trim::tenant_objects_watch())
         .default_backoff()
-        .modify(|bucket| keep_only_what_decisions_read(bucket, &[ROTATE_ANNOTATION]))
+        .modify(|bucket| {
+            keep_only_what_decisions_read(bucket, &[ROTATE_ANNOTATION]);
+            shorten_rotation_request(bucket);
+        })
         .reflect(writer)
         .applied_objects()
         .predicate_filter(changes, Default::default());
-    // Metadata is enough to map a Secret to its Bucket; no credentials are cached.
+    // Metadata is enough to map a Secret to its Bucket; no credentials are cached. Tenants
+    // can label any Secret so, and fill its annotations: small pages.
     let secrets = Api::<PartialObjectMeta<Secret>>::all(ctx.client.clone());
-    let secret_events =
-        crate::runtime::watch::watcher(secrets, watcher::Config::default().labels(secret::BUCKET_LABEL))
-            .default_backoff()
-            .touched_objects();
+    let secret_events = crate::runtime::watch::watcher(
+        secrets,
+        crate::runtime::trim::tenant_objects_watch().labels(secret::BUCKET_LABEL),
+    )
+    .default_backoff()
+    .touched_objects();
     let controller = Controller::for_stream(stream, reader)
         .owns_stream(secret_events)
         .with_config(crate::runtime::controller::config());
@@ -250,10 +256,18 @@ pub async fn run(
     // replica reconciles.
     let creating = NameLocks::default();
     let keys = Arc::new(churn::KeyLedger::new(ctx.settings.buckets.key_interval));
-    let sweeper = provider.clone().map(|provider| {
+    let sweeper = provider.clone().and_then(|provider| {
         let settings = &ctx.settings.buckets;
+        if settings.cluster_id == crate::cli::DEFAULT_CLUSTER_ID {
+            tracing::warn!(
+                "the sweep for credentials of deleted Buckets is off: set --cluster-id \
+                 (KOPPER_CLUSTER_ID, chart value bucket.clusterId) to a name no other cluster in \
+                 this account uses"
+            );
+            return None;
+        }
         let interval = settings.orphan_sweep_interval.max(Duration::from_secs(1));
-        tokio::spawn(sweep::run(ctx.client.clone(), provider, settings.cluster_id.clone(), interval))
+        Some(tokio::spawn(sweep::run(ctx.client.clone(), provider, settings.cluster_id.clone(), interval)))
     });
     run_controller(NAME, controller, ctx, shutdown, move |bucket, ctx| {
         reconcile(bucket, ctx, provider.clone(), creating.clone(), keys.clone())
@@ -263,6 +277,24 @@ pub async fn run(
         sweeper.abort();
     }
     Ok(())
+}
+
+/// The longest rotation request kept as written; a longer one is kept as its digest.
+const ROTATION_REQUEST_KEPT: usize = 64;
+
+/// Replaces a long [`ROTATE_ANNOTATION`] value with a SHA-256 digest of it, in kopper's cache
+/// (and so in `status.rotatedFor`): a change still reads as a new request, but a tenant's
+/// 256 KiB annotation costs kopper 71 bytes, not twice its size per Bucket.
+fn shorten_rotation_request(bucket: &mut Bucket) {
+    let Some(value) = bucket.meta_mut().annotations.as_mut().and_then(|a| a.get_mut(ROTATE_ANNOTATION))
+    else {
+        return;
+    };
+    if value.len() > ROTATION_REQUEST_KEPT {
+        let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
+        let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
+        *value = format!("sha256:{hex}");
+    }
 }
 
 fn digest_of(value: &impl std::hash::Hash) -> u64 {
@@ -987,6 +1019,28 @@ async fn publish(ctx: &Context, bucket: &Bucket, type_: EventType, reason: &str,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_rotation_request_is_kept_as_its_digest_and_a_short_one_as_written() {
+        let with = |value: &str| -> Bucket {
+            let mut bucket: Bucket = serde_json::from_value(serde_json::json!({
+                "apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket",
+                "metadata": {"name": "b", "annotations": {ROTATE_ANNOTATION: value}}, "spec": {}
+            }))
+            .unwrap();
+            shorten_rotation_request(&mut bucket);
+            bucket
+        };
+        assert_eq!(with("2026-11-28").annotations()[ROTATE_ANNOTATION], "2026-11-28");
+        let long = "x".repeat(256 * 1024);
+        let kept = with(&long).annotations()[ROTATE_ANNOTATION].clone();
+        assert!(kept.starts_with("sha256:") && kept.len() == 71, "{kept}");
+        assert_ne!(
+            kept,
+            with(&format!("{long}y")).annotations()[ROTATE_ANNOTATION],
+            "a change is a new request"
+        );
+    }
 
     #[test]
     fn a_status_write_from_a_stale_snapshot_holds_only_what_it_changes() {

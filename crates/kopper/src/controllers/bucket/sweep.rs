@@ -4,7 +4,9 @@
 //! denial), and then nothing else would ever delete them: the key would keep working, and
 //! once the bucket is deleted and its name taken by someone else, read their objects.
 //!
-//! So the leader sweeps at start and then every `--orphan-sweep-interval`: it lists the IAM
+//! So the leader sweeps at start and then every `--orphan-sweep-interval`, when the install
+//! set a `--cluster-id` of its own (two clusters in one account with the default one could
+//! not tell each other's users from orphans): it lists the IAM
 //! users whose names start with this cluster's prefix, reads each one's tags, lists the
 //! Buckets from the API server (not from the cache: a Bucket just created may not be there
 //! yet), and deletes the keys, policy and user of every one whose tags name this cluster and
@@ -89,9 +91,19 @@ async fn sweep(client: &kube::Client, provider: &dyn Provider, cluster: &str) ->
     let live = live_bucket_uids(client).await?;
     let mut deleted = 0;
     for orphan in orphans(&found, cluster, &live) {
-        delete(provider, orphan).await?;
-        info!(user = orphan.name, "deleted the IAM user, policy and keys of a Bucket that no longer exists");
-        deleted += 1;
+        // One that cannot be deleted now does not keep the others' credentials alive.
+        match delete(provider, orphan).await {
+            Ok(()) => {
+                info!(
+                    user = orphan.name,
+                    "deleted the IAM user, policy and keys of a Bucket that no longer exists"
+                );
+                deleted += 1;
+            }
+            Err(error) => {
+                warn!(user = orphan.name, "could not delete an orphaned IAM user, retried next time: {error}")
+            }
+        }
     }
     Ok(deleted)
 }
@@ -100,7 +112,8 @@ async fn sweep(client: &kube::Client, provider: &dyn Provider, cluster: &str) ->
 async fn live_bucket_uids(client: &kube::Client) -> Result<HashSet<String>, Error> {
     let api = Api::<Bucket>::all(client.clone());
     let mut uids = HashSet::new();
-    let mut params = ListParams::default().limit(500);
+    // Buckets' metadata carries what tenants write (annotations): small pages.
+    let mut params = ListParams::default().limit(crate::runtime::trim::TENANT_OBJECTS_PAGE_SIZE);
     loop {
         let page = api.list_metadata(&params).await.map_err(Error::kube("listing Buckets"))?;
         uids.extend(page.items.iter().filter_map(|bucket| bucket.uid()));

@@ -36,7 +36,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::controller::run_controller;
@@ -158,9 +158,10 @@ pub async fn run(
     let namespace_reader = binding_feed.store();
     let (resync_namespaces, namespace_resyncs) = Trigger::new();
     let namespace_events = cache::namespace_changes(binding_feed, resync_namespaces);
-    let binding_events = watch::watcher(Api::<RoleBinding>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .touched_objects();
+    let binding_events =
+        watch::watcher(Api::<RoleBinding>::all(client.clone()), crate::runtime::trim::tenant_objects_watch())
+            .default_backoff()
+            .touched_objects();
     let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
         .with_config(crate::runtime::controller::config())
         .watches_stream(binding_events, |binding| {
