@@ -291,9 +291,7 @@ fn shorten_rotation_request(bucket: &mut Bucket) {
         return;
     };
     if value.len() > ROTATION_REQUEST_KEPT {
-        let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
-        let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
-        *value = format!("sha256:{hex}");
+        *value = format!("sha256:{}", names::digest_hex(value));
     }
 }
 

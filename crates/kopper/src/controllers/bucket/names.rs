@@ -122,7 +122,7 @@ fn derived_name_with(parts: &[&str], digest: &str, max: usize) -> String {
 }
 
 /// The SHA-256 of `text` in hex (64 digits).
-fn digest_hex(text: &str) -> String {
+pub fn digest_hex(text: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
 }

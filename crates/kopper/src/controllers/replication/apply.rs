@@ -15,7 +15,7 @@ use kube::core::{ObjectMeta, Status};
 use kube::{Api, Client, Resource};
 use serde::{Deserialize, Serialize};
 
-use super::desired::{Change, CopyKey, DesiredCopy, ObjectInfo, ObjectKind, has_controller_owner};
+use super::desired::{Change, CopyKey, DesiredCopy, ObjectKind, is_copy};
 
 /// Writes in flight at once for one rule.
 const CONCURRENT_WRITES: usize = 16;
@@ -137,11 +137,7 @@ async fn create_once(client: &Client, field_manager: &str, copy: &DesiredCopy) -
         Err(error) if namespace_gone(&error) => Outcome::Skipped,
         Err(kube::Error::Api(status)) if status.is_already_exists() => match look(client, &copy.key).await {
             // kopper's own copy, made by a pass that raced this one.
-            Ok(Some(meta))
-                if ObjectInfo::from_meta(&meta).is_kopper_copy() && !has_controller_owner(&meta) =>
-            {
-                Outcome::Raced(copy.key.clone())
-            }
+            Ok(Some(meta)) if is_copy(&meta) => Outcome::Raced(copy.key.clone()),
             Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
             Ok(None) => return None,
             Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
@@ -166,7 +162,7 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     if current.uid.as_deref() != Some(existing_uid) {
         return Outcome::Raced(key.clone());
     }
-    if !ObjectInfo::from_meta(&current).is_kopper_copy() || has_controller_owner(&current) {
+    if !is_copy(&current) {
         return Outcome::Unmanaged(key.clone());
     }
     match rewrite(client, field_manager, copy, &current).await {

@@ -825,6 +825,12 @@ pub fn has_controller_owner(meta: &ObjectMeta) -> bool {
     meta.owner_references.iter().flatten().any(|owner| owner.controller == Some(true))
 }
 
+/// Whether the object `meta` describes is one of the engine's copies, as a fresh read shows
+/// it: its marks ([`ObjectInfo::is_kopper_copy`]) and no controller owner.
+pub fn is_copy(meta: &ObjectMeta) -> bool {
+    ObjectInfo::from_meta(meta).is_kopper_copy() && !has_controller_owner(meta)
+}
+
 /// `version` as a number, if writing the number back gives `version` again (resourceVersions
 /// are opaque: only one written exactly as the server wrote it may be sent back).
 pub fn canonical_number(version: &str) -> Option<NonZeroU64> {

@@ -12,7 +12,9 @@ use kube::api::{DeleteParams, PostParams};
 use super::*;
 use kube::ResourceExt;
 
-use crate::controllers::replication::desired::{MANAGED_BY_LABEL, Payload, RuleId, Source, desired_copy};
+use crate::controllers::replication::desired::{
+    MANAGED_BY_LABEL, ObjectInfo, Payload, RuleId, Source, desired_copy,
+};
 
 const DEST: &str = "dest";
 const NAME: &str = "x";
