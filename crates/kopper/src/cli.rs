@@ -227,8 +227,7 @@ pub struct RunArgs {
 
     /// Base of the field managers kopper writes with: each controller writes as
     /// `<this>/<controller>` (e.g. `kopper/namespace-access`), so managedFields show which
-    /// controller owns a field. Objects applied under this name alone by earlier releases are
-    /// moved to the controller's own manager.
+    /// controller owns a field.
     #[arg(long, env = "KOPPER_FIELD_MANAGER", default_value = "kopper", value_parser = parse_field_manager)]
     pub field_manager: String,
 
@@ -441,8 +440,12 @@ impl RunArgs {
                 ),
                 allow_unconsented: self.allow_unconsented_destinations,
             },
-            buckets: self.s3.settings(),
         }
+    }
+
+    /// The settings only some controllers read, taken from the flags once at start-up.
+    pub fn controller_settings(&self) -> crate::controllers::ControllerSettings {
+        crate::controllers::ControllerSettings { buckets: self.s3.settings() }
     }
 
     /// The enabled controllers, each once, in a stable order.

@@ -162,7 +162,7 @@ async fn run_controllers(
 
     let mut running = JoinSet::new();
     for name in controllers::units(enabled) {
-        running.spawn(controllers::run(name, ctx.clone(), stop.wait()));
+        running.spawn(controllers::run(name, ctx.clone(), args.controller_settings(), stop.wait()));
     }
     info!(controllers = ?enabled.iter().map(|name| name.as_str()).collect::<Vec<_>>(), "controllers started");
 

@@ -1272,9 +1272,9 @@ async fn credentials_of_a_bucket_whose_finalizer_was_stripped_are_swept() {
 }
 
 /// Two clusters share an account. A tenant of c1 takes, by an explicit bucketName, the name
-/// c2's Bucket `team-a/data` would have derived were names predictable from its cluster,
-/// namespace and name. They are not: c2's Bucket derives a name holding its uid, gets its
-/// own bucket, and the squatted one stays c1's tenant's.
+/// c2's Bucket `team-a/data` would derive from what the tenant can know: its cluster,
+/// namespace and name, but not the uid the API server gives it. c2's Bucket derives a name
+/// holding its uid, gets its own bucket, and the squatted one stays c1's tenant's.
 #[tokio::test]
 async fn a_tenant_of_another_cluster_cannot_take_the_name_a_bucket_will_derive() {
     let Some(moto) = Moto::start().await else { return };
@@ -1288,7 +1288,7 @@ async fn a_tenant_of_another_cluster_cannot_take_the_name_a_bucket_will_derive()
     let (operator1, operator2) = (operator_for(&c1, "c1"), operator_for(&c2, "c2"));
     let predictable =
         Owner { cluster: "c2".into(), namespace: NAMESPACE.into(), name: "data".into(), uid: String::new() }
-            .legacy_bucket_name();
+            .default_bucket_name();
     create_bucket(&c1, "squat", json!({"bucketName": predictable})).await;
     wait_for_reason(&c1, "squat", "Ready").await;
 

@@ -15,6 +15,14 @@ use prometheus_client::registry::Registry;
 use crate::cli::ControllerName;
 use crate::runtime::Context;
 
+/// What a controller needs beyond the shared [`Context`]: its own settings, parsed from the
+/// flags once by the operator and handed to it alone.
+#[derive(Clone, Debug, Default)]
+pub struct ControllerSettings {
+    /// The Bucket controller's cluster id, S3 provider and intervals.
+    pub buckets: bucket::BucketSettings,
+}
+
 /// Runs one controller until `shutdown` resolves and its in-flight reconciles are done. An
 /// error means the controller cannot go on; the operator then stops with it.
 ///
@@ -24,6 +32,7 @@ use crate::runtime::Context;
 pub async fn run(
     name: ControllerName,
     ctx: Arc<Context>,
+    settings: ControllerSettings,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     match name {
@@ -35,7 +44,7 @@ pub async fn run(
         ControllerName::ConfigMapSync | ControllerName::ReplicationRule => {
             replication::run(ctx, shutdown).await
         }
-        ControllerName::Bucket => bucket::run(ctx, shutdown).await,
+        ControllerName::Bucket => bucket::run(ctx, settings.buckets, shutdown).await,
     }
 }
 

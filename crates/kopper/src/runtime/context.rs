@@ -29,7 +29,6 @@ pub struct Context {
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// The base of every controller's field manager (`kopper`): see [`Settings::field_manager_for`].
-    /// Earlier releases wrote everything under this name alone.
     pub field_manager: String,
     /// Annotation that asks the pod labeler for a label.
     pub pod_label_annotation: String,
@@ -41,8 +40,6 @@ pub struct Settings {
     pub concurrency: u16,
     /// Where tenants' resources may write: protected namespaces and destination consent.
     pub destinations: DestinationPolicy,
-    /// The Bucket controller's cluster id and S3 provider.
-    pub buckets: crate::controllers::bucket::BucketSettings,
 }
 
 impl Default for Settings {
@@ -54,10 +51,6 @@ impl Default for Settings {
             allow_cross_namespace_sources: false,
             concurrency: 4,
             destinations: DestinationPolicy::default(),
-            buckets: crate::controllers::bucket::BucketSettings {
-                cluster_id: "kopper".into(),
-                ..Default::default()
-            },
         }
     }
 }

@@ -64,6 +64,29 @@ impl Recorder {
         Ok(())
     }
 
+    /// Publishes an Event about `regarding` and never fails: an Event that cannot be
+    /// recorded is logged, because what the controller did matters more than telling of it.
+    pub async fn record(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        action: &str,
+        reason: &str,
+        note: String,
+    ) {
+        let event =
+            Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+        if let Err(error) = self.publish(&event, regarding).await {
+            tracing::warn!(
+                namespace = regarding.namespace.as_deref().unwrap_or_default(),
+                name = regarding.name.as_deref().unwrap_or_default(),
+                %reason,
+                %error,
+                "could not record an Event"
+            );
+        }
+    }
+
     fn recent(&self) -> std::sync::MutexGuard<'_, RecentEvents> {
         self.recent.lock().unwrap_or_else(PoisonError::into_inner)
     }

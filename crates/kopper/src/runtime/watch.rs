@@ -163,13 +163,17 @@ mod tests {
         Box::new(Status { code, message: message.to_owned(), ..Status::default() })
     }
 
+    /// A kopper custom resource, as any controller's.
+    #[derive(kube::CustomResource, Clone, Debug, serde::Deserialize, serde::Serialize)]
+    #[kube(group = "kopper.dev", version = "v1alpha1", kind = "Widget", namespaced, schema = "disabled")]
+    struct WidgetSpec {}
+
     #[test]
     fn a_missing_kopper_crd_is_named_with_the_command_that_installs_it() {
-        use crate::controllers::replication_rule::types::ReplicationRule;
         let not_found = status(404, "the server could not find the requested resource");
         assert!(is_not_served(&watcher::Error::InitialListFailed(kube::Error::Api(not_found))));
-        let message = not_served_message::<ReplicationRule>();
-        assert!(message.contains("CustomResourceDefinition replicationrules.kopper.dev"), "{message}");
+        let message = not_served_message::<Widget>();
+        assert!(message.contains("CustomResourceDefinition widgets.kopper.dev"), "{message}");
         assert!(message.contains("kopper crds | kubectl apply"), "{message}");
     }
 

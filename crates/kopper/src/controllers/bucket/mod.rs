@@ -37,7 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, Event as FinalizerEvent};
 use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
@@ -207,16 +207,18 @@ pub struct BucketSettings {
 /// Runs the Bucket controller until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
+    settings: BucketSettings,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    let provider: Option<Arc<dyn Provider>> = match &ctx.settings.buckets.provider {
+    let provider: Option<Arc<dyn Provider>> = match &settings.provider {
         None => None,
-        Some(settings) => {
-            let mut settings = settings.clone();
-            if let Some((namespace, name)) = &ctx.settings.buckets.credentials_secret {
-                settings.credentials = Some(secret::read_credentials(&ctx.client, namespace, name).await?);
+        Some(aws_settings) => {
+            let mut aws_settings = aws_settings.clone();
+            if let Some((namespace, name)) = &settings.credentials_secret {
+                aws_settings.credentials =
+                    Some(secret::read_credentials(&ctx.client, namespace, name).await?);
             }
-            let inner = aws::AwsProvider::new(settings).await;
+            let inner = aws::AwsProvider::new(aws_settings).await;
             Some(Arc::new(fenced::Fenced { inner, fence: ctx.fence.clone() }))
         }
     };
@@ -254,10 +256,14 @@ pub async fn run(
         .with_config(crate::runtime::controller::config());
     // Creating or adopting a bucket is serialised per bucket name, across every Bucket this
     // replica reconciles.
-    let creating = NameLocks::default();
-    let keys = Arc::new(churn::KeyLedger::new(ctx.settings.buckets.key_interval));
+    let shared = Arc::new(Shared {
+        provider: provider.clone(),
+        creating: NameLocks::default(),
+        keys: churn::KeyLedger::new(settings.key_interval),
+        cluster_id: settings.cluster_id.clone(),
+        key_interval: settings.key_interval,
+    });
     let sweeper = provider.clone().and_then(|provider| {
-        let settings = &ctx.settings.buckets;
         if settings.cluster_id == crate::cli::DEFAULT_CLUSTER_ID {
             tracing::warn!(
                 "the sweep for credentials of deleted Buckets is off: set --cluster-id \
@@ -270,7 +276,7 @@ pub async fn run(
         Some(tokio::spawn(sweep::run(ctx.client.clone(), provider, settings.cluster_id.clone(), interval)))
     });
     run_controller(NAME, controller, ctx, shutdown, move |bucket, ctx| {
-        reconcile(bucket, ctx, provider.clone(), creating.clone(), keys.clone())
+        reconcile(bucket, ctx, shared.clone())
     })
     .await;
     if let Some(sweeper) = sweeper {
@@ -302,14 +308,23 @@ fn digest_of(value: &impl std::hash::Hash) -> u64 {
     hasher.finish()
 }
 
-async fn reconcile(
-    bucket: Arc<Bucket>,
-    ctx: Arc<Context>,
+/// What every pass of the controller shares.
+struct Shared {
+    /// S3 and IAM; `None` when kopper runs without a provider.
     provider: Option<Arc<dyn Provider>>,
+    /// Held per bucket name from looking at it to tagging the bucket, when creating or
+    /// adopting, across every Bucket this replica reconciles.
     creating: NameLocks,
-    keys: Arc<churn::KeyLedger>,
-) -> Result<Action, Error> {
-    let Some(provider) = provider else {
+    /// When each Bucket last got an access key: no Bucket gets keys in a loop.
+    keys: churn::KeyLedger,
+    /// Names this cluster in derived names and tags ([`BucketSettings::cluster_id`]).
+    cluster_id: String,
+    /// The shortest time between two access keys for one Bucket.
+    key_interval: Duration,
+}
+
+async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let Some(provider) = &shared.provider else {
         let message = "kopper runs without an S3 provider: a cluster admin must set --s3-region \
                        (KOPPER_S3_REGION) and, for an S3-compatible service, --s3-endpoint";
         count_not_ready(&ctx, &bucket, Some(true));
@@ -324,9 +339,10 @@ async fn reconcile(
     let pass = Pass {
         ctx: &ctx,
         provider: provider.as_ref(),
-        owner: owner_of(&ctx, &bucket),
-        creating: &creating,
-        keys: &keys,
+        owner: owner_of(&shared.cluster_id, &bucket),
+        creating: &shared.creating,
+        keys: &shared.keys,
+        key_interval: shared.key_interval,
         wrote_condition: std::sync::atomic::AtomicBool::new(false),
     };
     // Cleanup runs before the finalizer helper, which would take the finalizer off after
@@ -380,9 +396,9 @@ fn count_not_ready(ctx: &Context, bucket: &Bucket, not_ready: Option<bool>) {
     ctx.metrics.set_rule_gauges(NAME, &key, gauges);
 }
 
-fn owner_of(ctx: &Context, bucket: &Bucket) -> Owner {
+fn owner_of(cluster_id: &str, bucket: &Bucket) -> Owner {
     Owner {
-        cluster: ctx.settings.buckets.cluster_id.clone(),
+        cluster: cluster_id.to_owned(),
         namespace: bucket.namespace().unwrap_or_default(),
         name: bucket.name_any(),
         uid: bucket.uid().unwrap_or_default(),
@@ -421,6 +437,8 @@ struct Pass<'a> {
     creating: &'a NameLocks,
     /// When each Bucket last got an access key: no Bucket gets keys in a loop.
     keys: &'a churn::KeyLedger,
+    /// The shortest time between two access keys for one Bucket.
+    key_interval: Duration,
     /// Whether this pass wrote a Ready condition before its last (Provisioning, before
     /// creating a bucket; Emptying, before emptying one): the pass's snapshot then no longer shows what the API server
     /// holds, and its last condition is written even if the snapshot already had it.
@@ -474,11 +492,7 @@ impl Pass<'_> {
 
     /// The bucket's name: the spec's or the derived one, unchanged once a bucket exists.
     fn bucket_name(&self, bucket: &Bucket, status: &BucketStatus) -> Result<String, Error> {
-        let wanted = bucket
-            .spec
-            .bucket_name
-            .clone()
-            .unwrap_or_else(|| self.owner.derived_bucket_name(status.bucket_name.as_deref()));
+        let wanted = bucket.spec.bucket_name.clone().unwrap_or_else(|| self.owner.default_bucket_name());
         if let Some(problem) = names::bucket_name_problem(&wanted) {
             return Err(Error::blocked("InvalidBucketName", format!("spec.bucketName {wanted:?} {problem}")));
         }
@@ -730,7 +744,7 @@ impl Pass<'_> {
 
     /// Refuses a second access key for this Bucket within the key interval.
     fn may_issue_key(&self, bucket: &Bucket, rotation: bool) -> Result<(), Error> {
-        let interval = self.ctx.settings.buckets.key_interval;
+        let interval = self.key_interval;
         match self.keys.check(&self.owner.uid, rotation) {
             churn::KeyIssue::Allowed => Ok(()),
             churn::KeyIssue::RotationWaits(wait) => Err(Error::Wait {
@@ -1007,11 +1021,7 @@ fn status_patch(old: &BucketStatus, new: &BucketStatus) -> serde_json::Value {
 }
 
 async fn publish(ctx: &Context, bucket: &Bucket, type_: EventType, reason: &str, note: String) {
-    let event =
-        Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-    if let Err(error) = ctx.recorder.publish(&event, &bucket.object_ref(&())).await {
-        warn!("could not record an Event: {error}");
-    }
+    ctx.recorder.record(&bucket.object_ref(&()), type_, "Reconcile", reason, note).await;
 }
 
 #[cfg(test)]

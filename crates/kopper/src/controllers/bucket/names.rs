@@ -70,21 +70,6 @@ impl Owner {
         )
     }
 
-    /// The name kopper derived for a bucket before names held the uid, which anyone could
-    /// predict; a Bucket whose status records it keeps it (a bucket cannot be renamed).
-    pub fn legacy_bucket_name(&self) -> String {
-        derived_name(&[&self.cluster, &self.namespace, &self.name], BUCKET_NAME_MAX)
-    }
-
-    /// The derived bucket name for a Bucket whose status records `recorded`: the legacy name
-    /// when that is what it recorded, the current derivation otherwise. Status proves nothing
-    /// here; it only picks between two names both derived from this Bucket, and what is found
-    /// under either is still proven by its tags.
-    pub fn derived_bucket_name(&self, recorded: Option<&str>) -> String {
-        let legacy = self.legacy_bucket_name();
-        if recorded == Some(legacy.as_str()) { legacy } else { self.default_bucket_name() }
-    }
-
     /// What every derived bucket name starts with, and so no explicit one may: otherwise a
     /// tenant could take the name another Bucket derives (its inputs are no secret).
     pub fn reserved_prefix(&self) -> String {
@@ -286,18 +271,6 @@ mod tests {
         let digest = a.default_bucket_name().rsplit('-').next().unwrap().to_owned();
         assert_eq!(digest.len(), 20, "{digest}");
         assert!(valid_bucket_name(&a.default_bucket_name()));
-    }
-
-    /// A Bucket provisioned under the legacy name keeps it; every other Bucket derives the
-    /// current one.
-    #[test]
-    fn a_bucket_recorded_under_the_legacy_name_keeps_it() {
-        let a = owner("team", "data");
-        let legacy = a.legacy_bucket_name();
-        assert_ne!(legacy, a.default_bucket_name());
-        assert_eq!(a.derived_bucket_name(Some(&legacy)), legacy);
-        assert_eq!(a.derived_bucket_name(None), a.default_bucket_name());
-        assert_eq!(a.derived_bucket_name(Some("someone-elses")), a.default_bucket_name());
     }
 
     #[test]

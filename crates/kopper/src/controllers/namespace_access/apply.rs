@@ -1,14 +1,11 @@
 //! The writes: thin calls to the API server, one per planned action.
 
-use std::collections::BTreeSet;
-
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 
 use super::desired::{DesiredBinding, Problem, ProblemKind};
 use super::diff::Action;
-use crate::runtime::field_manager;
 
 /// A write that failed in a way worth retrying (network, 5xx, 409, a stale cache).
 #[derive(Debug, thiserror::Error)]
@@ -40,40 +37,13 @@ pub async fn list_bindings(client: &Client, namespace: &str) -> Result<Vec<RoleB
     Ok(api.list(&ListParams::default()).await?.items)
 }
 
-/// Which field managers write: the controller's own, and the name of earlier releases whose
-/// applied fields are released from the `migrating` bindings once they are applied anew.
-pub struct Managers<'a> {
-    pub own: &'a str,
-    pub legacy: &'a str,
-    pub migrating: BTreeSet<String>,
-}
-
 /// Performs every action, so one failure does not hold back the others.
-pub async fn execute(
-    client: &Client,
-    managers: &Managers<'_>,
-    namespace: &str,
-    actions: Vec<Action>,
-) -> Applied {
+pub async fn execute(client: &Client, field_manager: &str, namespace: &str, actions: Vec<Action>) -> Applied {
     let api: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
     let mut applied = Applied::default();
     for action in actions {
         let (verb, name, policy) = (action.verb(), action.binding_name().to_owned(), action.policy());
-        let release = matches!(action, Action::Update(_)) && managers.migrating.contains(&name);
-        let result = perform(&api, managers.own, action).await;
-        if release
-            && result.is_ok()
-            && let Err(source) = field_manager::release(&api, &name, managers.legacy, false).await
-            && !is_nothing_to_release(&source)
-        {
-            // Not a refusal of the binding: the next pass releases it again.
-            applied.retry.get_or_insert(WriteError {
-                verb: "release",
-                namespace: namespace.to_owned(),
-                name: name.clone(),
-                source,
-            });
-        }
+        let result = perform(&api, field_manager, action).await;
         match (result, policy) {
             (Ok(()), _) => {
                 tracing::info!(namespace, binding = %name, verb, "RoleBinding written");
@@ -96,12 +66,6 @@ pub async fn execute(
         }
     }
     applied
-}
-
-/// The binding went (404), changed under the release (409), or is gone and the empty apply
-/// would create it (422): nothing of the old manager is left to release.
-fn is_nothing_to_release(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if matches!(status.code, 404 | 409 | 422))
 }
 
 /// 403 (kopper may not grant that role, or may not write there) and 422 (the object is

@@ -1,6 +1,6 @@
 //! What to change in one namespace to turn the bindings it has into the ones it should have.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::ResourceExt;
@@ -137,35 +137,6 @@ pub fn plan(namespace: &str, desired: &Desired, existing: &[RoleBinding]) -> Pla
     plan
 }
 
-/// Adds an apply of every binding that the field manager of earlier releases (`legacy`) still
-/// holds applied fields of, and returns their names: once the controller's own manager has
-/// applied them, the old manager's fields are released (see [`crate::runtime::field_manager`]).
-pub fn with_migrations(
-    plan: &mut Plan,
-    desired: &Desired,
-    existing: &[RoleBinding],
-    legacy: &str,
-) -> BTreeSet<String> {
-    let mut migrating = BTreeSet::new();
-    for binding in existing {
-        let name = binding.name_any();
-        let held = crate::runtime::field_manager::holds_applied_fields(&binding.metadata, legacy, None)
-            && binding.metadata.deletion_timestamp.is_none();
-        let Some(wanted) = desired.bindings.get(&name).filter(|_| held && managing_policy(binding).is_some())
-        else {
-            continue;
-        };
-        match plan.actions.iter().find(|action| action.binding_name() == name) {
-            None => plan.actions.push(Action::Update(wanted.clone())),
-            Some(Action::Update(_)) => {}
-            // Created or replaced objects start with no old entries; deleted ones need none.
-            Some(_) => continue,
-        }
-        migrating.insert(name);
-    }
-    migrating
-}
-
 /// The problem reported when a binding kopper did not make holds a name a policy wants.
 pub fn foreign_conflict(namespace: &str, wanted: &DesiredBinding) -> Problem {
     Problem {
@@ -204,7 +175,7 @@ fn normalized(subjects: &[Subject]) -> Vec<(String, String, String, String)> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeMap;
 
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
@@ -232,26 +203,6 @@ mod tests {
     fn missing_binding_is_created() {
         let plan = plan("team-1", &seed_desired("team-1"), &[]);
         assert!(matches!(&plan.actions[..], [Action::Create(d)] if d.binding.name == "ad-kubernetes-team-1"));
-    }
-
-    #[test]
-    fn a_binding_the_old_field_manager_applied_is_applied_again_then_released() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-        let mut binding = applied("team-1");
-        binding.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
-            manager: Some("kopper".into()),
-            operation: Some("Apply".into()),
-            ..ManagedFieldsEntry::default()
-        }]);
-        let desired = seed_desired("team-1");
-        let mut up_to_date = plan("team-1", &desired, std::slice::from_ref(&binding));
-        let migrating = with_migrations(&mut up_to_date, &desired, &[binding.clone()], "kopper");
-        assert!(matches!(&up_to_date.actions[..], [Action::Update(_)]), "{up_to_date:?}");
-        assert_eq!(migrating, BTreeSet::from(["ad-kubernetes-team-1".to_owned()]));
-
-        let mut already_migrated = plan("team-1", &desired, &[applied("team-1")]);
-        assert!(with_migrations(&mut already_migrated, &desired, &[applied("team-1")], "kopper").is_empty());
-        assert_eq!(already_migrated, Plan::default());
     }
 
     #[test]

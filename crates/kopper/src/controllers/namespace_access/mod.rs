@@ -34,7 +34,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
@@ -224,18 +224,13 @@ async fn reconcile_namespace(
     let existing = apply::list_bindings(&ctx.client, &name)
         .await
         .map_err(|source| Error::ListBindings { namespace: name.clone(), source })?;
-    let mut plan = diff::plan(&name, &desired, &existing);
-    let legacy = &ctx.settings.field_manager;
-    let managers = apply::Managers {
-        own: &ctx.settings.field_manager_for(BINDING_CONTROLLER),
-        legacy,
-        migrating: diff::with_migrations(&mut plan, &desired, &existing, legacy),
-    };
+    let plan = diff::plan(&name, &desired, &existing);
     for conflict in &plan.conflicts {
         // Reported in the policy's status and as an Event by the status controller.
         tracing::debug!(namespace = %name, binding = %conflict.name, policy = %conflict.policy, "left alone: not kopper's");
     }
-    let applied = apply::execute(&ctx.client, &managers, &name, plan.actions).await;
+    let field_manager = ctx.settings.field_manager_for(BINDING_CONTROLLER);
+    let applied = apply::execute(&ctx.client, &field_manager, &name, plan.actions).await;
     for _ in 0..applied.writes {
         ctx.metrics.wrote(BINDING_CONTROLLER);
     }
@@ -289,11 +284,7 @@ async fn reconcile_status(
 }
 
 async fn publish(ctx: &Context, reference: &ObjectReference, type_: EventType, reason: &str, note: String) {
-    let event =
-        Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-    if let Err(error) = ctx.recorder.publish(&event, reference).await {
-        tracing::warn!(object = ?reference.name, %error, "could not publish event");
-    }
+    ctx.recorder.record(reference, type_, "Reconcile", reason, note).await;
 }
 
 impl Shared {

@@ -20,9 +20,9 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::debug;
 
-use crate::runtime::events::{Event, EventType};
+use crate::runtime::events::EventType;
 use crate::runtime::{Context, ErrorCategory, run_controller};
 use desired::{Keys, LabelChange, NameTooLongForLabel};
 use pending::{PodMeta, TrackedPod, keep_pending};
@@ -121,9 +121,5 @@ async fn patch_label(
 /// An Event on the pod, so `kubectl describe pod` shows why its labels changed (or could
 /// not). Failing to record it does not fail the reconcile: the label itself is what matters.
 async fn publish_event(ctx: &Context, pod: &TrackedPod, type_: EventType, reason: &str, note: String) {
-    let event =
-        Event { type_, reason: reason.into(), note: Some(note), action: "Label".into(), secondary: None };
-    if let Err(error) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
-        warn!(pod = %ObjectRef::from_obj(pod), "could not record an Event: {error}");
-    }
+    ctx.recorder.record(&pod.object_ref(&()), type_, "Label", reason, note).await;
 }

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::ObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Api, Client, ResourceExt};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -620,16 +620,7 @@ impl Engine {
     ) -> Result<(), SyncError> {
         let reference = object.object_ref(&());
         for (reason, note) in new_warnings(object, &outcome) {
-            let event = Event {
-                type_: EventType::Warning,
-                reason,
-                note: Some(note),
-                action: "Replicate".into(),
-                secondary: None,
-            };
-            if let Err(error) = ctx.recorder.publish(&event, &reference).await {
-                tracing::warn!(%error, rule = %object.rule_id(), "could not publish an Event");
-            }
+            ctx.recorder.record(&reference, EventType::Warning, "Replicate", &reason, note).await;
         }
         let Some(status) = object.next_status(&outcome, Timestamp::now()) else { return Ok(()) };
         let params = PatchParams {

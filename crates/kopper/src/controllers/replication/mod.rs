@@ -56,7 +56,7 @@ use kube::api::{Patch, PatchParams};
 use kube::core::error_boundary::InvalidObject;
 use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
@@ -310,16 +310,7 @@ async fn reconcile_unreadable<R: RuleObject>(
     if meta.deletion_timestamp.is_none() || !ours {
         let note =
             format!("kopper cannot read this object, so its copies are left as they are: {}", invalid.error);
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "InvalidObject".into(),
-            note: Some(note),
-            action: "Replicate".into(),
-            secondary: None,
-        };
-        if let Err(error) = ctx.recorder.publish(&event, reference).await {
-            tracing::warn!(%error, "could not publish an Event");
-        }
+        ctx.recorder.record(reference, EventType::Warning, "Replicate", "InvalidObject", note).await;
         return Ok(Action::await_change());
     }
     engine
