@@ -116,6 +116,67 @@ async fn shutdown_does_not_wait_for_reconciles_queued_behind_the_permits() {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "only the reconcile holding the permit ran");
 }
 
+/// With one permit, the reconcile queued behind a long one waits for it. An update made
+/// meanwhile is what that reconcile sees when its turn comes, not the version it was queued
+/// with.
+#[tokio::test]
+async fn a_reconcile_that_waited_for_its_turn_sees_the_object_as_it_is_now() {
+    let cluster = Cluster::start().await;
+    for name in ["first", "second"] {
+        create_config_map(&cluster, name).await;
+    }
+    let settings = Settings { concurrency: 1, ..Settings::default() };
+    let ctx = Arc::new(Context::new(cluster.client.clone(), Arc::new(Metrics::default()), settings));
+    let holder = Arc::new(std::sync::Mutex::new(None::<String>));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<(String, Option<String>)>::new()));
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let shutdown = Shutdown::new();
+    let reconcile = {
+        let (holder, seen, started, release) =
+            (holder.clone(), seen.clone(), started.clone(), release.clone());
+        move |config_map: Arc<ConfigMap>, _: Arc<Context>| {
+            let (holder, seen, started, release) =
+                (holder.clone(), seen.clone(), started.clone(), release.clone());
+            async move {
+                let name = config_map.metadata.name.clone().unwrap_or_default();
+                let version = config_map.data.as_ref().and_then(|data| data.get("version").cloned());
+                seen.lock().unwrap().push((name.clone(), version));
+                let first_turn = holder.lock().unwrap().get_or_insert_with(|| name.clone()) == &name
+                    && seen.lock().unwrap().len() == 1;
+                if first_turn {
+                    started.notify_one();
+                    release.notified().await;
+                }
+                Ok::<_, TransientError>(Action::await_change())
+            }
+        }
+    };
+    let controller = controller(&cluster);
+    let store = controller.store();
+    let driver = tokio::spawn(run_controller("test", controller, ctx, shutdown.wait(), reconcile));
+    tokio::time::timeout(DEADLINE, started.notified()).await.expect("no reconcile started");
+    let waiting = if holder.lock().unwrap().as_deref() == Some("first") { "second" } else { "first" };
+
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    let patch = serde_json::json!({"data": {"version": "2"}});
+    api.patch(waiting, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+    let waiting_ref = kube::runtime::reflector::ObjectRef::new(waiting).within("default");
+    eventually("the controller's cache to hold the update", || async {
+        store.get(&waiting_ref).filter(|cm| cm.data.as_ref().is_some_and(|d| d.contains_key("version")))
+    })
+    .await;
+    release.notify_one();
+
+    eventually("the waiting object to be reconciled", || async {
+        seen.lock().unwrap().iter().find(|(name, _)| name == waiting).cloned()
+    })
+    .await;
+    let first_look = seen.lock().unwrap().iter().find(|(name, _)| name == waiting).cloned().unwrap();
+    assert_eq!(first_look.1.as_deref(), Some("2"), "it reconciled the version it was queued with: {seen:?}");
+    shutdown.trigger();
+    tokio::time::timeout(DEADLINE, driver).await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn failed_reconciles_are_retried_and_counted_until_they_succeed() {
     let cluster = Cluster::start().await;

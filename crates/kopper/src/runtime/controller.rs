@@ -67,17 +67,19 @@ pub fn config() -> Config {
 /// starts after at most one of each other namespace with work waiting. The wait is not in
 /// the reconcile metrics or span timings. kube still never runs one object twice at once.
 /// When `shutdown` resolves, reconciles holding a permit finish and those still waiting
-/// give up their turn, so stopping does not wait for a whole backlog.
+/// give up their turn, so stopping does not wait for a whole backlog. A reconcile that got
+/// its permit reads its object from the cache again, so it never acts on the version it was
+/// queued with when a newer one arrived meanwhile, and skips an object deleted meanwhile.
 pub async fn run_controller<K, E, F, Fut>(
     name: &'static str,
     controller: Controller<K>,
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    mut reconcile: F,
+    reconcile: F,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     E: std::error::Error + ErrorCategory + Send + Sync + 'static,
-    F: FnMut(Arc<K>, Arc<Context>) -> Fut + Send + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
     let store = controller.store();
@@ -92,6 +94,7 @@ pub async fn run_controller<K, E, F, Fut>(
     let reconcile_gate = gate.clone();
     let reconcile_failures = failures.clone();
     let policy_failures = failures.clone();
+    let reconcile = Arc::new(reconcile);
     let reconciler = move |obj: Arc<K>, ctx: Arc<Context>| {
         let span = info_span!(
             "reconcile",
@@ -100,16 +103,27 @@ pub async fn run_controller<K, E, F, Fut>(
             // Not `name`: JSON logs already use that key for the span's own name.
             object = obj.name_any(),
         );
-        let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
+        let object = ObjectRef::from_obj(obj.as_ref());
+        let key = object.clone().erase().to_string();
         let lane = obj.namespace();
-        let waiting = key.clone();
         let gate = reconcile_gate.clone();
         let failures = reconcile_failures.clone();
         let store = store.clone();
-        let work = span.in_scope(|| reconcile(obj, ctx.clone()));
-        let measured = async move {
+        let reconcile = reconcile.clone();
+        async move {
+            let Some(_permit) = gate.acquire(lane).await else {
+                debug!(controller = name, object = %key, "shutting down: this reconcile gives up its turn");
+                return Ok(Action::await_change());
+            };
+            // The wait for a permit can be long (other namespaces' backlogs): decide on the
+            // object as the cache holds it now, not as it was when the work was queued.
+            let Some(latest) = store.get(&object) else {
+                debug!(controller = name, object = %key, "gone from the cache while waiting; nothing to do");
+                return Ok(Action::await_change());
+            };
+            let work = span.in_scope(|| reconcile(latest, ctx.clone()));
             let started = Instant::now();
-            let result = work.await;
+            let result = work.instrument(span).await;
             ctx.metrics.reconciled(name, started.elapsed());
             record_cache_size(&ctx, name, &store);
             match &result {
@@ -120,14 +134,6 @@ pub async fn run_controller<K, E, F, Fut>(
                 Err(error) => ctx.metrics.failed(name, error.category()),
             }
             result
-        }
-        .instrument(span);
-        async move {
-            let Some(_permit) = gate.acquire(lane).await else {
-                debug!(controller = name, object = %waiting, "shutting down: this reconcile gives up its turn");
-                return Ok(Action::await_change());
-            };
-            measured.await
         }
     };
     let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Context>| {
