@@ -298,6 +298,13 @@ async fn user_binding_with_a_managed_name_is_left_alone_and_reported() {
         mine.resource_version(),
         "kopper never writes a binding it did not make"
     );
+
+    // Once its owner deletes it, the name is free: kopper makes its own and the conflict goes.
+    cluster.bindings("team-1").delete("ad-kubernetes-team-1", &DeleteParams::default()).await.unwrap();
+    cluster.binding_where("team-1", "ad-kubernetes-team-1", is_seed_binding("team-1")).await;
+    let status =
+        cluster.status_where("ad-kubernetes", |s| s.conflict_count == 0 && s.bindings_ready == 1).await;
+    assert_eq!(ready(&status), Some(("True", "BindingsReady")));
 }
 
 #[tokio::test]

@@ -91,11 +91,6 @@ where
     }
 }
 
-/// Every change counts, once the initial list is complete.
-pub fn any_change<K>(event: &watcher::Event<K>) -> bool {
-    !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_))
-}
-
 /// Only creations, deletions and spec changes: a policy's own status writes bump neither
 /// its uid nor its generation, so they wake nothing.
 pub fn spec_changed<K: Resource>() -> impl FnMut(&watcher::Event<K>) -> bool + Send + 'static {
@@ -197,13 +192,6 @@ mod tests {
         assert!(relevant(&Event::Apply(generation(2))), "spec changed");
         assert!(relevant(&Event::Delete(generation(2))));
         assert!(relevant(&Event::Apply(generation(2))), "recreated after delete");
-    }
-
-    #[test]
-    fn initial_list_wakes_once_when_complete() {
-        assert!(!any_change(&Event::InitApply(generation(1))));
-        assert!(any_change(&Event::<NamespaceAccess>::InitDone));
-        assert!(any_change(&Event::Apply(generation(1))));
     }
 
     #[tokio::test]

@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::ResourceExt;
 
 use super::desired::{
     Desired, DesiredBinding, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL, Problem, ProblemKind,
 };
-use super::policy::RBAC_API_GROUP;
+use super::seen::SeenBinding;
 
 /// One write against the API server.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,23 +89,10 @@ pub fn managing_policy(binding: &RoleBinding) -> Option<&str> {
 }
 
 pub fn state_of(existing: Option<&RoleBinding>, desired: &DesiredBinding) -> BindingState {
-    let Some(existing) = existing else { return BindingState::Missing };
-    if managing_policy(existing).is_none() {
-        return BindingState::Foreign;
-    }
-    if existing.metadata.deletion_timestamp.is_some() {
-        return BindingState::Terminating;
-    }
-    if !same_role(&existing.role_ref, &desired.binding.role_ref) {
-        return BindingState::WrongRole;
-    }
-    let owned = existing.owner_references().iter().any(|owner| owner.uid == desired.policy_uid);
-    let same_subjects =
-        normalized(existing.subjects.as_deref().unwrap_or_default()) == normalized(&desired.binding.subjects);
-    if managing_policy(existing) == Some(desired.policy.as_str()) && owned && same_subjects {
-        BindingState::UpToDate
-    } else {
-        BindingState::Stale
+    match existing.map(SeenBinding::of) {
+        None => BindingState::Missing,
+        Some(None) => BindingState::Foreign,
+        Some(Some(seen)) => seen.state_for(desired),
     }
 }
 
@@ -149,28 +136,6 @@ pub fn foreign_conflict(namespace: &str, wanted: &DesiredBinding) -> Problem {
             wanted.binding.name
         ),
     }
-}
-
-fn same_role(a: &RoleRef, b: &RoleRef) -> bool {
-    let group = |role: &RoleRef| role.api_group.clone().unwrap_or_else(|| RBAC_API_GROUP.to_owned());
-    a.kind == b.kind && a.name == b.name && group(a) == group(b)
-}
-
-/// Subjects as the API server stores them: it fills in the RBAC API group for users and
-/// groups and leaves it empty for service accounts.
-fn normalized(subjects: &[Subject]) -> Vec<(String, String, String, String)> {
-    subjects
-        .iter()
-        .map(|subject| {
-            let default_group = if subject.kind == "ServiceAccount" { "" } else { RBAC_API_GROUP };
-            (
-                subject.kind.clone(),
-                subject.api_group.clone().unwrap_or_else(|| default_group.to_owned()),
-                subject.name.clone(),
-                subject.namespace.clone().unwrap_or_default(),
-            )
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -16,13 +16,14 @@ pub mod matching;
 pub mod names;
 pub mod plan;
 pub mod policy;
+mod seen;
 pub mod status;
 pub mod template;
 #[cfg(test)]
 mod testing;
 pub mod types;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +34,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -47,6 +49,7 @@ use crate::tenancy::ProtectedNamespaces;
 
 use self::cache::{Cache, Trigger};
 use self::desired::{Policies, Problem, desired_bindings};
+use self::seen::BindingIndex;
 use self::status::{Observed, next_status, notices, report_for};
 use self::template::NamespaceFacts;
 pub use self::types::{NamespaceAccess, NamespaceAccessSpec, NamespaceAccessStatus};
@@ -97,9 +100,10 @@ type GuardedPolicy = DeserializeGuard<NamespaceAccess>;
 struct Shared {
     policies: Store<GuardedPolicy>,
     namespaces: Store<NamespaceMeta>,
-    bindings: Store<RoleBinding>,
-    /// Bindings the API server refused, per namespace, from the binding controller's last pass.
-    refused: Mutex<BTreeMap<String, Vec<Problem>>>,
+    bindings: BindingIndex,
+    /// Bindings the API server refused and bindings someone else made under a wanted name,
+    /// per namespace, from the binding controller's last pass.
+    found: Mutex<BTreeMap<String, Vec<Problem>>>,
     /// Conflicts per policy, for the metrics gauge.
     conflicts: Mutex<BTreeMap<String, i64>>,
     wake_status: Trigger,
@@ -127,29 +131,26 @@ pub async fn run(
     );
     let status_feed = ctx.namespaces.subscribe();
     let binding_feed = ctx.namespaces.subscribe();
-    let bindings = Cache::spawn(
-        Api::<RoleBinding>::all(client.clone()),
-        cache::any_change,
-        |binding: &mut RoleBinding| binding.managed_fields_mut().clear(),
-        vec![wake_status.clone()],
-        ctx.metrics.clone(),
-        shutdown.clone(),
-    );
+    let (bindings, bindings_task) =
+        BindingIndex::spawn(client.clone(), wake_status.clone(), ctx.metrics.clone(), shutdown.clone());
     // A namespace reconciled against a policy cache that is still empty would lose every
     // binding, so nothing runs before all three caches hold a full list.
     tokio::select! {
         ready = async {
             policies.wait_until_ready().await?;
             status_feed.wait_until_ready().await;
-            bindings.wait_until_ready().await
+            if !bindings.wait_until_ready().await {
+                anyhow::bail!("the RoleBinding cache stopped before its first list completed");
+            }
+            anyhow::Ok(())
         } => ready?,
         () = shutdown.clone() => return Ok(()),
     }
     let shared = Arc::new(Shared {
         policies: policies.store.clone(),
         namespaces: status_feed.store(),
-        bindings: bindings.store.clone(),
-        refused: Mutex::default(),
+        bindings,
+        found: Mutex::default(),
         conflicts: Mutex::default(),
         wake_status,
         protected: ctx.settings.destinations.protected.clone(),
@@ -158,10 +159,14 @@ pub async fn run(
     let namespace_reader = binding_feed.store();
     let (resync_namespaces, namespace_resyncs) = Trigger::new();
     let namespace_events = cache::namespace_changes(binding_feed, resync_namespaces);
-    let binding_events =
-        watch::watcher(Api::<RoleBinding>::all(client.clone()), crate::runtime::trim::tenant_objects_watch())
-            .default_backoff()
-            .touched_objects();
+    // Any RoleBinding's change wakes its namespace (one kopper did not make may free or take
+    // a name a policy wants); names are all that is read.
+    let binding_events = watch::watcher(
+        Api::<PartialObjectMeta<RoleBinding>>::all(client.clone()),
+        crate::runtime::trim::tenant_objects_watch(),
+    )
+    .default_backoff()
+    .touched_objects();
     let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
         .with_config(crate::runtime::controller::config())
         .watches_stream(binding_events, |binding| {
@@ -201,7 +206,7 @@ pub async fn run(
             reconcile_status(policy, ctx, for_status.clone())
         }),
     );
-    futures::future::join_all([policies.task, bindings.task]).await;
+    futures::future::join_all([policies.task, bindings_task]).await;
     Ok(())
 }
 
@@ -214,7 +219,7 @@ async fn reconcile_namespace(
     let name = namespace.name_any();
     if namespace.metadata.deletion_timestamp.is_some() {
         // Its bindings go with it; creating new ones would be refused anyway.
-        shared.record_refused(&name, Vec::new());
+        shared.record_found(&name, Vec::new());
         return Ok(Action::await_change());
     }
     let policies = Policies::from_store(&shared.policies.state());
@@ -229,13 +234,14 @@ async fn reconcile_namespace(
         // Reported in the policy's status and as an Event by the status controller.
         tracing::debug!(namespace = %name, binding = %conflict.name, policy = %conflict.policy, "left alone: not kopper's");
     }
+    let conflicts = plan.conflicts;
     let field_manager = ctx.settings.field_manager_for(BINDING_CONTROLLER);
     let applied = apply::execute(&ctx.client, &field_manager, &name, plan.actions).await;
     for _ in 0..applied.writes {
         ctx.metrics.wrote(BINDING_CONTROLLER);
     }
     let refused_any = !applied.refused.is_empty();
-    shared.record_refused(&name, applied.refused);
+    shared.record_found(&name, conflicts.into_iter().chain(applied.refused).collect());
     match applied.retry {
         Some(error) => Err(error.into()),
         None if refused_any => Ok(Action::requeue(REFUSED_RETRY)),
@@ -288,16 +294,17 @@ async fn publish(ctx: &Context, reference: &ObjectReference, type_: EventType, r
 }
 
 impl Shared {
-    /// Replaces a namespace's refused bindings and wakes the status controller if they changed.
-    fn record_refused(&self, namespace: &str, refused: Vec<Problem>) {
+    /// Replaces what the binding controller found in a namespace and wakes the status
+    /// controller if it changed.
+    fn record_found(&self, namespace: &str, found: Vec<Problem>) {
         let changed = {
-            let mut all = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let previous = if refused.is_empty() {
+            let mut all = self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let previous = if found.is_empty() {
                 all.remove(namespace)
             } else {
-                all.insert(namespace.to_owned(), refused.clone())
+                all.insert(namespace.to_owned(), found.clone())
             };
-            previous.unwrap_or_default() != refused
+            previous.unwrap_or_default() != found
         };
         if changed {
             self.wake_status.fire();
@@ -311,14 +318,9 @@ impl Shared {
         policies.push(Arc::new(DeserializeGuard(Ok(policy.clone()))));
         let policies = Policies::from_store(&policies);
         let namespaces = self.namespaces.state();
-        let bindings: HashMap<(String, String), Arc<RoleBinding>> = self
-            .bindings
-            .state()
-            .into_iter()
-            .filter_map(|binding| Some(((binding.namespace()?, binding.name_any()), binding)))
-            .collect();
-        let refused: Vec<Problem> = {
-            let mut all = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let bindings = self.bindings.read();
+        let found: Vec<Problem> = {
+            let mut all = self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             // Namespaces deleted since their last pass leave nothing behind.
             all.retain(|namespace, _| self.namespaces.get(&ObjectRef::new(namespace)).is_some());
             all.values().flatten().cloned().collect()
@@ -327,7 +329,7 @@ impl Shared {
             policies: &policies,
             namespaces: &namespaces,
             bindings: &bindings,
-            refused: &refused,
+            found: &found,
             protected: &self.protected,
         };
         let outcome = report_for(&policy.name_any(), &observed);

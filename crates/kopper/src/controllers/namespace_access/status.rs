@@ -1,16 +1,17 @@
 //! A policy's status, derived from the caches alone, and the Events its changes deserve.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use super::desired::ProblemKind;
 use super::desired::{Policies, Problem, desired_bindings};
-use super::diff::{BindingState, foreign_conflict, state_of};
+use super::diff::BindingState;
 use super::policy::FieldError;
+use super::seen::Bindings;
 use super::template::NamespaceFacts;
 use super::types::{BindingConflict, NamespaceAccessStatus};
 use crate::runtime::namespaces::NamespaceMeta;
@@ -23,10 +24,11 @@ const READY: &str = "Ready";
 pub struct Observed<'a> {
     pub policies: &'a Policies,
     pub namespaces: &'a [Arc<NamespaceMeta>],
-    /// Every RoleBinding, keyed by (namespace, name).
-    pub bindings: &'a HashMap<(String, String), Arc<RoleBinding>>,
-    /// Bindings the API server refused on the last attempt.
-    pub refused: &'a [Problem],
+    /// kopper's RoleBindings, keyed by (namespace, name).
+    pub bindings: &'a Bindings,
+    /// What the binding controller found in its last pass of each namespace: bindings the
+    /// API server refused, and bindings someone else made under a name a policy wants.
+    pub found: &'a [Problem],
     pub protected: &'a crate::tenancy::ProtectedNamespaces,
 }
 
@@ -76,20 +78,18 @@ pub fn report_for(policy: &str, observed: &Observed<'_>) -> Outcome {
         for wanted in desired.bindings.values().filter(|wanted| wanted.policy == policy) {
             report.desired += 1;
             let existing = observed.bindings.get(&(name.clone(), wanted.binding.name.clone()));
-            match state_of(existing.map(Arc::as_ref), wanted) {
-                BindingState::UpToDate => report.ready += 1,
-                BindingState::Foreign => report.conflicts.push(foreign_conflict(&name, wanted)),
-                _ => {}
+            if existing.is_some_and(|seen| seen.state_for(wanted) == BindingState::UpToDate) {
+                report.ready += 1;
             }
         }
     }
-    // Refusals in namespaces the policy no longer selects are history.
-    report.refused = observed
-        .refused
-        .iter()
-        .filter(|problem| problem.policy == policy && matched.contains(&problem.namespace))
-        .cloned()
-        .collect();
+    // What was found in namespaces the policy no longer selects is history.
+    for problem in observed.found.iter().filter(|p| p.policy == policy && matched.contains(&p.namespace)) {
+        match problem.kind {
+            ProblemKind::Refused => report.refused.push(problem.clone()),
+            _ => report.conflicts.push(problem.clone()),
+        }
+    }
     report.conflicts.sort();
     report.invalid.sort();
     Ok(report)
@@ -236,14 +236,14 @@ mod tests {
     use kube::core::PartialObjectMetaExt;
 
     use super::*;
-    use crate::controllers::namespace_access::desired::ProblemKind;
+    use crate::controllers::namespace_access::seen::SeenBinding;
     use crate::controllers::namespace_access::testing::{namespace, policy, policy_yaml};
 
     struct World {
         policies: Policies,
         namespaces: Vec<Arc<NamespaceMeta>>,
-        bindings: HashMap<(String, String), Arc<RoleBinding>>,
-        refused: Vec<Problem>,
+        bindings: Bindings,
+        found: Vec<Problem>,
     }
 
     impl World {
@@ -257,8 +257,8 @@ mod tests {
                     .iter()
                     .map(|name| Arc::new(namespace(name, &[]).metadata.into_response_partial()))
                     .collect(),
-                bindings: HashMap::new(),
-                refused: Vec::new(),
+                bindings: Bindings::new(),
+                found: Vec::new(),
             }
         }
 
@@ -268,7 +268,8 @@ mod tests {
                 let name = namespace.name_any();
                 let facts = NamespaceFacts { name: &name, labels: namespace.labels(), protected: false };
                 for (binding, wanted) in desired_bindings(facts, &self.policies).bindings {
-                    self.bindings.insert((name.clone(), binding), Arc::new(wanted.to_role_binding(&name)));
+                    let seen = SeenBinding::of(&wanted.to_role_binding(&name)).unwrap();
+                    self.bindings.insert((name.clone(), binding), seen);
                 }
             }
         }
@@ -278,7 +279,7 @@ mod tests {
                 policies: &self.policies,
                 namespaces: &self.namespaces,
                 bindings: &self.bindings,
-                refused: &self.refused,
+                found: &self.found,
                 protected: &crate::tenancy::ProtectedNamespaces::default(),
             };
             report_for(policy, &observed)
@@ -316,10 +317,11 @@ mod tests {
     fn foreign_binding_is_listed_as_a_conflict() {
         let mut world = World::new(&[&policy("seed", 1)], &["a", "b"]);
         world.converge();
-        let key = ("a".to_owned(), "ad-kubernetes-a".to_owned());
-        let mut foreign = world.bindings[&key].as_ref().clone();
-        foreign.metadata.labels = None;
-        world.bindings.insert(key, Arc::new(foreign));
+        // As the binding controller finds a binding kopper did not make under a wanted name.
+        world.bindings.remove(&("a".to_owned(), "ad-kubernetes-a".to_owned()));
+        let facts = NamespaceFacts { name: "a", labels: &Default::default(), protected: false };
+        let wanted = &desired_bindings(facts, &world.policies).bindings["ad-kubernetes-a"];
+        world.found.push(crate::controllers::namespace_access::diff::foreign_conflict("a", wanted));
         let status = next_status(None, Some(1), &world.report("seed"), now());
         assert_eq!(ready_reason(&status), ("False", "Conflict"));
         assert_eq!(status.conflict_count, 1);
@@ -388,7 +390,7 @@ bindings:
     #[test]
     fn refused_binding_is_reported() {
         let mut world = World::new(&[&policy("seed", 1)], &["a"]);
-        world.refused.push(Problem {
+        world.found.push(Problem {
             policy: "seed".into(),
             namespace: "a".into(),
             name: "ad-kubernetes-a".into(),

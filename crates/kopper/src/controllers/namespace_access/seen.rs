@@ -1,0 +1,285 @@
+//! kopper's own RoleBindings as the status controller knows them: for each, only what
+//! judging it against a policy needs (the policy it serves, its owners, digests of its role
+//! and subjects), about a hundred bytes instead of the whole object.
+//!
+//! Only bindings labelled as kopper's are watched, so this index grows with what the
+//! policies ask for, never with the RoleBindings tenants make. Whether a binding someone
+//! else made holds a name a policy wants is found by the binding controller, which reads
+//! each namespace's bindings fresh, and reported to the status controller as a problem.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard};
+
+use futures::{Future, StreamExt};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, ResourceExt};
+use tokio::sync::watch;
+
+use super::BINDING_CONTROLLER;
+use super::cache::Trigger;
+use super::desired::{DesiredBinding, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL};
+use super::diff::BindingState;
+use super::policy::RBAC_API_GROUP;
+use crate::runtime::Metrics;
+use crate::runtime::metrics::CacheLabels;
+
+/// A managed binding, reduced to what [`SeenBinding::state_for`] compares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenBinding {
+    policy: Box<str>,
+    terminating: bool,
+    owners: Box<[u64]>,
+    role: u64,
+    subjects: u64,
+}
+
+impl SeenBinding {
+    /// What kopper judges `binding` by; `None` when kopper does not manage it.
+    pub fn of(binding: &RoleBinding) -> Option<Self> {
+        let labels = binding.labels();
+        let managed = labels.get(MANAGED_BY_LABEL).is_some_and(|value| value == MANAGED_BY_VALUE);
+        let policy = labels.get(POLICY_LABEL).filter(|_| managed)?;
+        Some(Self {
+            policy: policy.as_str().into(),
+            terminating: binding.metadata.deletion_timestamp.is_some(),
+            owners: binding.owner_references().iter().map(|owner| digest(&owner.uid)).collect(),
+            role: role_digest(&binding.role_ref),
+            subjects: subjects_digest(binding.subjects.as_deref().unwrap_or_default()),
+        })
+    }
+
+    /// How this binding compares with the one `desired` asks for.
+    pub fn state_for(&self, desired: &DesiredBinding) -> BindingState {
+        if self.terminating {
+            return BindingState::Terminating;
+        }
+        if self.role != role_digest(&desired.binding.role_ref) {
+            return BindingState::WrongRole;
+        }
+        let owned = self.owners.contains(&digest(&desired.policy_uid));
+        if *self.policy == *desired.policy
+            && owned
+            && self.subjects == subjects_digest(&desired.binding.subjects)
+        {
+            BindingState::UpToDate
+        } else {
+            BindingState::Stale
+        }
+    }
+}
+
+/// Digests are keyed per process, so nobody who writes a binding can aim at a collision
+/// with the one a policy wants.
+fn digest(value: &impl Hash) -> u64 {
+    static KEYS: OnceLock<RandomState> = OnceLock::new();
+    KEYS.get_or_init(RandomState::new).hash_one(value)
+}
+
+/// The role, with the API group the server fills in when it is left out.
+fn role_digest(role: &RoleRef) -> u64 {
+    let group = role.api_group.as_deref().filter(|group| !group.is_empty()).unwrap_or(RBAC_API_GROUP);
+    digest(&(role.kind.as_str(), role.name.as_str(), group))
+}
+
+/// Subjects as the API server stores them: it fills in the RBAC API group for users and
+/// groups and leaves it empty for service accounts.
+fn subjects_digest(subjects: &[Subject]) -> u64 {
+    let normalized: Vec<(&str, &str, &str, &str)> = subjects
+        .iter()
+        .map(|subject| {
+            let default_group = if subject.kind == "ServiceAccount" { "" } else { RBAC_API_GROUP };
+            (
+                subject.kind.as_str(),
+                subject.api_group.as_deref().unwrap_or(default_group),
+                subject.name.as_str(),
+                subject.namespace.as_deref().unwrap_or_default(),
+            )
+        })
+        .collect();
+    digest(&normalized)
+}
+
+/// (namespace, name) of each managed binding.
+pub type Bindings = HashMap<(String, String), SeenBinding>;
+
+/// kopper's managed RoleBindings, kept by a watch until shutdown.
+#[derive(Clone)]
+pub struct BindingIndex {
+    bindings: Arc<RwLock<Bindings>>,
+    ready: watch::Receiver<bool>,
+}
+
+impl BindingIndex {
+    /// Starts the watch; every change after the first list fires `wake`.
+    pub fn spawn(
+        client: kube::Client,
+        wake: Trigger,
+        metrics: Arc<Metrics>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let bindings = Arc::new(RwLock::new(Bindings::new()));
+        let (ready_sender, ready) = watch::channel(false);
+        let config = crate::runtime::trim::tenant_objects_watch()
+            .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{POLICY_LABEL}"));
+        let events = crate::runtime::watch::watcher(Api::<RoleBinding>::all(client), config)
+            .default_backoff()
+            .take_until(shutdown);
+        let index = bindings.clone();
+        let labels =
+            CacheLabels { controller: BINDING_CONTROLLER.to_owned(), kind: "RoleBinding".to_owned() };
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            let mut relisted = Bindings::new();
+            while let Some(event) = events.next().await {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(error) => {
+                        tracing::warn!(kind = "RoleBinding", %error, "watch failed; retrying with backoff");
+                        continue;
+                    }
+                };
+                let changed = apply(&index, &mut relisted, event);
+                let size = index.read().unwrap_or_else(PoisonError::into_inner).len();
+                metrics.cached_objects.get_or_create(&labels).set(i64::try_from(size).unwrap_or(i64::MAX));
+                if changed == Change::ListDone {
+                    ready_sender.send_replace(true);
+                }
+                if changed != Change::None && *ready_sender.borrow() {
+                    wake.fire();
+                }
+            }
+        });
+        (Self { bindings, ready }, task)
+    }
+
+    /// Waits for the first complete list; `false` when the watch stopped before it.
+    pub async fn wait_until_ready(&self) -> bool {
+        self.ready.clone().wait_for(|ready| *ready).await.is_ok()
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, Bindings> {
+        self.bindings.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Change {
+    None,
+    Changed,
+    ListDone,
+}
+
+/// Applies one watch event. A (re)list is gathered in `relisted` and replaces the index
+/// whole when it completes, so bindings deleted while the watch was down leave no trace.
+fn apply(shared: &RwLock<Bindings>, relisted: &mut Bindings, event: Event<RoleBinding>) -> Change {
+    let key = |binding: &RoleBinding| Some((binding.namespace()?, binding.name_any()));
+    let index = || shared.write().unwrap_or_else(PoisonError::into_inner);
+    match event {
+        watcher::Event::Init => {
+            relisted.clear();
+            Change::None
+        }
+        watcher::Event::InitApply(binding) => {
+            if let (Some(key), Some(seen)) = (key(&binding), SeenBinding::of(&binding)) {
+                relisted.insert(key, seen);
+            }
+            Change::None
+        }
+        watcher::Event::InitDone => {
+            *index() = std::mem::take(relisted);
+            Change::ListDone
+        }
+        watcher::Event::Apply(binding) => {
+            let Some(key) = key(&binding) else { return Change::None };
+            let unchanged = match SeenBinding::of(&binding) {
+                Some(seen) => index().insert(key, seen.clone()).as_ref() == Some(&seen),
+                None => index().remove(&key).is_none(),
+            };
+            if unchanged { Change::None } else { Change::Changed }
+        }
+        watcher::Event::Delete(binding) => {
+            let Some(key) = key(&binding) else { return Change::None };
+            if index().remove(&key).is_some() { Change::Changed } else { Change::None }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::namespace_access::desired::desired_bindings;
+    use crate::controllers::namespace_access::testing::{namespace, policy};
+    use crate::controllers::namespace_access::{desired::Policies, template::NamespaceFacts};
+
+    fn wanted() -> DesiredBinding {
+        let namespace = namespace("team-1", &[]);
+        let facts = NamespaceFacts { name: "team-1", labels: namespace.labels(), protected: false };
+        let policies = Policies::compile([&policy("seed", 1)]);
+        desired_bindings(facts, &policies).bindings.into_values().next().unwrap()
+    }
+
+    fn applied() -> RoleBinding {
+        wanted().to_role_binding("team-1")
+    }
+
+    #[test]
+    fn what_kopper_applied_is_up_to_date_and_edits_are_not() {
+        let wanted = wanted();
+        let seen = |binding: &RoleBinding| SeenBinding::of(binding).unwrap().state_for(&wanted);
+        assert_eq!(seen(&applied()), BindingState::UpToDate);
+
+        let mut defaulted = applied();
+        defaulted.subjects.as_mut().unwrap()[0].api_group = None;
+        defaulted.role_ref.api_group = None;
+        assert_eq!(seen(&defaulted), BindingState::UpToDate, "the server's defaults are no change");
+
+        let mut edited = applied();
+        edited.subjects.as_mut().unwrap()[0].name = "intruders".into();
+        assert_eq!(seen(&edited), BindingState::Stale);
+        let mut disowned = applied();
+        disowned.metadata.owner_references = None;
+        assert_eq!(seen(&disowned), BindingState::Stale);
+        let mut other_role = applied();
+        other_role.role_ref.name = "admin".into();
+        assert_eq!(seen(&other_role), BindingState::WrongRole);
+        let mut going = applied();
+        going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert_eq!(seen(&going), BindingState::Terminating);
+
+        let mut foreign = applied();
+        foreign.metadata.labels = None;
+        assert_eq!(SeenBinding::of(&foreign), None);
+    }
+
+    #[test]
+    fn a_relist_replaces_the_index_and_only_real_changes_wake() {
+        let index = RwLock::new(Bindings::new());
+        let mut relisted = Bindings::new();
+        let binding = applied();
+        assert_eq!(apply(&index, &mut relisted, Event::Init), Change::None);
+        assert_eq!(apply(&index, &mut relisted, Event::InitApply(binding.clone())), Change::None);
+        assert_eq!(apply(&index, &mut relisted, Event::InitDone), Change::ListDone);
+        assert_eq!(index.read().unwrap().len(), 1);
+
+        assert_eq!(apply(&index, &mut relisted, Event::Apply(binding.clone())), Change::None, "no change");
+        let mut edited = binding.clone();
+        edited.subjects.as_mut().unwrap()[0].name = "intruders".into();
+        assert_eq!(apply(&index, &mut relisted, Event::Apply(edited)), Change::Changed);
+        let mut unlabelled = binding.clone();
+        unlabelled.metadata.labels = None;
+        assert_eq!(apply(&index, &mut relisted, Event::Apply(unlabelled)), Change::Changed);
+        assert!(index.read().unwrap().is_empty());
+        assert_eq!(apply(&index, &mut relisted, Event::Apply(binding.clone())), Change::Changed);
+        assert_eq!(apply(&index, &mut relisted, Event::Delete(binding)), Change::Changed);
+
+        apply(&index, &mut relisted, Event::Apply(applied()));
+        apply(&index, &mut relisted, Event::Init);
+        assert_eq!(apply(&index, &mut relisted, Event::InitDone), Change::ListDone);
+        assert!(index.read().unwrap().is_empty(), "deleted while the watch was down");
+    }
+}
