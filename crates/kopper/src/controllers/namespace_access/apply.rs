@@ -23,6 +23,9 @@ pub struct WriteError {
 pub struct Applied {
     /// Successful writes.
     pub writes: usize,
+    /// The name and resource version of each binding written, so that the watch event of
+    /// kopper's own write does not wake the namespace again.
+    pub written: Vec<(String, String)>,
     /// Bindings the API server refused for good (403, 422): retrying cannot help until the
     /// policy or kopper's permissions change, so they are reported rather than retried hot.
     pub refused: Vec<Problem>,
@@ -45,9 +48,10 @@ pub async fn execute(client: &Client, field_manager: &str, namespace: &str, acti
         let (verb, name, policy) = (action.verb(), action.binding_name().to_owned(), action.policy());
         let result = perform(&api, field_manager, action).await;
         match (result, policy) {
-            (Ok(()), _) => {
+            (Ok(version), _) => {
                 tracing::info!(namespace, binding = %name, verb, "RoleBinding written");
                 applied.writes += 1;
+                applied.written.extend(version.map(|version| (name, version)));
             }
             (Err(kube::Error::Api(status)), Some(policy)) if is_refusal(&status) => {
                 tracing::warn!(namespace, binding = %name, verb, reason = %status.message, "RoleBinding refused");
@@ -74,16 +78,22 @@ fn is_refusal(status: &kube::core::Status) -> bool {
     matches!(status.code, 403 | 422)
 }
 
-async fn perform(api: &Api<RoleBinding>, field_manager: &str, action: Action) -> Result<(), kube::Error> {
-    match action {
-        Action::Create(desired) => create(api, field_manager, &desired).await,
-        Action::Update(desired) => apply(api, field_manager, &desired).await,
+/// Performs one action; the resource version of the binding written, if one was.
+async fn perform(
+    api: &Api<RoleBinding>,
+    field_manager: &str,
+    action: Action,
+) -> Result<Option<String>, kube::Error> {
+    let written = match action {
+        Action::Create(desired) => create(api, field_manager, &desired).await?,
+        Action::Update(desired) => apply(api, field_manager, &desired).await?,
         Action::Replace { desired, uid } => {
             delete(api, &desired.binding.name, uid).await?;
-            create(api, field_manager, &desired).await
+            create(api, field_manager, &desired).await?
         }
-        Action::Delete { name, uid } => delete(api, &name, uid).await,
-    }
+        Action::Delete { name, uid } => return delete(api, &name, uid).await.map(|()| None),
+    };
+    Ok(written.metadata.resource_version)
 }
 
 /// Creates rather than applies a new binding: if someone else created one of that name
@@ -92,10 +102,10 @@ async fn create(
     api: &Api<RoleBinding>,
     field_manager: &str,
     desired: &DesiredBinding,
-) -> Result<(), kube::Error> {
+) -> Result<RoleBinding, kube::Error> {
     let object = desired.to_role_binding(api_namespace(api));
     let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
-    api.create(&params, &object).await.map(drop)
+    api.create(&params, &object).await
 }
 
 /// Server-side apply of a binding kopper manages. Forced: kopper is the sole owner of its
@@ -104,10 +114,10 @@ async fn apply(
     api: &Api<RoleBinding>,
     field_manager: &str,
     desired: &DesiredBinding,
-) -> Result<(), kube::Error> {
+) -> Result<RoleBinding, kube::Error> {
     let object = desired.to_role_binding(api_namespace(api));
     let params = PatchParams::apply(field_manager).force();
-    api.patch(&desired.binding.name, &params, &Patch::Apply(&object)).await.map(drop)
+    api.patch(&desired.binding.name, &params, &Patch::Apply(&object)).await
 }
 
 /// Deletes exactly the object that was listed; gone already is fine.

@@ -23,12 +23,12 @@ pub mod template;
 mod testing;
 pub mod types;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::FutureExt;
+use futures::{FutureExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::jiff::Timestamp;
@@ -109,6 +109,32 @@ struct Shared {
     wake_status: Trigger,
     /// Namespaces a policy selects only by their exact name.
     protected: ProtectedNamespaces,
+    /// The bindings the binding controller wrote whose watch event has not come back yet.
+    own_writes: OwnWrites,
+}
+
+/// The resource version of each binding kopper just wrote, by (namespace, name), until its
+/// watch event comes back: that event tells the binding controller nothing new, so it does
+/// not wake the namespace for another pass (a namespace's five creates would otherwise cost
+/// it a second pass and a second list). Any event for the binding takes its entry out, so
+/// the map holds only writes in flight.
+#[derive(Default)]
+struct OwnWrites(Mutex<HashMap<(String, String), String>>);
+
+impl OwnWrites {
+    fn record(&self, namespace: &str, written: Vec<(String, String)>) {
+        let mut writes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (name, version) in written {
+            writes.insert((namespace.to_owned(), name), version);
+        }
+    }
+
+    /// Whether `binding`'s event is the echo of kopper's own last write.
+    fn is_echo(&self, binding: &PartialObjectMeta<RoleBinding>) -> bool {
+        let key = (binding.namespace().unwrap_or_default(), binding.name_any());
+        let mut writes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        writes.remove(&key).is_some_and(|version| binding.resource_version() == Some(version))
+    }
 }
 
 /// Runs both NamespaceAccess controllers until `shutdown` resolves and in-flight reconciles end.
@@ -154,6 +180,7 @@ pub async fn run(
         conflicts: Mutex::default(),
         wake_status,
         protected: ctx.settings.destinations.protected.clone(),
+        own_writes: OwnWrites::default(),
     });
 
     let namespace_reader = binding_feed.store();
@@ -166,7 +193,11 @@ pub async fn run(
         crate::runtime::trim::tenant_objects_watch(),
     )
     .default_backoff()
-    .touched_objects();
+    .touched_objects()
+    .try_filter({
+        let shared = shared.clone();
+        move |binding| std::future::ready(!shared.own_writes.is_echo(binding))
+    });
     let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
         .with_config(crate::runtime::controller::config())
         .watches_stream(binding_events, |binding| {
@@ -236,7 +267,8 @@ async fn reconcile_namespace(
     }
     let conflicts = plan.conflicts;
     let field_manager = ctx.settings.field_manager_for(BINDING_CONTROLLER);
-    let applied = apply::execute(&ctx.client, &field_manager, &name, plan.actions).await;
+    let mut applied = apply::execute(&ctx.client, &field_manager, &name, plan.actions).await;
+    shared.own_writes.record(&name, std::mem::take(&mut applied.written));
     for _ in 0..applied.writes {
         ctx.metrics.wrote(BINDING_CONTROLLER);
     }
@@ -345,5 +377,34 @@ impl Shared {
         };
         let labels = crate::runtime::metrics::ControllerLabels { controller: BINDING_CONTROLLER.to_owned() };
         ctx.metrics.conflicts.get_or_create(&labels).set(total);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::ObjectMeta;
+
+    use super::*;
+
+    fn event(name: &str, version: &str) -> PartialObjectMeta<RoleBinding> {
+        let metadata = ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("team-1".into()),
+            resource_version: Some(version.into()),
+            ..ObjectMeta::default()
+        };
+        PartialObjectMeta { types: None, metadata, _phantom: std::marker::PhantomData }
+    }
+
+    #[test]
+    fn only_the_echo_of_kopper_s_own_write_is_dropped_and_only_once() {
+        let own = OwnWrites::default();
+        own.record("team-1", vec![("a".into(), "7".into()), ("b".into(), "8".into())]);
+        assert!(own.is_echo(&event("a", "7")), "the event of kopper's write");
+        assert!(!own.is_echo(&event("a", "7")), "a second event of that version is not expected: it wakes");
+        assert!(!own.is_echo(&event("b", "9")), "someone changed it after kopper");
+        assert!(!own.is_echo(&event("b", "8")), "the entry went with the first event of the binding");
+        assert!(!own.is_echo(&event("c", "1")), "not written by kopper");
+        assert!(own.0.lock().unwrap().is_empty());
     }
 }
