@@ -52,6 +52,10 @@ pub struct WriteOptions {
     pub force: bool,
     /// `fieldValidation=Strict`: unknown fields are an error instead of being dropped.
     pub strict: bool,
+    /// Who writes, when kubesim authorizes by RBAC: writes of Roles, ClusterRoles and their
+    /// bindings then pass kube-apiserver's privilege-escalation checks ([`crate::escalation`]).
+    /// `None` (kubesim's own writes, or no authorization) skips them.
+    pub requester: Option<crate::authz::UserInfo>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -209,10 +213,13 @@ pub fn create(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -
 pub struct PreparedCreate {
     name: String,
     object: ApiResult<Value>,
+    /// The body as decoded, for the privilege-escalation check, which comes before validation.
+    grants: Option<Value>,
 }
 
 pub fn prepare_create(t: &Target, body: Value, opts: &WriteOptions) -> PreparedCreate {
     let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let grants = (opts.requester.is_some() && crate::escalation::guards(t)).then(|| body.clone());
     let object = check_known_fields(t, &body, opts)
         .map_err(|error| cannot_be_handled(t, &body, error))
         .and_then(|()| prepare_new_object(t, body))
@@ -220,7 +227,7 @@ pub fn prepare_create(t: &Target, body: Value, opts: &WriteOptions) -> PreparedC
             track_update(t, None, &mut object, &opts.field_manager);
             object
         });
-    PreparedCreate { name, object }
+    PreparedCreate { name, object, grants }
 }
 
 /// Stores a prepared create. The namespace is checked first, as kube-apiserver's admission
@@ -233,6 +240,11 @@ pub fn commit_create(
 ) -> ApiResult<Value> {
     if let Some(ns) = &t.namespace {
         check_namespace_accepts(state, t, ns, &prepared.name)?;
+    }
+    // A body that cannot be decoded is refused before anything looks at what it grants.
+    let decoded = !matches!(&prepared.object, Err(error) if error.code != 422);
+    if let (Some(user), Some(grants), true) = (&opts.requester, &prepared.grants, decoded) {
+        crate::escalation::check_create(state, t, user, grants)?;
     }
     let object = prepared.object?;
     let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
@@ -575,9 +587,16 @@ pub fn update(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -
     // An update without a resourceVersion is unconditional.
     let sent = object["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty());
     check_resource_version(t, sent, existing.resource_version)?;
-    let mut object = prepare_update(t, &old, object)?;
+    let mut object = prepare_update(t, &old, object, escalation_guard(state, opts))?;
     track_update(t, Some(&old), &mut object, &opts.field_manager);
     commit_update(state, t, &old, object, opts.dry_run)
+}
+
+/// What [`prepare_update`] needs to run the privilege-escalation check of an update.
+type EscalationGuard<'a> = Option<(&'a State, &'a crate::authz::UserInfo)>;
+
+fn escalation_guard<'a>(state: &'a State, opts: &'a WriteOptions) -> EscalationGuard<'a> {
+    opts.requester.as_ref().map(|user| (state, user))
 }
 
 /// A write that names a resourceVersion other than the stored one is stale: 409 Conflict.
@@ -603,7 +622,7 @@ fn check_body_name(t: &Target, object: &mut Value) -> ApiResult<()> {
 }
 
 /// What an update may change, per subresource, and the checks it must pass.
-fn prepare_update(t: &Target, old: &Value, mut new: Value) -> ApiResult<Value> {
+fn prepare_update(t: &Target, old: &Value, mut new: Value, escalation: EscalationGuard) -> ApiResult<Value> {
     let rt = &t.rt;
     match t.subresource.as_deref() {
         Some("status") => {
@@ -642,6 +661,11 @@ fn prepare_update(t: &Target, old: &Value, mut new: Value) -> ApiResult<Value> {
         }
     }
     keep_server_metadata(old, &mut new);
+    if let Some((state, user)) = escalation {
+        // Compared as stored: with the defaults the stored object got.
+        validation::apply_builtin_defaults(&rt.group, &rt.resource, &mut new);
+        crate::escalation::check_update(state, t, user, old, &new)?;
+    }
     validate(t, Some(old), &mut new)?;
     Ok(new)
 }
@@ -798,7 +822,7 @@ pub fn patch(
     let mut patched = typed_object(t, patched)?;
     check_body_name(t, &mut patched)?;
     check_resource_version(t, patched["metadata"]["resourceVersion"].as_str(), existing.resource_version)?;
-    let mut object = prepare_update(t, &old, patched)?;
+    let mut object = prepare_update(t, &old, patched, escalation_guard(state, opts))?;
     track_update(t, Some(&old), &mut object, &opts.field_manager);
     commit_update(state, t, &old, object, opts.dry_run)
 }
@@ -881,6 +905,9 @@ fn apply(
             if let Some(ns) = &t.namespace {
                 check_namespace_accepts(state, t, ns, t.name())?;
             }
+            if let Some(user) = &opts.requester {
+                crate::escalation::check_create(state, t, user, &merged)?;
+            }
             let mut object = prepare_new_object(t, merged.clone())?;
             if let Some(fields) = merged["metadata"].get("managedFields") {
                 metadata_mut(&mut object).insert("managedFields".into(), fields.clone());
@@ -891,7 +918,7 @@ fn apply(
             let current =
                 old["metadata"]["resourceVersion"].as_str().and_then(|rv| rv.parse().ok()).unwrap_or(0);
             check_resource_version(t, applied["metadata"]["resourceVersion"].as_str(), current)?;
-            let mut object = prepare_update(t, &old, merged.clone())?;
+            let mut object = prepare_update(t, &old, merged.clone(), escalation_guard(state, opts))?;
             if let Some(fields) = merged["metadata"].get("managedFields") {
                 metadata_mut(&mut object).insert("managedFields".into(), fields.clone());
             }

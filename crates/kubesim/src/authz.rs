@@ -260,7 +260,7 @@ pub fn evaluate(user: &UserInfo, attrs: &RequestAttributes, rbac: &RbacSnapshot)
                 };
             }
             Ok(_) => {}
-            Err(error) => errors.push(error),
+            Err(error) => errors.push(error.authorizer_message()),
         }
     }
     let reason = (!errors.is_empty()).then(|| format!("RBAC: {}", aggregate(errors)));
@@ -296,82 +296,249 @@ pub fn rules_for(user: &UserInfo, namespace: &str, rbac: &RbacSnapshot) -> (Vec<
         }
         match role_reference_rules(rbac, binding.get("roleRef").unwrap_or(&Value::Null), binding_namespace) {
             Ok(granted) => rules.extend(granted),
-            Err(error) => errors.push(error),
+            Err(error) => errors.push(error.authorizer_message()),
         }
     }
     (rules, (!errors.is_empty()).then(|| aggregate(errors)))
 }
 
-/// Whether `user` may write a binding in `binding_namespace` (empty for a ClusterRoleBinding)
-/// that grants `role_ref`, as kube-apiserver's privilege-escalation check decides
-/// (`BindingAuthorized`, then `ConfirmNoEscalation`): with the `bind` verb on that role, or
-/// by already holding every permission the role grants there. Without this, anyone allowed
-/// to write bindings could bind themselves to `cluster-admin`.
-pub fn may_bind(user: &UserInfo, role_ref: &Value, binding_namespace: &str, rbac: &RbacSnapshot) -> bool {
-    let resource = match str_at(role_ref, "/kind") {
+/// Why kube-apiserver refuses a write to a Role, ClusterRole or binding by someone who
+/// could otherwise write it: its privilege-escalation checks
+/// (`pkg/registry/rbac/*/policybased`), which keep anyone allowed to write RBAC objects from
+/// granting more than they hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The binding's role does not exist, so what it grants cannot be compared: kube-apiserver
+    /// answers its registry's 404, `roles.rbac.authorization.k8s.io "x" not found`.
+    RoleNotFound { resource: &'static str, name: String },
+    /// A roleRef kind that is neither Role nor ClusterRole: the lookup fails before
+    /// validation would, and kube-apiserver answers 500 with this message.
+    UnsupportedKind(String),
+    /// `ConfirmNoEscalation`'s reason, the text after `... is forbidden: ` in the 403.
+    NotHeld(String),
+}
+
+/// Whether kube-apiserver lets `user` write a binding in `binding_namespace` (empty for a
+/// ClusterRoleBinding) that grants `role_ref` (`BindingAuthorized`, then
+/// `ConfirmNoEscalation`): a member of `system:masters`, anyone with `bind` on that role
+/// (by name, so `resourceNames` count), or anyone already holding every permission the role
+/// grants there. `None` allows the write.
+pub fn binding_refusal(
+    user: &UserInfo,
+    role_ref: &Value,
+    binding_namespace: &str,
+    rbac: &RbacSnapshot,
+) -> Option<Refusal> {
+    if escalation_allowed(user) {
+        return None;
+    }
+    let kind = str_at(role_ref, "/kind");
+    let resource = match kind {
         "Role" => "roles",
         "ClusterRole" => "clusterroles",
-        // Validation refuses any other kind; there is no role to escalate to.
-        _ => return true,
+        _ => {
+            return Some(Refusal::UnsupportedKind(format!(
+                "unsupported role reference kind: {}",
+                go_quote(kind)
+            )));
+        }
     };
     let bind = RequestAttributes {
         verb: "bind".to_owned(),
-        api_group: RBAC_GROUP.to_owned(),
+        api_group: str_at(role_ref, "/apiGroup").to_owned(),
         resource: resource.to_owned(),
-        subresource: None,
         namespace: (!binding_namespace.is_empty()).then(|| binding_namespace.to_owned()),
         name: Some(str_at(role_ref, "/name").to_owned()),
-        path: String::new(),
         is_resource_request: true,
+        ..RequestAttributes::default()
     };
     if authorize(user, &bind, rbac) == Decision::Allow {
-        return true;
+        return None;
     }
-    let Ok(rules) = role_reference_rules(rbac, role_ref, binding_namespace) else { return false };
-    rules.iter().all(|rule| holds_rule(user, rule, binding_namespace, rbac))
+    match role_reference_rules(rbac, role_ref, binding_namespace) {
+        Ok(rules) => confirm_no_escalation(user, binding_namespace, &rules, rbac).err().map(Refusal::NotHeld),
+        Err(RoleRefError::NotFound { resource, name }) => Some(Refusal::RoleNotFound { resource, name }),
+        Err(error @ RoleRefError::Unsupported(_)) => Some(Refusal::UnsupportedKind(error.to_string())),
+    }
 }
 
-/// Whether `user` is allowed everything `rule` allows, in `namespace`. Wildcards in `rule`
-/// are only held by a wildcard.
-fn holds_rule(user: &UserInfo, rule: &Value, namespace: &str, rbac: &RbacSnapshot) -> bool {
-    let allowed = |attrs: RequestAttributes| authorize(user, &attrs, rbac) == Decision::Allow;
-    let request = |verb: &str| RequestAttributes {
-        verb: verb.to_owned(),
-        api_group: String::new(),
-        resource: String::new(),
-        subresource: None,
+/// Whether kube-apiserver lets `user` write a Role (`resource` `roles`, in `namespace`) or
+/// ClusterRole (`clusterroles`, `namespace` empty) with these `rules`: a member of
+/// `system:masters`, anyone with `escalate` on it (`name` is the one in the request's URL,
+/// none for a create by POST), or anyone already holding every rule. `None` allows the write.
+pub fn role_refusal(
+    user: &UserInfo,
+    resource: &str,
+    name: Option<&str>,
+    namespace: &str,
+    rules: &[Value],
+    rbac: &RbacSnapshot,
+) -> Option<Refusal> {
+    if escalation_allowed(user) {
+        return None;
+    }
+    let escalate = RequestAttributes {
+        verb: "escalate".to_owned(),
+        api_group: RBAC_GROUP.to_owned(),
+        resource: resource.to_owned(),
         namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
-        name: None,
-        path: String::new(),
+        name: name.map(str::to_owned),
         is_resource_request: true,
+        ..RequestAttributes::default()
     };
-    let names: Vec<Option<&str>> = match strings(rule, "resourceNames").map(Some).collect::<Vec<_>>() {
-        names if names.is_empty() => vec![None],
-        names => names,
+    if authorize(user, &escalate, rbac) == Decision::Allow {
+        return None;
+    }
+    confirm_no_escalation(user, namespace, rules, rbac).err().map(Refusal::NotHeld)
+}
+
+/// `EscalationAllowed`: `system:masters` may grant anything.
+fn escalation_allowed(user: &UserInfo) -> bool {
+    user.groups.iter().any(|group| group == SYSTEM_MASTERS)
+}
+
+/// `ConfirmNoEscalation`: every permission in `granted` must be covered by a rule `user`
+/// holds in `namespace` (`Covers`). The error lists what is missing, one compacted rule per
+/// line in sorted order, as kube-apiserver words it, and the roles its bindings name that
+/// could not be found.
+pub fn confirm_no_escalation(
+    user: &UserInfo,
+    namespace: &str,
+    granted: &[Value],
+    rbac: &RbacSnapshot,
+) -> Result<(), String> {
+    let mut owned = Vec::new();
+    let mut errors = Vec::new();
+    for (binding, binding_namespace) in bindings_in_scope(rbac, namespace) {
+        if applying_subject(binding, user, binding_namespace).is_none() {
+            continue;
+        }
+        match role_reference_rules(rbac, binding.get("roleRef").unwrap_or(&Value::Null), binding_namespace) {
+            Ok(rules) => owned.extend(rules),
+            Err(error) => errors.push(error.to_string()),
+        }
+    }
+    let missing: Vec<Value> = granted
+        .iter()
+        .flat_map(breakdown_rule)
+        .filter(|subrule| !owned.iter().any(|owner| rule_covers(owner, subrule)))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let descriptions: BTreeSet<String> = compact_rules(missing).iter().map(compact_string).collect();
+    let mut message = format!(
+        "user {} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
+        go_quote(&user.name),
+        go_quote_list(user.groups.iter().map(String::as_str)),
+        descriptions.into_iter().collect::<Vec<_>>().join("\n")
+    );
+    if !errors.is_empty() {
+        // Go prints the one aggregated error inside a slice.
+        message.push_str(&format!("; resolution errors: [{}]", aggregate(errors)));
+    }
+    Err(message)
+}
+
+/// `BreakdownRule`: one rule per group, resource, verb and resource name, and per
+/// non-resource URL and verb.
+fn breakdown_rule(rule: &Value) -> Vec<Value> {
+    let mut subrules = Vec::new();
+    for group in strings(rule, "apiGroups") {
+        for resource in strings(rule, "resources") {
+            for verb in strings(rule, "verbs") {
+                let mut names = strings(rule, "resourceNames").peekable();
+                if names.peek().is_none() {
+                    subrules.push(json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]}));
+                }
+                for name in names {
+                    subrules.push(json!({"apiGroups": [group], "resources": [resource], "verbs": [verb],
+                                         "resourceNames": [name]}));
+                }
+            }
+        }
+    }
+    for url in strings(rule, "nonResourceURLs") {
+        for verb in strings(rule, "verbs") {
+            subrules.push(json!({"nonResourceURLs": [url], "verbs": [verb]}));
+        }
+    }
+    subrules
+}
+
+/// `ruleCovers`: whether `owner` allows everything the single-valued `subrule` does. A
+/// wildcard in `subrule` is only covered by a wildcard.
+fn rule_covers(owner: &Value, subrule: &Value) -> bool {
+    let has = |key: &str, value: &str| strings(owner, key).any(|item| item == value);
+    let has_all = |key: &str| strings(subrule, key).all(|item| has(key, item));
+    let verbs = has("verbs", "*") || has_all("verbs");
+    let groups = has("apiGroups", "*") || has_all("apiGroups");
+    let resources = has("resources", "*")
+        || strings(subrule, "resources").all(|resource| {
+            has("resources", resource)
+                || resource.split_once('/').is_some_and(|(_, sub)| has("resources", &format!("*/{sub}")))
+        });
+    let urls = strings(subrule, "nonResourceURLs").all(|path| {
+        strings(owner, "nonResourceURLs").any(|owned| {
+            owned == path || (owned.ends_with('*') && path.starts_with(owned.trim_end_matches('*')))
+        })
+    });
+    let owner_names = strings(owner, "resourceNames").next().is_some();
+    let names = if strings(subrule, "resourceNames").next().is_some() {
+        !owner_names || has_all("resourceNames")
+    } else {
+        !owner_names
     };
-    strings(rule, "verbs").all(|verb| {
-        let urls_held = strings(rule, "nonResourceURLs").all(|url| {
-            allowed(RequestAttributes { path: url.to_owned(), is_resource_request: false, ..request(verb) })
-        });
-        let resources_held = strings(rule, "apiGroups").all(|group| {
-            strings(rule, "resources").all(|resource| {
-                let (resource, subresource) = match resource.split_once('/') {
-                    Some((resource, sub)) => (resource, Some(sub.to_owned())),
-                    None => (resource, None),
-                };
-                names.iter().all(|name| {
-                    allowed(RequestAttributes {
-                        api_group: group.to_owned(),
-                        resource: resource.to_owned(),
-                        subresource: subresource.clone(),
-                        name: name.map(str::to_owned),
-                        ..request(verb)
-                    })
-                })
-            })
-        });
-        urls_held && resources_held
-    })
+    verbs && groups && resources && urls && names
+}
+
+/// `CompactRules`: the rules for one group and one resource, with nothing else, become one
+/// rule with all their verbs.
+fn compact_rules(rules: Vec<Value>) -> Vec<Value> {
+    let mut compacted = Vec::new();
+    let mut simple: Vec<((String, String), Value)> = Vec::new();
+    for rule in rules {
+        let is_simple = rule.as_object().is_some_and(|fields| fields.len() == 3)
+            && rule["apiGroups"].as_array().is_some_and(|groups| groups.len() == 1)
+            && rule["resources"].as_array().is_some_and(|resources| resources.len() == 1);
+        if !is_simple {
+            compacted.push(rule);
+            continue;
+        }
+        let key = (str_at(&rule, "/apiGroups/0").to_owned(), str_at(&rule, "/resources/0").to_owned());
+        match simple.iter_mut().find(|(existing, _)| *existing == key) {
+            Some((_, existing)) => {
+                let verbs = rule["verbs"].as_array().cloned().unwrap_or_default();
+                if let Some(existing_verbs) = existing["verbs"].as_array_mut() {
+                    existing_verbs.extend(verbs);
+                }
+            }
+            None => simple.push((key, rule)),
+        }
+    }
+    compacted.extend(simple.into_iter().map(|(_, rule)| rule));
+    compacted
+}
+
+/// `rbacv1helpers.CompactString`: `{APIGroups:["apps"], Resources:["deployments"], Verbs:["get"]}`.
+fn compact_string(rule: &Value) -> String {
+    let parts: Vec<String> = [
+        ("APIGroups", "apiGroups"),
+        ("Resources", "resources"),
+        ("NonResourceURLs", "nonResourceURLs"),
+        ("ResourceNames", "resourceNames"),
+        ("Verbs", "verbs"),
+    ]
+    .iter()
+    .filter(|(_, key)| strings(rule, key).next().is_some())
+    .map(|(label, key)| format!("{label}:{}", go_quote_list(strings(rule, key))))
+    .collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+/// Go's `%q` of a `[]string`: `["a" "b"]`.
+fn go_quote_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    format!("[{}]", items.map(go_quote).collect::<Vec<_>>().join(" "))
 }
 
 /// The message of the 403 Status kube-apiserver sends for a denied request, e.g.
@@ -524,22 +691,58 @@ fn role_reference_rules(
     rbac: &RbacSnapshot,
     role_ref: &Value,
     binding_namespace: &str,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, RoleRefError> {
     let name = str_at(role_ref, "/name");
+    let not_found = |resource| RoleRefError::NotFound { resource, name: name.to_owned() };
     match str_at(role_ref, "/kind") {
         "Role" => rbac
             .roles
             .iter()
             .find(|role| name_of(role) == name && namespace_of(role) == binding_namespace)
             .map(rules_of)
-            .ok_or_else(|| format!("role.{RBAC_GROUP} {} not found", go_quote(name))),
+            .ok_or_else(|| not_found("roles")),
         "ClusterRole" => rbac
             .cluster_roles
             .iter()
             .find(|role| name_of(role) == name)
             .map(|role| effective_cluster_role_rules(role, rbac.cluster_roles, &mut BTreeSet::new()))
-            .ok_or_else(|| format!("clusterrole.{RBAC_GROUP} {} not found", go_quote(name))),
-        kind => Err(format!("unsupported role reference kind: {}", go_quote(kind))),
+            .ok_or_else(|| not_found("clusterroles")),
+        kind => Err(RoleRefError::Unsupported(kind.to_owned())),
+    }
+}
+
+/// Why a `roleRef` grants nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RoleRefError {
+    NotFound { resource: &'static str, name: String },
+    Unsupported(String),
+}
+
+impl RoleRefError {
+    /// How the RBAC authorizer words it: its informers name the resource in the singular
+    /// (`role.rbac.authorization.k8s.io "x" not found`).
+    fn authorizer_message(&self) -> String {
+        match self {
+            RoleRefError::NotFound { resource, name } => {
+                format!("{}.{RBAC_GROUP} {} not found", resource.trim_end_matches('s'), go_quote(name))
+            }
+            RoleRefError::Unsupported(_) => self.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for RoleRefError {
+    /// How the RBAC registry words it, for the escalation checks: the plural resource, as any
+    /// 404 of a get (`roles.rbac.authorization.k8s.io "x" not found`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RoleRefError::NotFound { resource, name } => {
+                write!(f, "{resource}.{RBAC_GROUP} {} not found", go_quote(name))
+            }
+            RoleRefError::Unsupported(kind) => {
+                write!(f, "unsupported role reference kind: {}", go_quote(kind))
+            }
+        }
     }
 }
 
@@ -1058,24 +1261,27 @@ mod tests {
     fn binding_a_role_needs_bind_on_it_or_all_its_permissions() {
         let write_bindings = rule(&[RBAC_GROUP], &["rolebindings"], &["create"]);
         let objects = binder_objects(vec![write_bindings.clone()]);
-        assert!(!may_bind(&alice(), &editor_ref(), "dev", &objects.snapshot()));
+        assert!(binding_refusal(&alice(), &editor_ref(), "dev", &objects.snapshot()).is_some());
 
         let mut bind_editor = rule(&[RBAC_GROUP], &["clusterroles"], &["bind"]);
         bind_editor["resourceNames"] = json!(["editor"]);
         let objects = binder_objects(vec![write_bindings.clone(), bind_editor]);
-        assert!(may_bind(&alice(), &editor_ref(), "dev", &objects.snapshot()));
+        assert_eq!(binding_refusal(&alice(), &editor_ref(), "dev", &objects.snapshot()), None);
 
         let holds_editor = rule(&[""], &["configmaps"], &["*"]);
         let objects = binder_objects(vec![write_bindings, holds_editor]);
-        assert!(may_bind(&alice(), &editor_ref(), "dev", &objects.snapshot()));
-        assert!(may_bind(&UserInfo::admin(), &editor_ref(), "", &Objects::default().snapshot()));
+        assert_eq!(binding_refusal(&alice(), &editor_ref(), "dev", &objects.snapshot()), None);
+        assert_eq!(
+            binding_refusal(&UserInfo::admin(), &editor_ref(), "", &Objects::default().snapshot()),
+            None
+        );
     }
 
     #[test]
     fn holding_named_verbs_does_not_cover_a_wildcard() {
         let reads = rule(&[""], &["configmaps"], &["get", "list", "watch", "create", "update", "delete"]);
         let objects = binder_objects(vec![reads]);
-        assert!(!may_bind(&alice(), &editor_ref(), "dev", &objects.snapshot()));
+        assert!(binding_refusal(&alice(), &editor_ref(), "dev", &objects.snapshot()).is_some());
     }
 
     #[test]
@@ -1557,6 +1763,88 @@ mod tests {
             forbidden_message(&user, &attrs),
             "secrets is forbidden: User \"system:serviceaccount:ops:kopper\" cannot watch resource \"secrets\" in \
              API group \"\" at the cluster scope"
+        );
+    }
+
+    #[test]
+    fn escalation_message_lists_each_missing_rule_compacted_and_sorted() {
+        let objects = binder_objects(vec![rule(&[""], &["configmaps"], &["get"])]);
+        let granted = vec![
+            rule(&[""], &["configmaps", "secrets"], &["get", "list"]),
+            json!({"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["get"]}),
+        ];
+        let user = user_from_token("user:alice:team").unwrap();
+        assert_eq!(
+            confirm_no_escalation(&user, "dev", &granted, &objects.snapshot()),
+            Err("user \"alice\" (groups=[\"team\" \"system:authenticated\"]) is attempting to grant RBAC \
+                 permissions not currently held:\n\
+                 {APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"list\"]}\n\
+                 {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\"]}\n\
+                 {APIGroups:[\"apps\"], Resources:[\"deployments\"], ResourceNames:[\"web\"], Verbs:[\"get\"]}"
+                .to_owned())
+        );
+    }
+
+    #[test]
+    fn escalation_message_names_the_roles_that_could_not_be_resolved() {
+        let mut objects = binder_objects(vec![]);
+        objects.cluster_role_bindings.push(binding(
+            None,
+            "gone",
+            "ClusterRole",
+            "gone",
+            user_subject("alice"),
+        ));
+        let granted = vec![json!({"nonResourceURLs": ["/healthz"], "verbs": ["get"]})];
+        let message = confirm_no_escalation(&alice(), "", &granted, &objects.snapshot()).unwrap_err();
+        assert!(
+            message.ends_with(
+                "{NonResourceURLs:[\"/healthz\"], Verbs:[\"get\"]}; resolution errors: \
+                 [clusterroles.rbac.authorization.k8s.io \"gone\" not found]"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn owner_rules_cover_by_wildcard_subresource_wildcard_and_url_prefix() {
+        let objects = binder_objects(vec![
+            rule(&["*"], &["*/status"], &["get"]),
+            json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a", "b"], "verbs": ["*"]}),
+            json!({"nonResourceURLs": ["/metrics*"], "verbs": ["get"]}),
+        ]);
+        let granted = vec![
+            rule(&["apps"], &["deployments/status"], &["get"]),
+            json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"], "verbs": ["delete"]}),
+            json!({"nonResourceURLs": ["/metrics/cadvisor"], "verbs": ["get"]}),
+        ];
+        assert_eq!(confirm_no_escalation(&alice(), "dev", &granted, &objects.snapshot()), Ok(()));
+        let unnamed = vec![rule(&[""], &["secrets"], &["delete"])];
+        assert!(
+            confirm_no_escalation(&alice(), "dev", &unnamed, &objects.snapshot()).is_err(),
+            "names limit"
+        );
+    }
+
+    #[test]
+    fn writing_a_role_needs_escalate_or_every_permission_it_grants() {
+        let secrets = vec![rule(&[""], &["secrets"], &["get"])];
+        let objects = binder_objects(vec![rule(&[RBAC_GROUP], &["roles"], &["create"])]);
+        let refused = role_refusal(&alice(), "roles", None, "dev", &secrets, &objects.snapshot());
+        assert!(matches!(refused, Some(Refusal::NotHeld(_))), "{refused:?}");
+        let objects = binder_objects(vec![rule(&[RBAC_GROUP], &["roles"], &["create", "escalate"])]);
+        assert_eq!(role_refusal(&alice(), "roles", None, "dev", &secrets, &objects.snapshot()), None);
+        let objects = binder_objects(vec![rule(&[""], &["secrets"], &["get"])]);
+        assert_eq!(role_refusal(&alice(), "roles", None, "dev", &secrets, &objects.snapshot()), None);
+    }
+
+    #[test]
+    fn binding_a_missing_role_without_bind_is_not_found() {
+        let objects = binder_objects(vec![]);
+        let missing = json!({"apiGroup": RBAC_GROUP, "kind": "Role", "name": "nope"});
+        assert_eq!(
+            binding_refusal(&alice(), &missing, "dev", &objects.snapshot()),
+            Some(Refusal::RoleNotFound { resource: "roles", name: "nope".to_owned() })
         );
     }
 }

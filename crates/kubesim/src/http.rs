@@ -18,6 +18,7 @@ use crate::access_review::{self, ReviewKind};
 use crate::api::{self, DeleteOptions, ListOptions, Target, WriteOptions};
 use crate::authz::{self, RequestAttributes};
 use crate::error::{ApiError, ApiResult};
+use crate::escalation::RbacObjects;
 use crate::patch::PatchType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::self_subject_review;
@@ -142,7 +143,7 @@ fn review_rules(app: &App, req: &Request) -> ApiResult<Response> {
     let body = decode_body(req)?;
     let namespace = access_review::rules_namespace(&body)?;
     let (rules, error) = match app.sim.config.authorization {
-        Authorization::Rbac => authz::rules_for(&requester, &namespace, &RbacObjects::load(app).snapshot()),
+        Authorization::Rbac => authz::rules_for(&requester, &namespace, &rbac_objects(app).snapshot()),
         Authorization::AlwaysAllow => {
             authz::rules_for(&authz::UserInfo::admin(), &namespace, &authz::RbacSnapshot::EMPTY)
         }
@@ -188,9 +189,14 @@ fn review_requester(app: &App, req: &Request, group: &str, resource: &str) -> Ap
 /// What the configured authorizer says about `user` doing `attrs`.
 fn decide(app: &App, user: &authz::UserInfo, attrs: &RequestAttributes) -> authz::Verdict {
     match app.sim.config.authorization {
-        Authorization::Rbac => authz::evaluate(user, attrs, &RbacObjects::load(app).snapshot()),
+        Authorization::Rbac => authz::evaluate(user, attrs, &rbac_objects(app).snapshot()),
         Authorization::AlwaysAllow => authz::Verdict { decision: authz::Decision::Allow, reason: None },
     }
+}
+
+/// The stored RBAC objects, copied out so that no lock is held while deciding.
+fn rbac_objects(app: &App) -> RbacObjects {
+    RbacObjects::load(&app.sim.lock())
 }
 
 /// Discovery, version and health endpoints. `Ok(None)` for resource paths.
@@ -378,14 +384,15 @@ async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult
         }
         "watch" => watch::serve(sim.clone(), app.shutdown.clone(), t.clone(), watch_options(req, t)?).await,
         "create" => {
-            let opts = write_options(req);
+            let opts = write_options(app, req, t)?;
             let prepared = api::prepare_create(t, decode_body(req)?, &opts);
             let created = api::commit_create(&mut sim.lock(), t, prepared, &opts)?;
             respond(req, StatusCode::CREATED, created)
         }
         "update" => {
             let body = decode_body(req)?;
-            let updated = api::update(&mut sim.lock(), t, body, &write_options(req))?;
+            let opts = write_options(app, req, t)?;
+            let updated = api::update(&mut sim.lock(), t, body, &opts)?;
             respond(req, StatusCode::OK, updated)
         }
         "patch" => {
@@ -401,9 +408,11 @@ async fn dispatch(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult
                     ],
                 )
             })?;
+            // Authenticating may consult RBAC, which takes the store's lock itself.
+            let opts = write_options(app, req, t)?;
             let mut state = sim.lock();
             let existed = kind == PatchType::Apply && api::get(&state, t).is_ok();
-            let patched = api::patch(&mut state, t, kind, &req.body, &write_options(req))?;
+            let patched = api::patch(&mut state, t, kind, &req.body, &opts)?;
             let code =
                 if kind == PatchType::Apply && !existed { StatusCode::CREATED } else { StatusCode::OK };
             respond(req, code, patched)
@@ -437,7 +446,18 @@ fn decode_body(req: &Request) -> ApiResult<Value> {
     }
 }
 
-fn write_options(req: &Request) -> WriteOptions {
+/// The options of a write. Under RBAC, a write of an RBAC object carries its requester, for
+/// the privilege-escalation checks the API layer runs.
+fn write_options(app: &App, req: &Request, t: &Target) -> ApiResult<WriteOptions> {
+    let requester = if app.sim.config.authorization == Authorization::Rbac && crate::escalation::guards(t) {
+        Some(authenticate(app, req)?)
+    } else {
+        None
+    };
+    Ok(WriteOptions { requester, ..request_write_options(req) })
+}
+
+fn request_write_options(req: &Request) -> WriteOptions {
     let is_apply = req.method == Method::PATCH
         && PatchType::from_content_type(req.header(header::CONTENT_TYPE)) == Some(PatchType::Apply);
     let field_manager = match req.param("fieldManager") {
@@ -454,6 +474,7 @@ fn write_options(req: &Request) -> WriteOptions {
         field_manager,
         force: req.flag("force"),
         strict: req.param("fieldValidation") == Some("Strict"),
+        requester: None,
     }
 }
 
@@ -581,7 +602,7 @@ fn authorize(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> 
     if creates_by_apply(app, req, t, verb) {
         check(app, req, &RequestAttributes { verb: "create".to_owned(), ..attrs }, Some(t))?;
     }
-    authorize_binding(app, req, t, verb)
+    Ok(())
 }
 
 /// Whether this is a server-side apply of an object that does not exist yet. kube-apiserver
@@ -669,75 +690,6 @@ fn impersonation(req: &Request) -> ApiResult<Option<authz::Impersonation>> {
         )));
     }
     Ok(Some(authz::Impersonation { user, groups }))
-}
-
-/// The stored RBAC objects, copied out so that no lock is held while deciding.
-struct RbacObjects {
-    roles: Vec<Value>,
-    role_bindings: Vec<Value>,
-    cluster_roles: Vec<Value>,
-    cluster_role_bindings: Vec<Value>,
-}
-
-impl RbacObjects {
-    fn load(app: &App) -> Self {
-        let state = app.sim.lock();
-        let objects = |resource: &str| -> Vec<Value> {
-            state.list(&rbac_storage(resource), None).into_iter().map(|(_, s)| s.value()).collect()
-        };
-        Self {
-            roles: objects("roles"),
-            role_bindings: objects("rolebindings"),
-            cluster_roles: objects("clusterroles"),
-            cluster_role_bindings: objects("clusterrolebindings"),
-        }
-    }
-
-    fn snapshot(&self) -> authz::RbacSnapshot<'_> {
-        authz::RbacSnapshot {
-            roles: &self.roles,
-            role_bindings: &self.role_bindings,
-            cluster_roles: &self.cluster_roles,
-            cluster_role_bindings: &self.cluster_role_bindings,
-        }
-    }
-}
-
-fn rbac_storage(resource: &str) -> crate::registry::StorageKey {
-    crate::registry::StorageKey { group: "rbac.authorization.k8s.io".into(), resource: resource.into() }
-}
-
-/// kube-apiserver's privilege-escalation check on RoleBindings and ClusterRoleBindings: a
-/// create, or a write that changes `roleRef`, needs `bind` on the role or every permission
-/// it grants (see [`authz::may_bind`]). Writes whose body names no `roleRef` (most patches)
-/// cannot change it. The 403 message is kube-apiserver's, without its list of missing rules.
-fn authorize_binding(app: &App, req: &Request, t: &Target, verb: &str) -> ApiResult<()> {
-    let is_binding = t.rt.group == "rbac.authorization.k8s.io"
-        && matches!(t.rt.resource.as_str(), "rolebindings" | "clusterrolebindings");
-    if !is_binding || t.subresource.is_some() || !matches!(verb, "create" | "update" | "patch") {
-        return Ok(());
-    }
-    // YAML reads JSON too; a body that is neither is refused with 400 by the handler.
-    let Ok(body) = serde_yaml::from_slice::<Value>(&req.body) else { return Ok(()) };
-    let Some(role_ref) = body.get("roleRef") else { return Ok(()) };
-    let namespace = t.namespace.clone().unwrap_or_default();
-    let name = t.name.clone().or_else(|| body.pointer("/metadata/name")?.as_str().map(str::to_owned));
-    let name = name.unwrap_or_default();
-    let stored = app.sim.lock().get(&rbac_storage(&t.rt.resource), &(namespace.clone(), name.clone()));
-    if stored.is_some_and(|binding| binding.value().get("roleRef") == Some(role_ref)) {
-        return Ok(());
-    }
-    let user = authenticate(app, req)?;
-    if authz::may_bind(&user, role_ref, &namespace, &RbacObjects::load(app).snapshot()) {
-        return Ok(());
-    }
-    let message = format!(
-        "{} {name:?} is forbidden: user {:?} (groups={:?}) is attempting to grant RBAC permissions not currently held",
-        crate::error::qualified(&t.rt.group, &t.rt.resource),
-        user.name,
-        user.groups,
-    );
-    Err(ApiError::forbidden(&t.rt.group, &t.rt.resource, &name, message))
 }
 
 fn respond(req: &Request, code: StatusCode, object: Value) -> ApiResult<Response> {

@@ -11,6 +11,7 @@ pub mod authz;
 mod controllers;
 pub mod convert;
 pub mod error;
+mod escalation;
 mod http;
 pub mod identity;
 mod kubeconfig;

@@ -13,12 +13,12 @@ use serde_json::{Value, json};
 use crate::authz::grant;
 use crate::common::{TestCluster, api_error, wait_for};
 
-fn rbac_config() -> kubesim::Config {
+pub(crate) fn rbac_config() -> kubesim::Config {
     kubesim::Config { authorization: kubesim::Authorization::Rbac, ..kubesim::Config::default() }
 }
 
 /// A user name no other test (or earlier run on a real cluster) uses.
-fn unique_user(prefix: &str) -> String {
+pub(crate) fn unique_user(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
 
@@ -29,7 +29,10 @@ async fn subject_review(client: &kube::Client, spec: Value) -> kube::Result<Subj
     Ok(created.status.expect("a created review has a status"))
 }
 
-async fn self_review(client: &kube::Client, spec: Value) -> kube::Result<SubjectAccessReviewStatus> {
+pub(crate) async fn self_review(
+    client: &kube::Client,
+    spec: Value,
+) -> kube::Result<SubjectAccessReviewStatus> {
     let review: SelfSubjectAccessReview = serde_json::from_value(json!({"spec": spec})).unwrap();
     let created =
         Api::<SelfSubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await?;

@@ -12,6 +12,7 @@ mod defaults;
 mod delete;
 mod discovery;
 mod errors;
+mod escalation;
 mod list;
 mod patch;
 mod validation;
