@@ -1,6 +1,7 @@
 //! The parts of kube-controller-manager an operator depends on: the garbage collector
-//! (owner references, foreground and orphan deletion), the namespace lifecycle controller
-//! and the CRD cleanup that deletes a CRD's objects before the CRD itself.
+//! (owner references, foreground and orphan deletion), the namespace lifecycle controller,
+//! the CRD cleanup that deletes a CRD's objects before the CRD itself, and the status of
+//! ResourceQuotas ([`crate::quota`]).
 //!
 //! They react to committed changes, like their originals react to watch events, and act
 //! through the same API functions a client's request goes through.
@@ -107,6 +108,9 @@ fn resync(sim: &Sim, lifecycle: &mut NamespaceLifecycle) {
     let mut state = sim.lock();
     for storage in state.storages_with_objects() {
         for (key, stored) in state.list(&storage, None) {
+            if storage == crate::quota::resource_quotas() {
+                crate::quota::refresh(&mut state, &key.0, MANAGER);
+            }
             if !stored.owners.is_empty() {
                 collect_if_orphaned(&mut state, &storage, &key);
             }
@@ -119,6 +123,10 @@ fn resync(sim: &Sim, lifecycle: &mut NamespaceLifecycle) {
 
 fn react(state: &mut State, lifecycle: &mut NamespaceLifecycle, change: &Change) {
     let object = &change.object;
+    // A quota's own change, or an object coming or going that it may count.
+    if change.change != ChangeType::Modified || change.storage == crate::quota::resource_quotas() {
+        crate::quota::refresh(state, &change.key.0, MANAGER);
+    }
     match change.change {
         ChangeType::Deleted => {
             if change.storage == namespaces() {

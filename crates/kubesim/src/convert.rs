@@ -26,6 +26,11 @@ pub fn from_storage(rt: &ResourceType, mut object: Value) -> Value {
                 obj.insert("apiVersion".into(), rt.api_version().into());
                 obj.insert("kind".into(), rt.kind.clone().into());
             }
+            // kube-apiserver defaults custom resources as it reads them from etcd too, so a
+            // default added to a CRD shows in objects stored before it.
+            if let Some(custom) = rt.custom.as_ref().filter(|custom| !custom.schema.is_null()) {
+                crate::validation::schema::apply_defaults(&mut object, Some(&custom.schema));
+            }
         }
     }
     object

@@ -19,6 +19,7 @@ mod openapi;
 pub mod patch;
 pub mod persist;
 mod protobuf;
+mod quota;
 pub mod registry;
 mod seed;
 pub mod selector;

@@ -232,6 +232,16 @@ pub fn builtin_decode_error(group: &str, resource: &str, obj: &Value) -> Option<
             .or_else(|| check_bytes_map(obj.get("binaryData"), "ConfigMap", "binaryData"))
             .or_else(|| check_field_root(obj, "immutable", "ConfigMap", GoType::Bool)),
         ("coordination.k8s.io", "leases") => lease_spec_error(obj),
+        ("", "resourcequotas") => super::quota::undecodable_quantity(
+            [obj.pointer("/spec/hard"), obj.pointer("/status/hard"), obj.pointer("/status/used")].into_iter(),
+        ),
+        ("", "limitranges") => {
+            let lists = ["max", "min", "default", "defaultRequest", "maxLimitRequestRatio"];
+            let items = obj.pointer("/spec/limits").and_then(Value::as_array).into_iter().flatten();
+            super::quota::undecodable_quantity(
+                items.flat_map(|item| lists.iter().map(move |list| item.get(*list))),
+            )
+        }
         _ => None,
     })?;
     Some(cannot_handle(obj, kind, &err))

@@ -9,8 +9,9 @@
 //!
 //! The module is split by subject:
 //! - [`names`]: the string rules (DNS labels and subdomains, label keys and values, config keys);
-//! - [`objects`]: `metadata` and the built-in kinds kubesim serves (with the private `data`
-//!   and `rbac` modules for ConfigMap/Secret and RBAC rules, and `decode` for 400 errors);
+//! - [`objects`]: `metadata` and the built-in kinds kubesim serves (with the private `data`,
+//!   `network`, `quota` and `rbac` modules for ConfigMap/Secret, NetworkPolicy,
+//!   LimitRange/ResourceQuota and RBAC, and `decode` for 400 errors);
 //! - [`schema`]: pruning, defaulting and validation of custom resources against a structural schema;
 //! - [`crd`]: validation of CustomResourceDefinitions themselves.
 
@@ -22,6 +23,8 @@ pub mod schema;
 
 mod data;
 mod decode;
+mod network;
+mod quota;
 mod rbac;
 mod render;
 

@@ -76,6 +76,9 @@ pub fn kind_for(group: &str, resource: &str) -> Option<&'static str> {
         (RBAC_GROUP, "clusterrolebindings") => "ClusterRoleBinding",
         ("coordination.k8s.io", "leases") => "Lease",
         ("apiextensions.k8s.io", "customresourcedefinitions") => "CustomResourceDefinition",
+        ("", "limitranges") => "LimitRange",
+        ("", "resourcequotas") => "ResourceQuota",
+        ("networking.k8s.io", "networkpolicies") => "NetworkPolicy",
         _ => return None,
     };
     Some(kind)
@@ -335,6 +338,9 @@ pub fn validate_builtin(group: &str, resource: &str, obj: &Value) -> Vec<Cause> 
         (RBAC_GROUP, "rolebindings") => super::rbac::role_binding_causes(obj, true),
         (RBAC_GROUP, "clusterrolebindings") => super::rbac::role_binding_causes(obj, false),
         ("coordination.k8s.io", "leases") => lease_causes(obj),
+        ("networking.k8s.io", "networkpolicies") => super::network::network_policy_causes(obj),
+        ("", "limitranges") => super::quota::limit_range_causes(obj),
+        ("", "resourcequotas") => super::quota::resource_quota_causes(obj),
         _ => Vec::new(),
     });
     causes

@@ -142,6 +142,40 @@ async fn defaults_are_applied_and_unknown_fields_pruned() {
 }
 
 #[tokio::test]
+async fn a_default_added_to_the_schema_shows_in_objects_stored_before_it() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("crd").await;
+    let widgets = Widgets::install(&mut cluster, "read-defaults").await;
+    let api = widgets.api(&cluster, &ns, "v1");
+    api.create(&PostParams::default(), &widgets.widget("w", json!({"size": 1}))).await.unwrap();
+    let shape = json!({"type": "object", "default": {}, "properties": {
+        "kind": {"type": "string", "default": "round"},
+        "edges": {"type": "integer"},
+    }});
+    let add_shape: Vec<Value> = (0..2)
+        .map(|version| {
+            json!({"op": "add", "value": shape,
+                   "path": format!("/spec/versions/{version}/schema/openAPIV3Schema/properties/spec/properties/shape")})
+        })
+        .collect();
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let patch = Patch::Json::<()>(serde_json::from_value(Value::Array(add_shape)).unwrap());
+    crds.patch(&widgets.crd_name(), &PatchParams::default(), &patch).await.unwrap();
+    // A real API server serves the new schema once it has rebuilt the CRD's handler.
+    let spec = wait_for("the new default to show in the stored widget", || async {
+        let spec = api.get("w").await.ok()?.data["spec"].clone();
+        spec.get("shape").is_some().then_some(spec)
+    })
+    .await;
+    assert_eq!(
+        spec["shape"],
+        json!({"kind": "round"}),
+        "an absent object gets its default, then its own defaults"
+    );
+    assert_eq!(spec["color"], "red");
+}
+
+#[tokio::test]
 async fn generation_follows_spec_changes_only() {
     let mut cluster = TestCluster::new().await;
     let ns = cluster.namespace("crd").await;

@@ -15,5 +15,6 @@ mod errors;
 mod escalation;
 mod list;
 mod patch;
+mod replicated_kinds;
 mod validation;
 mod watch;
