@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs real Helm (Helm's Go library through helm-sdkpy) for crates/kopper/tests/chart.rs.
+"""Runs real Helm (Helm's Go library through helm-sdkpy) for crates/kopper/tests/e2e/chart.rs.
 
     helm_driver.py lint CHART
     helm_driver.py install|upgrade KUBECONFIG NAMESPACE RELEASE CHART VALUES_JSON

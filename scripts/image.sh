@@ -3,6 +3,7 @@
 # `kopper:<version>`) from it. No registry is needed: the image starts FROM scratch.
 #   scripts/image.sh            # build
 #   KOPPER_IMAGE=name:tag scripts/image.sh
+#   KOPPER_IMAGE_BINARY=path scripts/image.sh   # no build: put this static kopper binary in
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,14 +14,19 @@ image=${KOPPER_IMAGE:-kopper:dev}
 profile=${KOPPER_IMAGE_PROFILE:-release}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-# crt-static links glibc statically; --target keeps the flag off build scripts and proc macros.
-RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --profile "$profile" --locked --target "$target" -p kopper --bin kopper
+binary=${KOPPER_IMAGE_BINARY:-}
+if [ -z "$binary" ]; then
+    # crt-static links glibc statically; --target keeps the flag off build scripts and proc
+    # macros.
+    RUSTFLAGS="-C target-feature=+crt-static" \
+        cargo build --profile "$profile" --locked --target "$target" -p kopper --bin kopper
+    binary="target/$target/$profile/kopper"
+fi
 
 context=target/image
 rm -rf "$context"
 mkdir -p "$context"
-cp "target/$target/$profile/kopper" "$context/kopper"
+cp "$binary" "$context/kopper"
 # Symbols are for debuggers, not for a cluster: a third of the binary.
 strip --strip-all "$context/kopper"
 cp /etc/ssl/certs/ca-certificates.crt "$context/ca-certificates.crt"
@@ -34,7 +40,7 @@ if readelf --program-headers "$context/kopper" | grep -q INTERP; then
 fi
 
 tags=(-t "$image")
-if [ "$profile" = release ]; then
+if [ "$profile" = release ] && [ -z "${KOPPER_IMAGE_BINARY:-}" ]; then
     tags+=(-t "kopper:$version")
 fi
 docker build --quiet -f Dockerfile "${tags[@]}" "$context" >/dev/null

@@ -2,7 +2,7 @@
 # Installs real Helm for the chart tests: Helm's Go library, shipped for this machine in the
 # PyPI wheel `helm-sdkpy`, in a virtual environment at target/tools/helm. Its metadata asks
 # for Python 3.12; on 3.11 it imports and runs all the same (--ignore-requires-python).
-# Quick when already installed. crates/kopper/tests/chart.rs drives it via
+# Quick when already installed. crates/kopper/tests/e2e/chart.rs drives it via
 # scripts/helm_driver.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."

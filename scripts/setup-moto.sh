@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs moto in server mode (a real S3 and IAM API on loopback) for the Bucket tests, in a
 # virtual environment at target/tools/moto. Quick when already installed.
-# crates/kopper/tests/bucket.rs starts one `moto_server` per test.
+# crates/kopper/tests/e2e/bucket.rs starts one `moto_server` per test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Prometheus and promtool (Debian's `prometheus` package) for the observability tests
-# (crates/kopper/tests/observability.rs). Quick when they are already there. Needs apt-get and
+# (crates/kopper/tests/e2e/observability.rs). Quick when they are already there. Needs apt-get and
 # root or sudo; the package's service is not started (tests run their own Prometheus).
 set -euo pipefail
 

@@ -12,7 +12,7 @@
 //! asserts nothing). `BUCKET_BENCH_COUNT` sets how many Buckets (default 30).
 
 /// The tests' moto and fault-proxy harness, shared rather than copied.
-#[path = "../tests/common/moto.rs"]
+#[path = "../tests/e2e/common/moto.rs"]
 #[allow(dead_code)]
 mod moto;
 
@@ -37,7 +37,7 @@ const NAMESPACE: &str = "bench";
 const CLUSTER_ID: &str = "bench";
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// What tests/common/moto.rs waits with: polls `check` until it yields a value.
+/// What tests/e2e/common/moto.rs waits with: polls `check` until it yields a value.
 pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,

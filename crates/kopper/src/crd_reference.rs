@@ -1,6 +1,6 @@
 //! A Markdown reference of every field of kopper's CRDs, generated from their schemas (so from
 //! the Rust types' doc comments): `kopper crds --reference` prints it, `docs/crd-reference.md`
-//! holds the committed copy, checked by `tests/crds.rs`.
+//! holds the committed copy, checked by `tests/e2e/crds.rs`.
 
 use std::fmt::Write as _;
 

@@ -1,5 +1,5 @@
 //! Every CustomResourceDefinition kopper serves, derived from the Rust types. `kopper crds`
-//! prints them; `config/crd/` holds the committed copies, checked by `tests/crds.rs`.
+//! prints them; `config/crd/` holds the committed copies, checked by `tests/e2e/crds.rs`.
 
 use std::path::Path;
 

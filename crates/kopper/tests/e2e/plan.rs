@@ -1,19 +1,20 @@
 //! `kopper plan` as a user and a CI pipeline run it: the binary against kubesim, rules from
 //! the cluster and from files, text and JSON, and the exit status.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::Cluster;
+use crate::common::Cluster;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
-const ACCESS_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-group-per-namespace.yaml");
+const RULE_SAMPLE: &str = include_str!("../../../../config/samples/replicationrule-shared-settings.yaml");
+const ACCESS_SAMPLE: &str =
+    include_str!("../../../../config/samples/namespaceaccess-group-per-namespace.yaml");
 
 /// kubesim with kopper's CRDs, two team namespaces, the sample's source ConfigMap and the
 /// NamespaceAccess sample applied.

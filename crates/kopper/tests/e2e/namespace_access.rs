@@ -1,6 +1,6 @@
 //! NamespaceAccess end to end: the controllers run against a fresh kubesim per test.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
@@ -15,9 +15,9 @@ use serde_json::json;
 use kopper::controllers::namespace_access::{self, NamespaceAccess};
 use kopper::runtime::{Context, Metrics, Settings};
 
-use common::{InProcess, eventually};
+use crate::common::{InProcess, eventually};
 
-const SEED_SAMPLE: &str = include_str!("../../../config/samples/namespaceaccess-group-per-namespace.yaml");
+const SEED_SAMPLE: &str = include_str!("../../../../config/samples/namespaceaccess-group-per-namespace.yaml");
 
 /// One kubesim with the CRD installed, and the controllers running against it.
 struct Cluster {

@@ -4,13 +4,13 @@
 //! bad values by its schema, and kopper runs with the RBAC it installs without a 403. Without
 //! helm-sdkpy these tests fail under `CI=true` and are skipped, saying so, elsewhere.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::manifests::{create_document, yaml_documents};
-use common::{Operator, eventually, run_args};
+use crate::common::manifests::{create_document, yaml_documents};
+use crate::common::{Operator, eventually, run_args};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};

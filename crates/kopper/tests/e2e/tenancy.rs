@@ -3,14 +3,12 @@
 //! (tenant-b) have rights that end at their own namespace. Each test asserts that an attack
 //! fails and that the legitimate use next to it still works.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::manifests::{create_document, rbac_documents};
-use common::{Operator, eventually, eventually_within, run_args};
+use crate::common::manifests::{create_document, rbac_documents};
+use crate::common::{Operator, eventually, eventually_within, run_args};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};

@@ -3,14 +3,14 @@
 //! test has its own account). Without moto these tests fail under `CI=true` and are skipped,
 //! saying so, elsewhere.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::moto::{FaultProxy, Moto, REGION};
-use common::{Cluster, Operator, eventually, eventually_within};
+use crate::common::moto::{FaultProxy, Moto, REGION};
+use crate::common::{Cluster, Operator, eventually, eventually_within};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};

@@ -1,6 +1,6 @@
 //! Replication end to end: ReplicationRule and ConfigMapSync run against a fresh kubesim per test.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,10 +18,10 @@ use kopper::controllers::replication_rule::types::ReplicationRule;
 use kopper::runtime::metrics::{ControllerLabels, KindLabels, ScopedWatchLabels};
 use kopper::runtime::{Context, Metrics, Settings};
 
-use common::{InProcess, eventually};
+use crate::common::{InProcess, eventually};
 
-const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
-const SYNC_SAMPLE: &str = include_str!("../../../config/samples/configmapsync-across-namespaces.yaml");
+const RULE_SAMPLE: &str = include_str!("../../../../config/samples/replicationrule-shared-settings.yaml");
+const SYNC_SAMPLE: &str = include_str!("../../../../config/samples/configmapsync-across-namespaces.yaml");
 
 struct Cluster {
     sim: kubesim::Server,

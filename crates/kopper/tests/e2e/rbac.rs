@@ -4,14 +4,14 @@
 //! any one verb of any rule, of the ClusterRole or of the leader-election Role, kopper is
 //! refused something).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::manifests::{create_document, kind_of, rbac_documents, yaml_documents};
-use common::moto::Moto;
-use common::{Operator, eventually, eventually_within, run_args};
+use crate::common::manifests::{create_document, kind_of, rbac_documents, yaml_documents};
+use crate::common::moto::Moto;
+use crate::common::{Operator, eventually, eventually_within, run_args};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -25,11 +25,11 @@ use kube::{Api, Client};
 use serde_json::json;
 
 const NAMESPACE_ACCESS_SAMPLE: &str =
-    include_str!("../../../config/samples/namespaceaccess-group-per-namespace.yaml");
+    include_str!("../../../../config/samples/namespaceaccess-group-per-namespace.yaml");
 const CONFIG_MAP_SYNC_SAMPLE: &str =
-    include_str!("../../../config/samples/configmapsync-across-namespaces.yaml");
+    include_str!("../../../../config/samples/configmapsync-across-namespaces.yaml");
 const REPLICATION_RULE_SAMPLE: &str =
-    include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
+    include_str!("../../../../config/samples/replicationrule-shared-settings.yaml");
 
 /// kopper's identity in the cluster, as config/rbac/ binds it.
 const KOPPER_NAMESPACE: &str = "kopper-system";

@@ -1,12 +1,12 @@
 //! `kopper demo` works with no cluster at all: it shows what kopper did, leaves a usable
 //! kubeconfig, and stops cleanly on Ctrl-C.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;
 
-use common::{DEADLINE, free_admin_addr};
+use crate::common::{DEADLINE, free_admin_addr};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 

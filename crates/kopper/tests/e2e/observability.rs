@@ -5,20 +5,20 @@
 //! (scripts/setup-prometheus.sh); without them these tests fail under `CI=true` and are
 //! skipped, saying so, elsewhere.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{Cluster, Operator, eventually, eventually_within, free_admin_addr, http_get};
+use crate::common::{Cluster, Operator, eventually, eventually_within, free_admin_addr, http_get};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kopper::controllers::replication_rule::types::ReplicationRule;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-const RULE_SAMPLE: &str = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
+const RULE_SAMPLE: &str = include_str!("../../../../config/samples/replicationrule-shared-settings.yaml");
 
 fn config(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(path)

@@ -1,12 +1,10 @@
 //! The shared controller driver (`run_controller`) on kubesim: graceful shutdown lets
 //! in-flight reconciles finish, and failures are retried with backoff and counted.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use common::{Cluster, DEADLINE, eventually};
+use crate::common::{Cluster, DEADLINE, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopper::runtime::{Context, ErrorCategory, Metrics, Settings, Shutdown, run_controller};
 use kube::Api;

@@ -1,16 +1,14 @@
 //! kopper's container image, run as a cluster runs it: read-only root filesystem, every
 //! capability dropped, a non-root user, against a kubesim the containers reach over a
-//! private Docker network. Builds the image with scripts/image.sh (the `image-test` profile:
-//! the release binary built faster). Needs a Docker engine: under `CI=true` these tests fail
-//! without one; elsewhere they are skipped, saying so.
-
-mod common;
+//! private Docker network. Builds the image with scripts/image.sh, from the static kopper
+//! binary the suite built (see [`build_image`]). Needs a Docker engine: under `CI=true` these
+//! tests fail without one; elsewhere they are skipped, saying so.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{eventually_within, http_get};
+use crate::common::{eventually_within, http_get};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kopper::controllers::replication_rule::types::ReplicationRule;
@@ -20,7 +18,7 @@ use serde_json::json;
 
 /// Its own tag, so the tests never replace the `kopper:dev` a person built.
 const IMAGE: &str = "kopper:test";
-/// Long enough for a release build and a container start on a busy 2-core machine.
+/// Long enough for a container to start and converge on a busy 2-core machine.
 const SLOW: Duration = Duration::from_secs(90);
 
 fn docker(args: &[&str]) -> Result<String, String> {
@@ -46,22 +44,34 @@ fn engine_available() -> bool {
     }
 }
 
-/// Builds the image once per test binary.
+/// Builds the image once per test binary. When this test binary's own kopper binary is
+/// static (scripts/test.sh builds the suite so), that binary goes into the image; otherwise
+/// scripts/image.sh builds a static one with the `image-test` profile.
 fn build_image() {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/image.sh");
-        let output = Command::new(script)
-            .env("KOPPER_IMAGE", IMAGE)
-            .env("KOPPER_IMAGE_PROFILE", "image-test")
-            .output()
-            .expect("scripts/image.sh runs");
+        let mut command = Command::new(script);
+        command.env("KOPPER_IMAGE", IMAGE).env("KOPPER_IMAGE_PROFILE", "image-test");
+        let own_binary = env!("CARGO_BIN_EXE_kopper");
+        if is_static(own_binary) {
+            command.env("KOPPER_IMAGE_BINARY", own_binary);
+        }
+        let output = command.output().expect("scripts/image.sh runs");
         assert!(
             output.status.success(),
             "scripts/image.sh failed:\n{}",
             String::from_utf8_lossy(&output.stderr)
         );
     });
+}
+
+/// Whether the binary at `path` needs no dynamic loader (no `INTERP` program header), so
+/// it can run on an empty base image.
+fn is_static(path: &str) -> bool {
+    let output = Command::new("readelf").args(["--program-headers", path]).output().expect("readelf runs");
+    assert!(output.status.success(), "readelf {path}: {}", String::from_utf8_lossy(&output.stderr));
+    !String::from_utf8_lossy(&output.stdout).contains("INTERP")
 }
 
 /// A private network, kubesim on the host where its containers reach it, and the kopper
@@ -215,7 +225,7 @@ fn uuid_like() -> String {
 }
 
 async fn seed_rule(admin: &Client) {
-    let sample = include_str!("../../../config/samples/replicationrule-shared-settings.yaml");
+    let sample = include_str!("../../../../config/samples/replicationrule-shared-settings.yaml");
     for document in kopper::samples::documents(sample).unwrap() {
         let name = document["metadata"]["name"].as_str().unwrap().to_owned();
         let params = PatchParams::apply("test").force();

@@ -1,8 +1,6 @@
 //! End-to-end behaviour of the pod labeler (seed 001) on kubesim.
 
-mod common;
-
-use common::{Cluster, Operator, create_pod, eventually, label_of, pod, wait_for_label};
+use crate::common::{Cluster, Operator, create_pod, eventually, label_of, pod, wait_for_label};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};

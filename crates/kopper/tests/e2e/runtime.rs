@@ -1,11 +1,9 @@
 //! End-to-end behaviour of the operator runtime on kubesim: graceful shutdown, leader
 //! election, the admin endpoints and start-up errors.
 
-mod common;
-
 use std::process::Stdio;
 
-use common::{
+use crate::common::{
     Cluster, DEADLINE, Operator, create_pod, eventually, free_admin_addr, http_get, label_of, metric, pod,
     restart_api_server, run_args, wait_for_label,
 };
@@ -64,7 +62,7 @@ async fn every_controller_runs_in_one_operator_and_readiness_waits_for_all() {
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
     let policy: NamespaceAccess = serde_yaml::from_str(include_str!(
-        "../../../config/samples/namespaceaccess-group-per-namespace.yaml"
+        "../../../../config/samples/namespaceaccess-group-per-namespace.yaml"
     ))
     .unwrap();
     Api::<NamespaceAccess>::all(cluster.client.clone())
