@@ -305,6 +305,68 @@ async fn emptying_a_bucket_on_delete_revokes_its_credentials_first() {
     operator.stop().await.unwrap();
 }
 
+/// IAM policies are compared by what they grant, not by their spelling: a policy another
+/// tool (or a compatible service) returns with its statements reordered, its actions in
+/// another case and order and single values as strings is left alone at the next pass; a
+/// policy that grants more is put back to the Bucket's own.
+#[tokio::test]
+async fn a_respelled_policy_is_left_alone_and_a_widened_one_put_back() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let iam = moto.client().await;
+    create_bucket(&cluster, "spelled", json!({"bucketName": "spelled-bucket"})).await;
+    let user = status(&wait_for_reason(&cluster, "spelled", "Ready").await).user_name.unwrap();
+    let wanted = names::policy_document("spelled-bucket");
+    let secrets = Api::<Secret>::namespaced(cluster.client.clone(), NAMESPACE);
+    // A change to its Secret wakes the Bucket without changing its generation.
+    let wake = |round: &'static str| {
+        let touch = Patch::Merge(json!({"metadata": {"annotations": {"example.com/round": round}}}));
+        let secrets = secrets.clone();
+        async move { secrets.patch("spelled-s3", &PatchParams::default(), &touch).await.unwrap() }
+    };
+
+    let mut statements = wanted["Statement"].as_array().unwrap().clone();
+    statements.reverse();
+    for statement in &mut statements {
+        let statement = statement.as_object_mut().unwrap();
+        statement.remove("Sid");
+        let mut actions: Vec<String> = serde_json::from_value(statement["Action"].clone()).unwrap();
+        actions.reverse();
+        actions[0] = actions[0].to_uppercase();
+        statement.insert("Action".into(), json!(actions));
+        let resource = statement["Resource"][0].clone();
+        statement.insert("Resource".into(), resource);
+    }
+    let respelled = json!({"Version": "2012-10-17", "Statement": statements});
+    iam.put_user_policy(&user, names::POLICY_NAME, &respelled).await.unwrap();
+    proxy.reset_calls().await;
+    wake("respelled").await;
+    // The pass is over once it went on from the policy to the user's keys.
+    let calls = eventually("a pass to read the policy and go on to the keys", || async {
+        let calls = proxy.calls().await;
+        let read = calls.iter().position(|call| call.operation == "GetUserPolicy")?;
+        calls[read..].iter().any(|call| call.operation == "ListAccessKeys").then_some(calls)
+    })
+    .await;
+    assert!(
+        !calls.iter().any(|call| call.operation == "PutUserPolicy"),
+        "a policy granting the same was rewritten: {calls:?}"
+    );
+    assert_eq!(iam.user_policy(&user, names::POLICY_NAME).await.unwrap(), Some(respelled));
+
+    let mut widened = wanted.clone();
+    widened["Statement"][1]["Action"].as_array_mut().unwrap().push(json!("s3:PutBucketPolicy"));
+    iam.put_user_policy(&user, names::POLICY_NAME, &widened).await.unwrap();
+    wake("widened").await;
+    eventually("the Bucket's own policy put back", || async {
+        (iam.user_policy(&user, names::POLICY_NAME).await.unwrap().as_ref() == Some(&wanted)).then_some(())
+    })
+    .await;
+    operator.stop().await.unwrap();
+}
+
 /// Objects each huge bucket holds: with one object per delete batch, emptying one takes
 /// many seconds, far longer than a Bucket takes to become Ready.
 const HUGE: usize = 250;

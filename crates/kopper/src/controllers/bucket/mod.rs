@@ -22,6 +22,7 @@ pub mod fenced;
 pub mod metrics;
 pub mod name_locks;
 pub mod names;
+pub mod policy;
 pub mod provider;
 pub mod secret;
 pub mod sweep;
@@ -668,9 +669,10 @@ impl Pass<'_> {
                 ));
             }
         }
-        let policy = names::policy_document(bucket_name);
-        if self.provider.user_policy(&user, names::POLICY_NAME).await?.as_ref() != Some(&policy) {
-            self.provider.put_user_policy(&user, names::POLICY_NAME, &policy).await?;
+        let wanted = names::policy_document(bucket_name);
+        let found = self.provider.user_policy(&user, names::POLICY_NAME).await?;
+        if !found.is_some_and(|found| policy::equivalent(&wanted, &found)) {
+            self.provider.put_user_policy(&user, names::POLICY_NAME, &wanted).await?;
         }
         Ok(user)
     }
