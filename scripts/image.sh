@@ -16,9 +16,11 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
 binary=${KOPPER_IMAGE_BINARY:-}
 if [ -z "$binary" ]; then
-    # crt-static links glibc statically; --target keeps the flag off build scripts and proc
-    # macros.
-    RUSTFLAGS="-C target-feature=+crt-static" \
+    # crt-static links glibc statically; --target keeps the flags off build scripts and proc
+    # macros. Without unwinding (panic = "abort") the binary needs no unwind tables, and
+    # lld folds the many identical functions generic code instantiates (--icf=all) and packs
+    # the position-independent binary's relocations (RELR, which glibc 2.36 applies).
+    RUSTFLAGS="-C target-feature=+crt-static -C force-unwind-tables=no -C link-arg=-Wl,--icf=all -C link-arg=-Wl,-z,pack-relative-relocs" \
         cargo build --profile "$profile" --locked --target "$target" -p kopper --bin kopper
     binary="target/$target/$profile/kopper"
 fi
