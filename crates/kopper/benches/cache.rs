@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kopper::controllers::bucket::types::Bucket;
-use kopper::controllers::config_map_sync::types::ConfigMapSync;
+use kopper::controllers::replication::types::ConfigMapSync;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::{Cluster, memory_kib};

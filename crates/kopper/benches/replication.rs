@@ -67,11 +67,12 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use kopper::controllers::replication::desired::{
+use kopper::controllers::replication::desired::desired_copy;
+use kopper::controllers::replication::model::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, Payload, RuleId, SOURCE_VERSION_ANNOTATION,
-    Source, desired_copy,
+    Source,
 };
-use kopper::controllers::replication_rule::types::ReplicationRule;
+use kopper::controllers::replication::types::ReplicationRule;
 
 /// Counts live heap bytes, so kubesim's memory for the replicated objects is measured, not
 /// guessed from RSS.

@@ -38,9 +38,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use kopper::controllers::config_map_sync::types::ConfigMapSync;
-use kopper::controllers::replication::desired::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use kopper::controllers::replication_rule::types::ReplicationRule;
+use kopper::controllers::replication::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use kopper::controllers::replication::types::ConfigMapSync;
+use kopper::controllers::replication::types::ReplicationRule;
 use kopper::tenancy::ACCEPT_REPLICATION_FROM;
 
 /// The seed-003 sample: every ConfigMap labelled `copyrator: "true"` in `default` copied

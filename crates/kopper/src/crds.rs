@@ -8,9 +8,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::controllers::bucket::types::Bucket;
-use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::namespace_access::NamespaceAccess;
-use crate::controllers::replication_rule::types::ReplicationRule;
+use crate::controllers::replication::types::ConfigMapSync;
+use crate::controllers::replication::types::ReplicationRule;
 
 /// The API group of every kopper kind.
 pub const GROUP: &str = "kopper.dev";

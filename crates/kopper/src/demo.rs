@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::cli::{Cli, Command, DemoArgs, RunArgs};
 use crate::controllers::bucket::types::Bucket;
-use crate::controllers::replication::desired::{
+use crate::controllers::replication::model::{
     MANAGED_BY_LABEL, REPLICATED_BY_LABEL, SOURCE_NAME_ANNOTATION, SOURCE_NAMESPACE_ANNOTATION,
 };
 use crate::runtime::Shutdown;

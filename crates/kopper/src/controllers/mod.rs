@@ -1,11 +1,9 @@
 //! One module per controller, and the dispatch from `--controllers` names to them.
 
 pub mod bucket;
-pub mod config_map_sync;
 pub mod namespace_access;
 pub mod pod_labeler;
 pub mod replication;
-pub mod replication_rule;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -9,9 +9,9 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::controllers::config_map_sync::types::ConfigMapSync;
 use crate::controllers::namespace_access::NamespaceAccess;
-use crate::controllers::replication_rule::types::ReplicationRule;
+use crate::controllers::replication::types::ConfigMapSync;
+use crate::controllers::replication::types::ReplicationRule;
 
 /// A rule's identity across files and the cluster: kind, namespace (namespaced kinds) and name.
 pub type RuleKey = (String, Option<String>, String);

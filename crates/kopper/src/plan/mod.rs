@@ -20,7 +20,7 @@ use crate::controllers::namespace_access::NamespaceAccess;
 use crate::controllers::namespace_access::diff::managing_policy;
 use crate::controllers::namespace_access::plan::plan_policies;
 use crate::controllers::replication::plan::{ClusterObjects, plan_rules};
-use crate::controllers::replication_rule::types::ReplicatedKind;
+use crate::controllers::replication::types::ReplicatedKind;
 
 /// Reads the cluster (and the files), prints the plan, and says how to exit.
 pub async fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {

@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::controllers::namespace_access::diff::Action;
 use crate::controllers::namespace_access::plan::PolicyPlan;
-use crate::controllers::replication::desired::{Change, RuleId, RuleKind};
+use crate::controllers::replication::desired::Change;
+use crate::controllers::replication::model::{RuleId, RuleKind};
 use crate::controllers::replication::plan::RulePlan;
 
 /// The exit status when the plan finds conflicts, refused rules or rules that would not get

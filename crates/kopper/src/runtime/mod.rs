@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod api_requests;
+pub mod cache;
 pub mod client;
 pub mod context;
 pub mod controller;

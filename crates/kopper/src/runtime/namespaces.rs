@@ -19,9 +19,10 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 
 use super::Metrics;
+use super::cache::{CacheStopped, FirstList};
 use super::metrics::CacheLabels;
 
 /// What kopper keeps of a namespace: its metadata.
@@ -57,7 +58,7 @@ pub struct SharedNamespaces {
 /// The watch and its store, alive while a subscriber holds them.
 struct Running {
     store: Store<NamespaceMeta>,
-    synced: watch::Receiver<bool>,
+    first_list: FirstList,
     events: broadcast::Sender<NamespaceEvent>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -84,7 +85,7 @@ impl SharedNamespaces {
         });
         let receiver = running.events.subscribe();
         // Subscribed after the first list: the Resync it sent was missed, so it comes first.
-        let resync_first = *running.synced.borrow();
+        let resync_first = running.first_list.is_ready();
         NamespaceFeed { running, receiver, resync_first }
     }
 }
@@ -92,11 +93,12 @@ impl SharedNamespaces {
 impl Running {
     fn start(client: &kube::Client, metrics: Arc<Metrics>) -> Self {
         let (store, writer) = reflector::store();
-        let (synced_sender, synced) = watch::channel(false);
+        let first_list = FirstList::default();
         let (events, _) = broadcast::channel(BACKLOG);
         let api = Api::<NamespaceMeta>::all(client.clone());
-        let task = tokio::spawn(keep(api, writer, store.clone(), synced_sender, events.clone(), metrics));
-        Self { store, synced, events, task }
+        let task =
+            tokio::spawn(keep(api, writer, store.clone(), first_list.clone(), events.clone(), metrics));
+        Self { store, first_list, events, task }
     }
 }
 
@@ -105,7 +107,7 @@ async fn keep(
     api: Api<NamespaceMeta>,
     mut writer: reflector::store::Writer<NamespaceMeta>,
     store: Store<NamespaceMeta>,
-    synced: watch::Sender<bool>,
+    first_list: FirstList,
     subscribers: broadcast::Sender<NamespaceEvent>,
     metrics: Arc<Metrics>,
 ) {
@@ -135,7 +137,7 @@ async fn keep(
             watcher::Event::Init | watcher::Event::InitApply(_) => {}
             watcher::Event::InitDone => {
                 metrics.relisted(&labels.controller, &labels.kind);
-                synced.send_replace(true);
+                first_list.mark_ready();
                 let _ = subscribers.send(NamespaceEvent::Resync);
             }
             watcher::Event::Apply(object) => {
@@ -170,15 +172,13 @@ impl NamespaceFeed {
     }
 
     pub fn is_ready(&self) -> bool {
-        *self.running.synced.borrow()
+        self.running.first_list.is_ready()
     }
 
-    /// Waits for the first complete list.
-    pub async fn wait_until_ready(&self) {
-        let mut synced = self.running.synced.clone();
-        // The sender lives in the watch task, which runs while any feed holds it; it ends
-        // sooner only if it panicked, and then there is nothing left to wait for.
-        let _ = synced.wait_for(|synced| *synced).await;
+    /// Waits for the first complete list. The watch task runs while any feed holds it, and
+    /// a panic stops the process, so only the first list ends the wait.
+    pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
+        self.running.first_list.wait_until_ready("Namespace").await
     }
 
     /// The next change; a [`NamespaceEvent::Resync`] when this feed fell behind.
@@ -205,11 +205,14 @@ mod tests {
     /// A feed on a cache with no watch behind it, whose broadcast keeps `backlog` changes.
     fn feed(backlog: usize, synced: bool) -> (NamespaceFeed, broadcast::Sender<NamespaceEvent>) {
         let (store, _writer) = reflector::store();
-        let (_, synced) = watch::channel(synced);
+        let first_list = FirstList::default();
+        if synced {
+            first_list.mark_ready();
+        }
         let (events, receiver) = broadcast::channel(backlog);
         let running =
-            Arc::new(Running { store, synced, events: events.clone(), task: tokio::spawn(async {}) });
-        let resync_first = *running.synced.borrow();
+            Arc::new(Running { store, first_list, events: events.clone(), task: tokio::spawn(async {}) });
+        let resync_first = running.first_list.is_ready();
         (NamespaceFeed { running, receiver, resync_first }, events)
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::common::{eventually_within, http_get};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kopper::controllers::replication_rule::types::ReplicationRule;
+use kopper::controllers::replication::types::ReplicationRule;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;

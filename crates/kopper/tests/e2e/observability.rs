@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 
 use crate::common::{Cluster, Operator, eventually, eventually_within, free_admin_addr, http_get};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kopper::controllers::replication_rule::types::ReplicationRule;
+use kopper::controllers::replication::types::ReplicationRule;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};

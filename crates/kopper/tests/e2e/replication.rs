@@ -12,9 +12,9 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::json;
 
-use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::replication;
-use kopper::controllers::replication_rule::types::ReplicationRule;
+use kopper::controllers::replication::types::ConfigMapSync;
+use kopper::controllers::replication::types::ReplicationRule;
 use kopper::runtime::metrics::{ControllerLabels, KindLabels, ScopedWatchLabels};
 use kopper::runtime::{Context, Metrics, Settings};
 
@@ -201,7 +201,7 @@ async fn copies_appear_in_new_namespaces_and_follow_source_updates() {
     let copy = cluster.config_maps("team-a").get("app-config").await.unwrap();
     assert_eq!(copy.labels()["app.kubernetes.io/managed-by"], "kopper");
     assert_eq!(copy.annotations()["kopper.dev/rule"], "ReplicationRule.main-rule");
-    let id = kopper::controllers::replication::desired::RuleId::replication_rule("main-rule");
+    let id = kopper::controllers::replication::model::RuleId::replication_rule("main-rule");
     assert_eq!(copy.labels()["kopper.dev/replicated-by"], id.label_value());
     assert_eq!(copy.annotations()["kopper.dev/source-namespace"], "default");
     for system in ["kube-system", "kube-public", "kube-node-lease"] {
@@ -1132,7 +1132,7 @@ async fn tenant_syncing_to_hub(cluster: &Cluster, tenant: usize) {
 async fn config_map_syncs_in_many_tenant_namespaces_share_one_watch_and_all_copy() {
     let cluster = Cluster::start().await;
     cluster.namespace("hub", json!({})).await;
-    let tenants = replication::scoped::MAX_NAMESPACE_WATCHES + 1;
+    let tenants = replication::cache::scoped::MAX_NAMESPACE_WATCHES + 1;
     for tenant in 0..tenants {
         tenant_syncing_to_hub(&cluster, tenant).await;
     }
@@ -1165,12 +1165,12 @@ async fn config_map_syncs_in_many_tenant_namespaces_share_one_watch_and_all_copy
         .await;
     };
     let syncing = tenants + 1;
-    for tenant in 0..syncing - replication::scoped::MAX_NAMESPACE_WATCHES {
+    for tenant in 0..syncing - replication::cache::scoped::MAX_NAMESPACE_WATCHES {
         delete_sync(tenant).await;
     }
     assert_eq!((watches("cluster"), watches("namespace")), (1, 0), "the cluster-wide watch stays");
-    for tenant in syncing - replication::scoped::MAX_NAMESPACE_WATCHES
-        ..syncing - replication::scoped::NAMESPACE_WATCHES_AGAIN
+    for tenant in syncing - replication::cache::scoped::MAX_NAMESPACE_WATCHES
+        ..syncing - replication::cache::scoped::NAMESPACE_WATCHES_AGAIN
     {
         delete_sync(tenant).await;
     }
@@ -1220,7 +1220,7 @@ async fn stopping_while_a_cache_cannot_list_ends_promptly() {
 async fn copies_blocked_under_many_names_share_one_watch_and_follow_when_freed() {
     let cluster = Cluster::start().await;
     cluster.namespace("team-a", json!({})).await;
-    let names = replication::scoped::MAX_NAME_WATCHES + 3;
+    let names = replication::cache::scoped::MAX_NAME_WATCHES + 3;
     for n in 0..names {
         cluster.config_map("team-a", &format!("app-{n}"), json!({}), json!({"mine": "yes"})).await;
         cluster.config_map("default", &format!("app-{n}"), copyrator(), json!({"level": "info"})).await;

@@ -1,4 +1,4 @@
-//! Watch-fed caches shared by both controllers, and the wake-ups they send.
+//! The watch-fed caches the binding and status controllers share, and what wakes them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
@@ -9,38 +9,19 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::BINDING_CONTROLLER;
 use crate::runtime::Metrics;
+use crate::runtime::cache::{CacheStopped, FirstList, Trigger};
 use crate::runtime::metrics::CacheLabels;
 use crate::runtime::namespaces::{NamespaceEvent, NamespaceFeed, NamespaceMeta};
-
-/// Wakes a controller's `reconcile_all_on`. The channel holds one wake-up; while it is
-/// pending, further ones are dropped, so a burst of changes costs one pass.
-#[derive(Clone)]
-pub struct Trigger(mpsc::Sender<()>);
-
-impl Trigger {
-    pub fn new() -> (Self, impl Stream<Item = ()> + Send + 'static) {
-        let (sender, receiver) = mpsc::channel(1);
-        let wake_ups = futures::stream::unfold(receiver, |mut receiver| async move {
-            receiver.recv().await.map(|()| ((), receiver))
-        });
-        (Self(sender), wake_ups)
-    }
-
-    pub fn fire(&self) {
-        // Full means a wake-up is pending; closed means the controller has stopped.
-        let _ = self.0.try_send(());
-    }
-}
 
 /// A reflector store kept up to date by its own task until shutdown.
 pub struct Cache<K: Resource<DynamicType = ()> + 'static> {
     pub store: Store<K>,
     pub task: JoinHandle<()>,
+    first_list: FirstList,
 }
 
 impl<K> Cache<K>
@@ -58,14 +39,17 @@ where
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         let (store, writer) = reflector::store();
-        let events = reflector::reflector(
-            writer,
-            crate::runtime::watch::watcher(api, crate::runtime::trim::tenant_objects_watch())
-                .default_backoff()
-                .modify(trim),
-        )
-        .take_until(shutdown);
+        let first_list = FirstList::default();
+        let events = first_list
+            .track(reflector::reflector(
+                writer,
+                crate::runtime::watch::watcher(api, crate::runtime::trim::tenant_objects_watch())
+                    .default_backoff()
+                    .modify(trim),
+            ))
+            .take_until(shutdown);
         let reader = store.clone();
+        let stopped = first_list.clone();
         let labels =
             CacheLabels { controller: BINDING_CONTROLLER.to_owned(), kind: K::kind(&()).into_owned() };
         let task = tokio::spawn(async move {
@@ -86,8 +70,9 @@ where
                     }
                 }
             }
+            stopped.mark_stopped();
         });
-        Self { store, task }
+        Self { store, task, first_list }
     }
 }
 
@@ -156,20 +141,14 @@ pub async fn wake_on_namespace_changes(mut feed: NamespaceFeed, trigger: Trigger
     }
 }
 
-/// A cache's task ended before its first list completed.
-#[derive(Debug, thiserror::Error)]
-#[error("the {0} cache stopped before its first list completed")]
-pub struct CacheStopped(String);
-
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
-        self.store.wait_until_ready().await.map_err(|_| CacheStopped(K::kind(&()).into_owned()))
+        self.first_list.wait_until_ready(&K::kind(&())).await
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use futures::StreamExt;
     use kube::runtime::watcher::Event;
 
     use super::*;
@@ -192,20 +171,5 @@ mod tests {
         assert!(relevant(&Event::Apply(generation(2))), "spec changed");
         assert!(relevant(&Event::Delete(generation(2))));
         assert!(relevant(&Event::Apply(generation(2))), "recreated after delete");
-    }
-
-    #[tokio::test]
-    async fn burst_of_triggers_costs_one_pending_wake_up() {
-        let (trigger, woken) = Trigger::new();
-        let mut woken = std::pin::pin!(woken);
-        for _ in 0..10 {
-            trigger.fire();
-        }
-        drop(trigger);
-        let mut wake_ups = 0;
-        while woken.next().await.is_some() {
-            wake_ups += 1;
-        }
-        assert_eq!(wake_ups, 1);
     }
 }

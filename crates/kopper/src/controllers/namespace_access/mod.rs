@@ -41,13 +41,14 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 
+use crate::runtime::cache::Trigger;
 use crate::runtime::controller::run_controller;
 use crate::runtime::namespaces::NamespaceMeta;
 use crate::runtime::watch;
 use crate::runtime::{Context, ErrorCategory};
 use crate::tenancy::ProtectedNamespaces;
 
-use self::cache::{Cache, Trigger};
+use self::cache::Cache;
 use self::desired::{Policies, Problem, desired_bindings};
 use self::seen::BindingIndex;
 use self::status::{Observed, next_status, notices, report_for};
@@ -164,10 +165,8 @@ pub async fn run(
     tokio::select! {
         ready = async {
             policies.wait_until_ready().await?;
-            status_feed.wait_until_ready().await;
-            if !bindings.wait_until_ready().await {
-                anyhow::bail!("the RoleBinding cache stopped before its first list completed");
-            }
+            status_feed.wait_until_ready().await?;
+            bindings.wait_until_ready().await?;
             anyhow::Ok(())
         } => ready?,
         () = shutdown.clone() => return Ok(()),

@@ -16,14 +16,13 @@ use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
-use tokio::sync::watch;
 
 use super::BINDING_CONTROLLER;
-use super::cache::Trigger;
 use super::desired::{DesiredBinding, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL};
 use super::diff::BindingState;
 use super::policy::RBAC_API_GROUP;
 use crate::runtime::Metrics;
+use crate::runtime::cache::{CacheStopped, FirstList, Trigger};
 use crate::runtime::metrics::CacheLabels;
 
 /// A managed binding, reduced to what [`SeenBinding::state_for`] compares.
@@ -109,7 +108,7 @@ pub type Bindings = HashMap<(String, String), SeenBinding>;
 #[derive(Clone)]
 pub struct BindingIndex {
     bindings: Arc<RwLock<Bindings>>,
-    ready: watch::Receiver<bool>,
+    ready: FirstList,
 }
 
 impl BindingIndex {
@@ -121,7 +120,8 @@ impl BindingIndex {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let bindings = Arc::new(RwLock::new(Bindings::new()));
-        let (ready_sender, ready) = watch::channel(false);
+        let ready = FirstList::default();
+        let first_list = ready.clone();
         let config = crate::runtime::trim::tenant_objects_watch()
             .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{POLICY_LABEL}"));
         let events = crate::runtime::watch::watcher(Api::<RoleBinding>::all(client), config)
@@ -145,19 +145,20 @@ impl BindingIndex {
                 let size = index.read().unwrap_or_else(PoisonError::into_inner).len();
                 metrics.cached_objects.get_or_create(&labels).set(i64::try_from(size).unwrap_or(i64::MAX));
                 if changed == Change::ListDone {
-                    ready_sender.send_replace(true);
+                    first_list.mark_ready();
                 }
-                if changed != Change::None && *ready_sender.borrow() {
+                if changed != Change::None && first_list.is_ready() {
                     wake.fire();
                 }
             }
+            first_list.mark_stopped();
         });
         (Self { bindings, ready }, task)
     }
 
-    /// Waits for the first complete list; `false` when the watch stopped before it.
-    pub async fn wait_until_ready(&self) -> bool {
-        self.ready.clone().wait_for(|ready| *ready).await.is_ok()
+    /// Waits for the first complete list.
+    pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
+        self.ready.wait_until_ready("RoleBinding").await
     }
 
     pub fn read(&self) -> RwLockReadGuard<'_, Bindings> {

@@ -15,7 +15,8 @@ use kube::core::{ObjectMeta, Status};
 use kube::{Api, Client, Resource};
 use serde::{Deserialize, Serialize};
 
-use super::desired::{Change, CopyKey, DesiredCopy, ObjectKind, is_copy};
+use super::desired::{Change, DesiredCopy};
+use super::model::{CopyKey, ObjectKind, is_copy};
 
 /// Writes in flight at once for one rule.
 const CONCURRENT_WRITES: usize = 16;
@@ -425,7 +426,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::controllers::replication::desired::{ObjectInfo, Payload, RuleId, Source, desired_copy};
+    use crate::controllers::replication::desired::desired_copy;
+    use crate::controllers::replication::model::{ObjectInfo, Payload, RuleId, Source};
 
     fn copy(kind: ObjectKind, payload: Payload) -> DesiredCopy {
         let info = ObjectInfo { namespace: "src".into(), name: "x".into(), ..ObjectInfo::default() };

@@ -2,7 +2,7 @@
 //! decide with a [`RulePass`] a few namespaces at a time, apply each batch, report.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -13,23 +13,22 @@ use kube::core::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Client, ResourceExt};
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 
 use super::apply::{self, WriteError};
-use super::copies::CopyIndex;
-use super::desired::{
-    Change, ConflictReason, CopyKey, CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo,
-    ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL, Rule, RuleId, RuleKind, RuleLabels, RulePass,
-    RulePlan, Source, World, cleanup, source_namespaces,
+use super::cache::Caches;
+use super::cache::copies::CopyIndex;
+use super::cache::scoped::{METADATA_PAGE_SIZE, ScopeNotReady};
+use super::desired::{Change, ConflictReason, RulePass, RulePlan, World, cleanup, source_namespaces};
+use super::metrics::SOURCE_TO_COPY_SECONDS;
+use super::model::{
+    CopyKey, CopyState, FIELD_MANAGER_NAME, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo, ObjectInfo,
+    ObjectKind, Payload, REPLICATED_BY_LABEL, RULE_CONTROLLER, Rule, RuleId, RuleKind, RuleLabels, Scope,
+    Source, controller_of,
 };
-use super::index::{CacheStopped, Caches, Router};
 use super::rules::{Findings, Refusal, RuleObject};
-use super::scoped::{Scope, ScopeNotReady};
-use super::source_cache::SourceCache;
-use super::{RULE_CONTROLLER, controller_of};
-use crate::controllers::config_map_sync::types::ConfigMapSync;
-use crate::controllers::replication_rule::types::ReplicationRule;
+use super::types::{ConfigMapSync, ReplicationRule};
+use super::wake::Router;
+use crate::runtime::cache::CacheStopped;
 use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory};
 
@@ -41,20 +40,6 @@ const COPIES_PER_BATCH: usize = 2_000;
 /// How long a pass waits for the copy watch to deliver kopper's earlier writes before it
 /// decides anyway (the watch may be relisting): it then may write a copy twice, never wrongly.
 const CATCH_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Seconds from kopper seeing a source change to the last of its copies written.
-pub static SOURCE_TO_COPY_SECONDS: LazyLock<Histogram> =
-    LazyLock::new(|| Histogram::new(exponential_buckets(0.005, 2.0, 14)));
-
-/// Registers the engine's own metrics; `Metrics` is shared behind an `Arc`, so its owner
-/// calls this while building the registry.
-pub fn register_metrics(registry: &mut Registry) {
-    registry.register(
-        "replication_source_to_copy_seconds",
-        "Time from a source change seen to its last copy written",
-        SOURCE_TO_COPY_SECONDS.clone(),
-    );
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -89,54 +74,10 @@ impl ErrorCategory for SyncError {
     }
 }
 
-/// What the engine remembers between passes, all of it rebuilt from the cluster after a
-/// restart: sources' content (copies are known from their watch), when each source change
-/// was seen, and conflicts per rule.
-#[derive(Default)]
-pub struct Memo {
-    /// Source content by kind and uid, valid for the version it records, bounded in bytes.
-    sources: Mutex<SourceCache>,
-    /// When a source version was first seen, by uid, for the latency histogram.
-    changed: Mutex<HashMap<String, (String, Instant)>>,
-}
-
 /// Every critical section below completes or changes nothing, so a poisoned lock still
 /// guards consistent data.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl Memo {
-    pub fn forget(&self, kind: ObjectKind, object: &ObjectInfo) {
-        lock(&self.sources).remove(&(kind, object.uid.clone()));
-        lock(&self.changed).remove(&object.uid);
-    }
-
-    pub fn source_changed(&self, source: &ObjectInfo) {
-        lock(&self.changed).insert(source.uid.clone(), (source.resource_version.clone(), Instant::now()));
-    }
-
-    /// Drops the content of every source no rule copies any more (its rule or the source
-    /// went, or the source stopped matching), so that memory follows what is replicated now,
-    /// not what was once; sets `kopper_cached_source_contents`.
-    fn keep_sources(&self, metrics: &crate::runtime::Metrics, copied: &HashSet<(ObjectKind, String)>) {
-        let mut sources = lock(&self.sources);
-        sources.retain(copied);
-        let uids: HashSet<&String> = copied.iter().map(|(_, uid)| uid).collect();
-        lock(&self.changed).retain(|uid, _| uids.contains(uid));
-        for kind in ObjectKind::ALL {
-            let held = sources.count(kind);
-            let labels = crate::runtime::metrics::KindLabels { kind: kind.to_string() };
-            metrics
-                .cached_source_contents
-                .get_or_create(&labels)
-                .set(i64::try_from(held).unwrap_or(i64::MAX));
-        }
-    }
-
-    fn cached_source(&self, kind: ObjectKind, info: &ObjectInfo) -> Option<Source> {
-        lock(&self.sources).get(kind, info)
-    }
 }
 
 /// The caches and what routes their changes, shared by both controllers.
@@ -151,7 +92,7 @@ pub struct Engine {
 }
 
 /// One gate per rule. A rule's passes are run one at a time by its controller, but
-/// [`super::namespaces`] writes copies for it outside them: it holds the gate shared while
+/// [`super::new_namespaces`] writes copies for it outside them: it holds the gate shared while
 /// it checks the rule still stands and writes, and a cleanup holds it alone, so no copy is
 /// written for a rule after its cleanup looked for its copies.
 #[derive(Default)]
@@ -197,7 +138,7 @@ impl Engine {
         Self { caches, router, gates: RuleGates::default(), confirmed_current: Mutex::default() }
     }
 
-    /// Waits for every cache's first list: a pass on a partial cache would miss copies.
+    /// Waits for every cache's first list, the rules' included.
     pub async fn ready(&self) -> Result<(), CacheStopped> {
         self.caches.wait_until_ready().await?;
         self.router.rules.wait_until_ready().await
@@ -266,7 +207,7 @@ impl Engine {
     ) -> Result<Action, SyncError> {
         let _alone = self.gates.exclusive(id).await;
         let labels = RuleLabels::of(id);
-        let field_manager = ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME);
+        let field_manager = ctx.settings.field_manager_for(FIELD_MANAGER_NAME);
         let cached = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
         let mut applied = apply::execute(&ctx.client, &field_manager, &cached).await;
         let listed = match listing {
@@ -313,7 +254,7 @@ impl Engine {
             format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{REPLICATED_BY_LABEL}={}", labels.current);
         let mut changes = Vec::new();
         for kind in ObjectKind::ALL {
-            let mut page = ListParams::default().labels(&selector).limit(super::scoped::METADATA_PAGE_SIZE);
+            let mut page = ListParams::default().labels(&selector).limit(METADATA_PAGE_SIZE);
             loop {
                 let (listed, next) = match kind {
                     ObjectKind::ConfigMap => list_page::<ConfigMap>(client, &page).await,
@@ -363,8 +304,7 @@ impl Engine {
         }
         tracing::info!(copies = changes.len(), "deleting copies whose rule no longer exists");
         let applied =
-            apply::execute(&ctx.client, &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME), &changes)
-                .await;
+            apply::execute(&ctx.client, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME), &changes).await;
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(RULE_CONTROLLER));
         if let Some(error) = applied.failed.first() {
             tracing::warn!(%error, failed = applied.failed.len(), "could not delete every orphaned copy");
@@ -485,12 +425,9 @@ impl Engine {
         let kind = rule.kind;
         let copies = self.caches.copies(kind);
         plan.writes().filter_map(Change::copy).for_each(|copy| copies.writing(copy));
-        let applied = apply::execute(
-            &ctx.client,
-            &ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME),
-            &plan.changes,
-        )
-        .await;
+        let applied =
+            apply::execute(&ctx.client, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME), &plan.changes)
+                .await;
         applied.versions.values().for_each(|version| copies.wrote(version));
         let not_written =
             plan.writes().filter_map(Change::copy).filter(|copy| !applied.written.contains(&copy.key));
@@ -554,7 +491,7 @@ impl Engine {
         self.gates.retain(&self.router.rules.all_ids().into_iter().collect());
         let uids: HashSet<&str> = rules.iter().map(|rule| rule.uid.as_str()).collect();
         lock(&self.confirmed_current).retain(|uid| uids.contains(uid.as_str()));
-        self.router.memo.keep_sources(&ctx.metrics, &source_uids);
+        self.caches.memo.keep_sources(&ctx.metrics, &source_uids);
     }
 
     fn namespaces(&self) -> BTreeMap<String, NamespaceInfo> {
@@ -574,7 +511,7 @@ impl Engine {
         kind: ObjectKind,
         matched: Vec<&ObjectInfo>,
     ) -> Result<HashMap<String, Source>, SyncError> {
-        let memo = &self.router.memo;
+        let memo = &self.caches.memo;
         let reads = futures::stream::iter(matched.into_iter().cloned())
             .map(|info| async move {
                 if let Some(cached) = memo.cached_source(kind, &info) {
@@ -582,7 +519,7 @@ impl Engine {
                 }
                 let fetched = read(client, kind, &info.namespace, &info.name).await?;
                 if let Some(source) = &fetched {
-                    lock(&memo.sources).insert(kind, source.clone());
+                    memo.keep_content(kind, source.clone());
                 }
                 Ok(fetched)
             })
@@ -601,11 +538,8 @@ impl Engine {
     /// Records, for each source whose copies a pass wrote, how long its change took to
     /// reach its last copy.
     fn observe_latency(&self, written_sources: &HashMap<String, String>) {
-        let mut changed = lock(&self.router.memo.changed);
         for (uid, version) in written_sources {
-            if changed.get(uid).is_some_and(|(seen_version, _)| seen_version == version)
-                && let Some((_, seen)) = changed.remove(uid)
-            {
+            if let Some(seen) = self.caches.memo.take_seen(uid, version) {
                 SOURCE_TO_COPY_SECONDS.observe(seen.elapsed().as_secs_f64());
             }
         }
@@ -624,7 +558,7 @@ impl Engine {
         }
         let Some(status) = object.next_status(&outcome, Timestamp::now()) else { return Ok(()) };
         let params = PatchParams {
-            field_manager: Some(ctx.settings.field_manager_for(super::FIELD_MANAGER_NAME)),
+            field_manager: Some(ctx.settings.field_manager_for(FIELD_MANAGER_NAME)),
             ..PatchParams::default()
         };
         object

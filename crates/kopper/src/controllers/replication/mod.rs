@@ -1,50 +1,44 @@
 //! The replication engine behind ConfigMapSync and ReplicationRule.
 //!
 //! One engine decides what copies should exist and applies the difference; the two custom
-//! resources are its front doors ([`rules`]). Two kube-runtime controllers (one per
-//! resource) run the passes ([`engine`]), each a pure decision ([`desired`]) followed by
-//! thin writes ([`apply`]). [`mod@plan`] runs the same decision against the live cluster and
-//! writes nothing.
+//! resources ([`types`]) are its front doors, read into one rule model ([`rules`],
+//! [`model`]). Its files import one way, each from those listed before it:
+//! - [`model`]: identities, labels and the types everything else works with;
+//! - [`desired`] (pure: what each namespace should hold), [`apply`] (the writes),
+//!   [`rules`] (a rule object read into a rule, and its status as a pure function);
+//! - [`cache`]: kopper's copies, kept as digests, so a copy is checked against its source
+//!   without being read and a restart costs one paginated list; everything else only where
+//!   a rule needs it, metadata only ([`cache::scoped`]: the rules' source namespaces, and
+//!   the names of sources whose copy an object kopper did not make blocks); sources'
+//!   content, read once per version while it fits a byte budget ([`cache::sources`]);
+//!   namespaces, from the cache every controller shares ([`crate::runtime::namespaces`]).
+//!   The caches report each change through [`cache::CacheEvents`];
+//! - [`wake`]: which rules a change concerns, and the pacing of their passes (a lone change
+//!   at once, a burst by one pass per [`wake::pacing::MIN_WAKE_GAP`]; the watch event of a
+//!   copy kopper wrote wakes no pass of the rule that wrote it);
+//! - [`engine`]: one pass of one rule (read, decide, apply, report), and its cleanup;
+//!   [`new_namespaces`]: the copies a namespace newly wants, written at once, so its wait
+//!   does not grow with the cluster;
+//! - this module: the two kube-runtime controllers (one per kind) that run the passes.
 //!
-//! What the engine watches, so that its memory follows what is replicated rather than what
-//! the cluster holds:
-//! - kopper's copies, selected by kopper's managed-by label, content included, kept as
-//!   digests ([`copies`]): a copy is checked against its source without being read, and a
-//!   restart costs one paginated list of the copies, not a read of each;
-//! - everything else only where a rule needs it ([`scoped`]), metadata only: the rules'
-//!   source namespaces (one cluster-wide watch instead past
-//!   [`scoped::MAX_NAMESPACE_WATCHES`] of them, kept until they fall to
-//!   [`scoped::NAMESPACE_WATCHES_AGAIN`]), and the names of sources whose copy an
-//!   object kopper did not make blocks (to see it go; one cluster-wide watch instead past
-//!   [`scoped::MAX_NAME_WATCHES`] names). Elsewhere, before creating a copy kopper looks whether an
-//!   object is already there, and reports it as a conflict instead of touching it;
-//! - namespaces, metadata only, from the cache every controller shares
-//!   ([`crate::runtime::namespaces`]). A namespace that a rule newly targets gets its copies
-//!   at once, decided for that namespace alone ([`mod@namespaces`]), so its wait does not grow
-//!   with the cluster; the rule's pass follows for its status, once earlier passes leave it
-//!   time. Wake-ups of a rule are paced ([`pacing`]): a lone change is served at once, a
-//!   burst by one pass per [`pacing::MIN_WAKE_GAP`]; the watch event of a copy kopper wrote
-//!   wakes no pass of the rule that wrote it.
-//!
-//! Sources' content is read once per version while it fits a byte budget kept between
-//! passes ([`source_cache`]), whatever tenants name; past it, once per pass. A rule holds the finalizer [`FINALIZER`]
-//! until its copies are removed; copies whose rule vanished without it (a finalizer removed
-//! by hand) are deleted at start and every minute. So besides
-//! get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on ConfigMaps
-//! and Secrets and patch on the status subresources, kopper needs `patch` on
+//! [`mod@plan`] runs the same decision against the live cluster and writes nothing. A rule
+//! holds the finalizer [`model::FINALIZER`] until its copies are removed; copies whose rule
+//! vanished without it (a finalizer removed by hand) are deleted at start and every minute.
+//! So besides get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on
+//! ConfigMaps and Secrets and patch on the status subresources, kopper needs `patch` on
 //! `configmapsyncs` and `replicationrules` themselves.
 
 pub mod apply;
-pub mod copies;
+pub mod cache;
 pub mod desired;
 pub mod engine;
-pub mod index;
-pub mod namespaces;
-pub mod pacing;
+pub mod metrics;
+pub mod model;
+pub mod new_namespaces;
 pub mod plan;
 pub mod rules;
-pub mod scoped;
-pub mod source_cache;
+pub mod types;
+pub mod wake;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -62,33 +56,21 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource};
 
-use self::desired::RuleKind;
-use self::engine::{Engine, Memo, SyncError};
-use self::index::{CacheStopped, Caches, Guarded, Router, RuleStores, StoreRevision, Synced, Wakers};
+use self::cache::Caches;
+use self::cache::rules::{Guarded, RuleStores, StoreRevision};
+use self::cache::sources::Memo;
+use self::engine::{Engine, SyncError};
+use self::model::{FIELD_MANAGER_NAME, FINALIZER};
 use self::rules::RuleObject;
-use crate::controllers::config_map_sync::types::ConfigMapSync;
-use crate::controllers::replication_rule::types::ReplicationRule;
+use self::types::{ConfigMapSync, ReplicationRule};
+use self::wake::{Router, Wakers, pacing};
+use crate::runtime::cache::{CacheStopped, FirstList};
 use crate::runtime::controller::run_controller;
 use crate::runtime::{Context, ErrorCategory};
 
-pub use self::engine::{SOURCE_TO_COPY_SECONDS, register_metrics};
+pub use self::metrics::register_metrics;
+pub use self::model::{RULE_CONTROLLER, SYNC_CONTROLLER};
 
-/// Controller names, as they appear in metrics and logs.
-/// The controller name in kopper's field manager (`kopper/replication`): one engine writes
-/// the copies of both kinds of rule.
-pub const FIELD_MANAGER_NAME: &str = "replication";
-pub const RULE_CONTROLLER: &str = "replication-rule";
-pub const SYNC_CONTROLLER: &str = "config-map-sync";
-
-/// The controller that runs the passes of rules of `kind`, as metrics name it.
-pub fn controller_of(kind: RuleKind) -> &'static str {
-    match kind {
-        RuleKind::ReplicationRule => RULE_CONTROLLER,
-        RuleKind::ConfigMapSync => SYNC_CONTROLLER,
-    }
-}
-/// Holds a rule until its copies are removed.
-pub const FINALIZER: &str = "kopper.dev/replication";
 /// How often copies whose rule vanished without its finalizer running are looked for.
 const ORPHAN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -138,6 +120,7 @@ pub async fn run(
     let sync_controller = Controller::for_stream(syncs.0, syncs.1)
         .with_config(config)
         .reconcile_on(pacing::paced(sync_wakes, pacing::MIN_WAKE_GAP));
+    let memo = Arc::new(Memo::default());
     let router = Arc::new(Router {
         rules: RuleStores::new(
             (rule_controller.store(), rules_synced),
@@ -146,13 +129,13 @@ pub async fn run(
             ctx.settings.clone(),
         ),
         wakers,
-        memo: Arc::new(Memo::default()),
-        scoped: std::sync::OnceLock::new(),
+        memo: memo.clone(),
     });
     let (caches, namespace_changes) = Caches::spawn(
         &client,
         ctx.namespaces.subscribe(),
         router.clone(),
+        memo,
         ctx.metrics.clone(),
         shutdown.clone(),
     );
@@ -165,7 +148,7 @@ pub async fn run(
     let controllers = async {
         tokio::join!(
             collect_orphans(for_orphans, orphan_ctx, shutdown.clone()),
-            namespaces::serve(for_namespaces, ctx.clone(), namespace_changes, shutdown.clone()),
+            new_namespaces::serve(for_namespaces, ctx.clone(), namespace_changes, shutdown.clone()),
             run_controller(
                 RULE_CONTROLLER,
                 rule_controller,
@@ -206,10 +189,10 @@ fn watch_rules<R: RuleObject>(
     revision: &StoreRevision,
 ) -> (
     (impl futures::Stream<Item = Result<Guarded<R>, watcher::Error>> + Send + 'static, Store<Guarded<R>>),
-    Synced,
+    FirstList,
 ) {
     let (store, writer) = reflector::store();
-    let synced = Synced::default();
+    let synced = FirstList::default();
     let events = reflector::reflector(
         writer,
         crate::runtime::watch::watcher(

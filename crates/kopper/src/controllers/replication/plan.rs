@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 
-use super::desired::{
-    Change, CopyKey, CopyState, Existing, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId,
-    Source, World, plan_rule,
+use super::desired::{Change, Existing, World, plan_rule};
+use super::model::{
+    CopyKey, CopyState, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, Source,
 };
 use super::rules::{RuleObject, refused_destinations_message};
-use crate::controllers::config_map_sync::types::ConfigMapSync;
-use crate::controllers::replication_rule::types::ReplicationRule;
+use crate::controllers::replication::types::ConfigMapSync;
+use crate::controllers::replication::types::ReplicationRule;
 use crate::runtime::Settings;
 
 /// What the replication engine decides from: every namespace, ConfigMap and Secret.

@@ -12,9 +12,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::apply::Applied;
-use super::desired::{ConflictReason, ObjectKind, Rule, RuleId, RulePlan, SourceMatch, TargetMatch};
-use crate::controllers::config_map_sync::types::{ConfigMapSync, ConfigMapSyncStatus};
-use crate::controllers::replication_rule::types::{
+use super::desired::{ConflictReason, RulePlan};
+use super::model::{ObjectKind, Rule, RuleId, SourceMatch, TargetMatch};
+use crate::controllers::replication::types::{ConfigMapSync, ConfigMapSyncStatus};
+use crate::controllers::replication::types::{
     CopyConflict, ReplicatedKind, ReplicationRule, ReplicationRuleStatus,
 };
 use crate::runtime::Settings;
@@ -419,7 +420,7 @@ fn ready_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::config_map_sync::types::ConfigMapSyncSpec;
+    use crate::controllers::replication::types::ConfigMapSyncSpec;
     use serde_json::json;
 
     fn sync(own_namespace: &str, source_namespace: &str) -> ConfigMapSync {

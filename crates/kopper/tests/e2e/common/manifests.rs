@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kopper::controllers::config_map_sync::types::ConfigMapSync;
 use kopper::controllers::namespace_access::types::NamespaceAccess;
-use kopper::controllers::replication_rule::types::ReplicationRule;
+use kopper::controllers::replication::types::ConfigMapSync;
+use kopper::controllers::replication::types::ReplicationRule;
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;

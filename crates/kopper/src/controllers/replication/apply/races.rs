@@ -12,9 +12,8 @@ use kube::api::{DeleteParams, PostParams};
 use super::*;
 use kube::ResourceExt;
 
-use crate::controllers::replication::desired::{
-    MANAGED_BY_LABEL, ObjectInfo, Payload, RuleId, Source, desired_copy,
-};
+use crate::controllers::replication::desired::desired_copy;
+use crate::controllers::replication::model::{MANAGED_BY_LABEL, ObjectInfo, Payload, RuleId, Source};
 
 const DEST: &str = "dest";
 const NAME: &str = "x";

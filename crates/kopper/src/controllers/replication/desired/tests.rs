@@ -1,4 +1,9 @@
 use super::*;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::core::{ObjectMeta, Selector};
+
+use crate::tenancy::{Consent, DestinationPolicy, ProtectedNamespaces};
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()

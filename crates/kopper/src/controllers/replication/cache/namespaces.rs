@@ -1,33 +1,21 @@
-//! New and changed namespaces, served at once.
-//!
-//! A rule's pass looks at every namespace, so its cost grows with the cluster; run for each
-//! new namespace, it made a namespace wait longer the more namespaces existed. Instead, each
-//! namespace change is served here on its own: the copies a namespace newly wants are
-//! decided for that namespace alone, by the same decision a pass makes ([`RulePass`] over a
-//! [`World`] that holds only the changed namespaces), and written straight away. Then the
-//! rules the change concerns are woken, so their passes (paced, and the authority)
-//! delete what a namespace no longer wants and bring their status up to date. A rule whose
-//! only news is namespaces it newly targets, all of whose copies were written here, is
-//! woken for its status only ([`super::pacing::Urgency::Status`]): its pass can wait until
-//! earlier passes leave it time, so a stream of new namespaces does not keep a core busy
-//! with passes whose cost grows with the cluster.
-//!
-//! Changes that arrive while a batch is being served wait, merged by namespace, and are
-//! served together next: a burst of namespaces costs a few batches, not one write round per
-//! namespace, and a lone namespace waits for no timer. What waits is one entry per namespace
-//! name changed meanwhile, whatever the rate of changes.
+//! Namespace changes waiting to be served, merged by namespace: what the shared namespace
+//! cache reports that can matter to a rule (name, labels, consent, deletion), with the
+//! namespace as it was and as it is. Changes that arrive while a batch is being served
+//! wait, merged, and are served together next: a burst of namespaces costs a few batches,
+//! not one write round per namespace, and a lone namespace waits for no timer. What waits
+//! is one entry per namespace name changed meanwhile, whatever the rate of changes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use kube::runtime::reflector::ObjectRef;
+use futures::Future;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
-use super::copies::CopyIndex;
-use super::desired::{NamespaceInfo, ObjectKind, Rule, RuleId, RulePass, RulePlan, World, source_namespaces};
-use super::engine::{Engine, PassTally, SyncError};
-use super::index::ParsedRules;
-use crate::runtime::Context;
+use super::events::CacheEvents;
+use crate::controllers::replication::model::{NamespaceInfo, Rule};
+use crate::runtime::cache::FirstList;
+use crate::runtime::namespaces::{NamespaceEvent, NamespaceFeed, NamespaceMeta};
 
 /// One namespace as it was and as it is (`None`: not there).
 #[derive(Clone, Debug, PartialEq)]
@@ -54,7 +42,7 @@ const MAX_STATES_PASSED: usize = 8;
 
 /// How one namespace changed since it was last served.
 #[derive(Clone, Debug, Default, PartialEq)]
-struct Merged {
+pub struct Merged {
     /// As it was, or `None` if it is new (or was deleted and created again meanwhile: the
     /// new one holds nothing yet).
     before: Option<NamespaceInfo>,
@@ -93,7 +81,7 @@ impl Merged {
 
     /// Whether `rule` sends copies to the namespace, or did at some point: its pass has
     /// work to do.
-    fn concerns(&self, rule: &Rule) -> bool {
+    pub fn concerns(&self, rule: &Rule) -> bool {
         let targeted = |namespace: &NamespaceInfo| rule.targets(namespace);
         self.many
             || self.before.as_ref().is_some_and(targeted)
@@ -103,14 +91,14 @@ impl Merged {
 
     /// Whether the namespace's only news for `rule` is that `rule` now sends copies to it:
     /// nothing of `rule`'s is to be deleted or repaired there.
-    fn only_arrives_for(&self, rule: &Rule) -> bool {
+    pub fn only_arrives_for(&self, rule: &Rule) -> bool {
         !self.many
             && self.newly_targeted_by(rule).is_some()
             && !self.passed.iter().any(|namespace| rule.targets(namespace))
     }
 
     /// The namespace as it is, if `rule` sends copies to it now and did not before.
-    fn newly_targeted_by(&self, rule: &Rule) -> Option<&NamespaceInfo> {
+    pub fn newly_targeted_by(&self, rule: &Rule) -> Option<&NamespaceInfo> {
         let before = self.before.as_ref().is_some_and(|namespace| rule.targets(namespace));
         self.after.as_ref().filter(|namespace| !before && rule.targets(namespace))
     }
@@ -142,7 +130,7 @@ impl NamespaceChanges {
     }
 
     /// Waits for changes and takes all that are waiting.
-    async fn next_batch(&self) -> Vec<Merged> {
+    pub async fn next_batch(&self) -> Vec<Merged> {
         loop {
             let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
             let batch: Vec<Merged> = batch.into_values().filter(Merged::matters).collect();
@@ -154,167 +142,40 @@ impl NamespaceChanges {
     }
 }
 
-/// Serves namespace changes until `shutdown`. Nothing is served before every cache is
-/// ready; what arrived meanwhile is served then.
-pub async fn serve(
-    engine: Arc<Engine>,
-    ctx: Arc<Context>,
+/// Follows the shared namespace cache until shutdown, adding each change that can matter to
+/// a rule (name, labels, consent, deletion), with the namespace as it was and as it is, to
+/// `changes`, for the engine to serve at once. A resync wakes every rule instead:
+/// what changed meanwhile is unknown.
+pub fn follow(
+    mut feed: NamespaceFeed,
+    synced: FirstList,
+    events: Arc<dyn CacheEvents>,
     changes: Arc<NamespaceChanges>,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    let serving = async {
-        if engine.ready().await.is_err() {
-            return;
-        }
-        loop {
-            let batch = changes.next_batch().await;
-            engine.namespaces_changed(&ctx, &batch).await;
-        }
-    };
-    tokio::select! {
-        () = serving => {}
-        () = shutdown => {}
-    }
-}
-
-impl Engine {
-    /// Writes the copies `changes` call for in their namespaces and wakes the rules they
-    /// concern: at once those with nothing to write here (a namespace that stopped matching
-    /// waits for nobody's writes), the others once their copies are written, so that their
-    /// pass does not race those writes; for status only those whose news was only new
-    /// namespaces, all of whose copies were written. A write that fails here is left to the
-    /// passes, which retry.
-    async fn namespaces_changed(&self, ctx: &Context, changes: &[Merged]) {
-        // Who wins a copy two rules want is decided among all rules in force, as in a pass;
-        // copies are written only for those whose cleanup is sure to run.
-        let ParsedRules { in_force: rules, finalized, .. } = self.router.rules.parsed();
-        let writing: HashSet<&RuleId> = finalized
-            .iter()
-            .filter(|rule| changes.iter().any(|change| change.newly_targeted_by(rule).is_some()))
-            .map(|rule| &rule.id)
-            .collect();
-        let concerned: Vec<&RuleId> = rules
-            .iter()
-            .filter(|rule| changes.iter().any(|change| change.concerns(rule)))
-            .map(|rule| &rule.id)
-            .collect();
-        let only_arrivals: HashSet<&RuleId> = rules
-            .iter()
-            .filter(|rule| {
-                changes
-                    .iter()
-                    .filter(|change| change.concerns(rule))
-                    .all(|change| change.only_arrives_for(rule))
-            })
-            .map(|rule| &rule.id)
-            .collect();
-        concerned.iter().filter(|id| !writing.contains(*id)).for_each(|id| self.router.wakers.wake(id));
-        let mut served = HashSet::new();
-        for kind in ObjectKind::ALL {
-            match self.copy_into_new_targets(ctx, &rules, &finalized, kind, changes).await {
-                Ok(done) => served.extend(done),
-                Err(error) => {
-                    tracing::warn!(%error, %kind, "could not copy into new namespaces at once; the rules' passes will");
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let follow = async {
+            loop {
+                match feed.next().await {
+                    NamespaceEvent::Resync => {
+                        synced.mark_ready();
+                        events.relisted();
+                    }
+                    NamespaceEvent::Changed { before, after } => {
+                        let info = |namespace: Option<Arc<NamespaceMeta>>| {
+                            namespace.map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
+                        };
+                        changes.push(NamespaceChange { before: info(before), after: info(after) });
+                    }
                 }
             }
+        };
+        tokio::select! {
+            () = follow => {}
+            () = shutdown => {}
         }
-        // A rule that changed meanwhile may not want what was written under its old spec,
-        // and the events of those writes wake no pass. (Its status changing is no change.)
-        let now_in_force = self.router.rules.in_force();
-        let then: HashMap<&RuleId, &Rule> =
-            rules.iter().filter(|rule| writing.contains(&rule.id)).map(|rule| (&rule.id, rule)).collect();
-        let now: HashMap<&RuleId, &Rule> = now_in_force
-            .iter()
-            .filter(|rule| writing.contains(&rule.id))
-            .map(|rule| (&rule.id, rule))
-            .collect();
-        let unchanged = |id: &RuleId| then.get(id).is_some_and(|rule| now.get(id) == Some(rule));
-        for id in concerned.into_iter().filter(|id| writing.contains(*id)) {
-            if served.contains(id) && only_arrivals.contains(id) && unchanged(id) {
-                self.router.wakers.wake_for_status(id);
-            } else {
-                self.router.wakers.wake(id);
-            }
-        }
-    }
-
-    /// The copies of `kind` each of the `finalized` rules wants in the namespaces it newly
-    /// targets. Returns the rules all of whose copies there are written or in sync, with no
-    /// conflict to report.
-    async fn copy_into_new_targets(
-        &self,
-        ctx: &Context,
-        rules: &[Rule],
-        finalized: &[Rule],
-        kind: ObjectKind,
-        changes: &[Merged],
-    ) -> Result<Vec<RuleId>, SyncError> {
-        let arrivals: Vec<(&Rule, Vec<&str>)> = finalized
-            .iter()
-            .filter(|rule| rule.kind == kind)
-            .map(|rule| {
-                let names = changes
-                    .iter()
-                    .filter_map(|change| change.newly_targeted_by(rule))
-                    .map(|namespace| namespace.name.as_str())
-                    .collect();
-                (rule, names)
-            })
-            .filter(|(_, names): &(_, Vec<_>)| !names.is_empty())
-            .collect();
-        if arrivals.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut served = Vec::new();
-        let source_namespaces = source_namespaces(rules, kind);
-        let scopes = self.caches.scoped.for_sources(kind, source_namespaces.iter().copied());
-        self.caches.scoped.ensure_ready(kind, scopes).await?;
-        let view = self.caches.scoped.view(kind);
-        let candidates = view.objects_in(source_namespaces.iter().copied());
-        for (rule, names) in arrivals {
-            // Checked before waiting on its gate (a cleanup may hold it long) and after.
-            if !self.router.rules.still_finalized(rule) {
-                continue;
-            }
-            let _gate = self.gates.shared(&rule.id).await;
-            if !self.router.rules.still_finalized(rule) {
-                continue;
-            }
-            // The namespaces as they are now, not as the change saw them.
-            let namespaces = self.current_namespaces(&names, rule);
-            let world = World::new(rules, &namespaces, &candidates);
-            let sources = self.fetch_sources(&ctx.client, kind, world.matched_sources(rule)).await?;
-            let pass = RulePass::new(rule, &world, &sources);
-            let mut plan = RulePlan::default();
-            {
-                let copies = self.caches.copies(kind).read();
-                let found = |namespace: &str, name: &str| {
-                    CopyIndex::found(&copies, namespace, name).unwrap_or_else(|| view.found(namespace, name))
-                };
-                pass.plan_copies(pass.targets(), found, &mut plan);
-            }
-            let mut tally = PassTally::default();
-            self.apply_batch(ctx, rule, plan, &mut tally).await;
-            if let Some(error) = tally.failed.first() {
-                tracing::debug!(%error, rule = %rule.id, "a copy into a new namespace failed; its pass retries");
-            }
-            if tally.clean() {
-                served.push(rule.id.clone());
-            }
-        }
-        Ok(served)
-    }
-
-    /// Those of the namespaces `names` that `rule` targets as the cache holds them now.
-    fn current_namespaces(&self, names: &[&str], rule: &Rule) -> BTreeMap<String, NamespaceInfo> {
-        names
-            .iter()
-            .filter_map(|name| self.caches.namespaces.get(&ObjectRef::new(name)))
-            .map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
-            .filter(|namespace| rule.targets(namespace))
-            .map(|namespace| (namespace.name.clone(), namespace))
-            .collect()
-    }
+        synced.mark_stopped();
+    })
 }
 
 #[cfg(test)]
@@ -404,7 +265,7 @@ mod tests {
 
     /// A rule copying into namespaces labelled `tier: gold`.
     fn gold_rule() -> Rule {
-        use super::super::desired::{SourceMatch, TargetMatch};
+        use crate::controllers::replication::model::{ObjectKind, RuleId, SourceMatch, TargetMatch};
         Rule {
             id: RuleId::replication_rule("gold"),
             uid: "uid".to_owned(),

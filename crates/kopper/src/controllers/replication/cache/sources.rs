@@ -11,8 +11,10 @@
 //! pass still holds the content of its own rule's sources while it runs.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
-use super::desired::{ObjectInfo, ObjectKind, Payload, Source};
+use crate::controllers::replication::model::{ObjectInfo, ObjectKind, Payload, Source};
 
 /// Bytes of source content kept between passes: an eighth of the chart's memory limit
 /// (256 MiB), room for 32 sources at the API server's 1 MiB limit and thousands of the
@@ -95,6 +97,71 @@ fn size_of_payload(payload: &Payload) -> usize {
     let data: usize = payload.data.iter().map(|(key, value)| key.len() + value.len()).sum();
     let binary: usize = payload.binary_data.iter().map(|(key, value)| key.len() + value.0.len()).sum();
     data + binary
+}
+
+/// What the engine remembers between passes, all of it rebuilt from the cluster after a
+/// restart: sources' content (copies are known from their watch), when each source change
+/// was seen, and conflicts per rule.
+#[derive(Default)]
+pub struct Memo {
+    /// Source content by kind and uid, valid for the version it records, bounded in bytes.
+    sources: Mutex<SourceCache>,
+    /// When a source version was first seen, by uid, for the latency histogram.
+    changed: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+/// Every critical section below completes or changes nothing, so a poisoned lock still
+/// guards consistent data.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Memo {
+    pub fn forget(&self, kind: ObjectKind, object: &ObjectInfo) {
+        lock(&self.sources).remove(&(kind, object.uid.clone()));
+        lock(&self.changed).remove(&object.uid);
+    }
+
+    pub fn source_changed(&self, source: &ObjectInfo) {
+        lock(&self.changed).insert(source.uid.clone(), (source.resource_version.clone(), Instant::now()));
+    }
+
+    /// Drops the content of every source no rule copies any more (its rule or the source
+    /// went, or the source stopped matching), so that memory follows what is replicated now,
+    /// not what was once; sets `kopper_cached_source_contents`.
+    pub fn keep_sources(&self, metrics: &crate::runtime::Metrics, copied: &HashSet<(ObjectKind, String)>) {
+        let mut sources = lock(&self.sources);
+        sources.retain(copied);
+        let uids: HashSet<&String> = copied.iter().map(|(_, uid)| uid).collect();
+        lock(&self.changed).retain(|uid, _| uids.contains(uid));
+        for kind in ObjectKind::ALL {
+            let held = sources.count(kind);
+            let labels = crate::runtime::metrics::KindLabels { kind: kind.to_string() };
+            metrics
+                .cached_source_contents
+                .get_or_create(&labels)
+                .set(i64::try_from(held).unwrap_or(i64::MAX));
+        }
+    }
+
+    pub fn cached_source(&self, kind: ObjectKind, info: &ObjectInfo) -> Option<Source> {
+        lock(&self.sources).get(kind, info)
+    }
+
+    /// Keeps the content of `source` for the passes after this one.
+    pub fn keep_content(&self, kind: ObjectKind, source: Source) {
+        lock(&self.sources).insert(kind, source);
+    }
+
+    /// When the version `version` of the source with uid `uid` was first seen, if it is the
+    /// one last seen; forgets it, so each version is counted once.
+    pub fn take_seen(&self, uid: &str, version: &str) -> Option<Instant> {
+        let mut changed = lock(&self.changed);
+        if changed.get(uid).is_some_and(|(seen_version, _)| seen_version == version) {
+            return changed.remove(uid).map(|(_, seen)| seen);
+        }
+        None
+    }
 }
 
 #[cfg(test)]

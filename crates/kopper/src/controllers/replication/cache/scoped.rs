@@ -19,11 +19,15 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 
-use super::desired::{
-    Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, RuleId,
-    SERVICE_ACCOUNT_NAME_ANNOTATION,
+use super::events::{CacheEvents, ListedChange, SourceLookup};
+use super::sources::Memo;
+use crate::controllers::replication::desired::Found;
+use crate::controllers::replication::model::RULE_CONTROLLER;
+use crate::controllers::replication::model::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, RuleId, SERVICE_ACCOUNT_NAME_ANNOTATION,
+    Scope,
 };
-use super::index::{Router, Synced};
+use crate::runtime::cache::FirstList;
 use crate::runtime::metrics::ScopedWatchLabels;
 
 /// How long a pass waits for a new scoped watch's first list before it fails and is retried.
@@ -62,17 +66,6 @@ pub const NAMESPACE_WATCHES_AGAIN: usize = MAX_NAMESPACE_WATCHES * 3 / 4;
 /// here, not by them.
 pub const MAX_NAME_WATCHES: usize = 32;
 
-/// What one scoped watch covers.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Scope {
-    /// Every object of the kind in one namespace.
-    Namespace(String),
-    /// Every object of the kind with one name, in any namespace.
-    Name(String),
-    /// Every object of the kind (see [`MAX_NAMESPACE_WATCHES`]).
-    Cluster,
-}
-
 impl Scope {
     /// The watches that cover the source namespaces `namespaces`, given whether a
     /// cluster-wide watch of the kind runs now (`cluster_now`).
@@ -91,12 +84,12 @@ impl Scope {
 /// The objects one scoped watch sees, by namespace and name.
 pub struct ScopeStore {
     objects: RwLock<HashMap<(String, String), ObjectInfo>>,
-    ready: Synced,
+    ready: FirstList,
 }
 
 impl ScopeStore {
     fn new() -> Self {
-        Self { objects: RwLock::default(), ready: Synced::default() }
+        Self { objects: RwLock::default(), ready: FirstList::default() }
     }
 
     pub fn is_ready(&self) -> bool {
@@ -142,10 +135,14 @@ struct Running {
 
 type Shutdown = Shared<BoxFuture<'static, ()>>;
 
-/// Every scoped watch, started on demand.
+/// Every scoped watch, started on demand. Each watch's task holds the `Scoped` it belongs
+/// to, to report its changes with it ([`CacheEvents`]); the tasks end on shutdown or when
+/// their watch is stopped, so none outlives [`Scoped::stop_all`].
 pub struct Scoped {
     client: Client,
-    router: Arc<Router>,
+    events: Arc<dyn CacheEvents>,
+    /// Told when a source goes, to forget its content.
+    memo: Arc<Memo>,
     metrics: Arc<crate::runtime::Metrics>,
     shutdown: Shutdown,
     watches: Mutex<HashMap<(ObjectKind, Scope), Running>>,
@@ -193,10 +190,10 @@ impl ScopedView {
         }
         objects
     }
+}
 
-    /// The object named `name` in `namespace`, if a watch of that namespace (or of every
-    /// namespace) holds it.
-    pub fn source(&self, namespace: &str, name: &str) -> Option<ObjectInfo> {
+impl SourceLookup for ScopedView {
+    fn source(&self, namespace: &str, name: &str) -> Option<ObjectInfo> {
         match self.namespaces.get(namespace) {
             Some(store) => store.get(namespace, name),
             None => self.cluster.as_ref()?.get(namespace, name),
@@ -207,13 +204,15 @@ impl ScopedView {
 impl Scoped {
     pub fn new(
         client: Client,
-        router: Arc<Router>,
+        events: Arc<dyn CacheEvents>,
+        memo: Arc<Memo>,
         metrics: Arc<crate::runtime::Metrics>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         Self {
             client,
-            router,
+            events,
+            memo,
             metrics,
             shutdown: shutdown.boxed().shared(),
             watches: Mutex::default(),
@@ -226,7 +225,7 @@ impl Scoped {
     }
 
     /// Starts the watch of `scope` unless it runs, and returns its store.
-    pub fn ensure(&self, kind: ObjectKind, scope: Scope) -> Arc<ScopeStore> {
+    pub fn ensure(self: &Arc<Self>, kind: ObjectKind, scope: Scope) -> Arc<ScopeStore> {
         let mut watches = self.lock();
         let store = self.start(&mut watches, kind, scope);
         self.count_watches(&watches);
@@ -235,7 +234,7 @@ impl Scoped {
 
     /// Starts the watch of `scope` in `watches` unless it runs; its store.
     fn start(
-        &self,
+        self: &Arc<Self>,
         watches: &mut HashMap<(ObjectKind, Scope), Running>,
         kind: ObjectKind,
         scope: Scope,
@@ -292,7 +291,7 @@ impl Scoped {
     /// Watches objects named `name` in every namespace, so that kopper sees an object that
     /// blocks a copy of rule `by` go. Past [`MAX_NAME_WATCHES`] blocked names of a kind, one
     /// cluster-wide watch covers them all and the name watches stop.
-    pub fn watch_name(&self, kind: ObjectKind, name: &str, by: &RuleId) {
+    pub fn watch_name(self: &Arc<Self>, kind: ObjectKind, name: &str, by: &RuleId) {
         // One lock from counting to starting, so concurrent passes cannot exceed the cap.
         let mut watches = self.lock();
         let mut blocked = self.lock_blocked();
@@ -359,7 +358,7 @@ impl Scoped {
     /// than name watches may be open; once fewer are, the names still blocked get their own
     /// watches again. The `needed` watches not running yet are started.
     pub fn retire(
-        &self,
+        self: &Arc<Self>,
         needed: &HashSet<(ObjectKind, Scope)>,
         in_force: impl Fn(&RuleId) -> bool,
         copied: impl Fn(ObjectKind, &str) -> bool,
@@ -399,7 +398,11 @@ impl Scoped {
     }
 
     /// Starts the watches of `scopes` and waits for their first lists.
-    pub async fn ensure_ready(&self, kind: ObjectKind, scopes: Vec<Scope>) -> Result<(), ScopeNotReady> {
+    pub async fn ensure_ready(
+        self: &Arc<Self>,
+        kind: ObjectKind,
+        scopes: Vec<Scope>,
+    ) -> Result<(), ScopeNotReady> {
         for scope in scopes {
             let store = self.ensure(kind, scope.clone());
             let ready = tokio::time::timeout(FIRST_LIST_TIMEOUT, store.wait_until_ready()).await;
@@ -439,7 +442,7 @@ impl Scoped {
         self.retain(|_, _| false);
     }
 
-    fn spawn<K>(&self, scope: &Scope, store: Arc<ScopeStore>) -> JoinHandle<()>
+    fn spawn<K>(self: &Arc<Self>, scope: &Scope, store: Arc<ScopeStore>) -> JoinHandle<()>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
@@ -456,7 +459,7 @@ impl Scoped {
         let config = watch_config(scope);
         let events =
             crate::runtime::watch::watcher(api, config).default_backoff().take_until(self.shutdown.clone());
-        let router = self.router.clone();
+        let scoped = self.clone();
         let metrics = self.metrics.clone();
         let kind = kind_of::<K>();
         let scope = scope.clone();
@@ -469,13 +472,13 @@ impl Scoped {
                     Ok(event) => {
                         // Counted once the list is done (see `copies`).
                         if matches!(event, watcher::Event::InitDone) {
-                            metrics.relisted(super::RULE_CONTROLLER, &kind_label);
+                            metrics.relisted(RULE_CONTROLLER, &kind_label);
                         }
-                        apply_event(kind, &scope, &store, &router, event, &mut listing)
+                        apply_event(kind, &scope, &store, &scoped, event, &mut listing)
                     }
                     Err(error) => {
                         tracing::warn!(%kind, ?scope, %error, "watch failed; retrying with backoff");
-                        metrics.watch_failed(super::RULE_CONTROLLER, &kind_label);
+                        metrics.watch_failed(RULE_CONTROLLER, &kind_label);
                     }
                 }
             }
@@ -509,10 +512,6 @@ fn info_of<K>(object: &PartialObjectMeta<K>) -> ObjectInfo {
     info
 }
 
-/// What a list found changed against what the watch held before it (nothing, at a first
-/// list): each object added, changed (another resourceVersion) or gone, before and after.
-pub type ListedChange = (Option<ObjectInfo>, Option<ObjectInfo>);
-
 fn changes_between(
     before: &HashMap<(String, String), ObjectInfo>,
     after: &HashMap<(String, String), ObjectInfo>,
@@ -536,7 +535,7 @@ fn apply_event<K>(
     kind: ObjectKind,
     scope: &Scope,
     store: &ScopeStore,
-    router: &Router,
+    scoped: &Scoped,
     event: watcher::Event<PartialObjectMeta<K>>,
     listing: &mut Option<HashMap<(String, String), ObjectInfo>>,
 ) {
@@ -562,18 +561,22 @@ fn apply_event<K>(
                 changes_between(&before, &objects)
             };
             store.ready.mark_ready();
-            router.scope_listed(kind, scope, &changes);
+            let blocked_by = match scope {
+                Scope::Name(name) => scoped.blocked_by(kind, name),
+                Scope::Namespace(_) | Scope::Cluster => BTreeSet::new(),
+            };
+            scoped.events.scope_listed(&scoped.view(kind), kind, scope, &blocked_by, &changes);
         }
         watcher::Event::Apply(object) => {
             let info = info_of(&object);
             let before = objects().insert(place(&info), info.clone());
-            router.object_changed(kind, before.as_ref(), Some(&info));
+            scoped.events.object_changed(&scoped.view(kind), kind, before.as_ref(), Some(&info));
         }
         watcher::Event::Delete(object) => {
             let info = info_of(&object);
             let before = objects().remove(&place(&info));
-            router.object_changed(kind, before.as_ref(), None);
-            router.memo.forget(kind, &info);
+            scoped.events.object_changed(&scoped.view(kind), kind, before.as_ref(), None);
+            scoped.memo.forget(kind, &info);
         }
     }
 }

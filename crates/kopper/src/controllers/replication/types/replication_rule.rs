@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn seed_sample_parses() {
-        let sample = include_str!("../../../../../config/samples/replicationrule-shared-settings.yaml");
+        let sample = include_str!("../../../../../../config/samples/replicationrule-shared-settings.yaml");
         let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
         assert_eq!(rule.spec.kind, ReplicatedKind::ConfigMap);
         assert_eq!(rule.spec.namespaces, vec!["default".to_owned()]);

@@ -19,13 +19,15 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 
-use super::RULE_CONTROLLER;
-use super::desired::{
-    CopyKey, CopyState, DesiredCopy, Found, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload,
-    canonical_number,
+use super::events::CacheEvents;
+use super::scoped::Scoped;
+use crate::controllers::replication::desired::{DesiredCopy, Found};
+use crate::controllers::replication::model::RULE_CONTROLLER;
+use crate::controllers::replication::model::{
+    CopyKey, CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload, canonical_number,
 };
-use super::index::{Router, Synced};
 use crate::runtime::Metrics;
+use crate::runtime::cache::FirstList;
 use crate::runtime::metrics::CacheLabels;
 
 /// Objects per page of a list of copies. Copies come with their content (to see one edited
@@ -128,7 +130,7 @@ impl<K: Replicable> Resource for WatchedCopy<K> {
 }
 
 /// The metadata of a copy that kopper reads: every field [`CopyState::new`], the catch-up
-/// wait and [`Router::copy_changed`] look at. A field read there must be added here, or it
+/// wait and the router (`wake::Router::route_copy`) look at. A field read there must be added here, or it
 /// reads as `None` (the decoding test lists the fields left out).
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -205,7 +207,7 @@ pub struct CopyIndex {
     count: AtomicUsize,
     /// One allocation per distinct namespace and name, shared by every copy.
     strings: std::sync::Mutex<HashSet<Arc<str>>>,
-    ready: Synced,
+    ready: FirstList,
     /// The highest resourceVersion kopper's writes of this kind were given, and the highest
     /// the watch has delivered: a pass that starts while the watch is behind kopper's own
     /// writes would take a copy it just wrote for an old one and write it again.
@@ -243,7 +245,7 @@ impl CopyIndex {
             copies: RwLock::default(),
             count: AtomicUsize::new(0),
             strings: std::sync::Mutex::default(),
-            ready: Synced::default(),
+            ready: FirstList::default(),
             written: AtomicU64::new(0),
             delivered: tokio::sync::watch::Sender::new(0),
             being_written: std::sync::Mutex::default(),
@@ -365,8 +367,8 @@ impl CopyIndex {
     }
 
     /// Waits for the first list; false if the watch ended first.
-    pub async fn wait_until_ready(&self) -> bool {
-        self.ready.wait().await
+    pub fn first_list(&self) -> &FirstList {
+        &self.ready
     }
 
     fn intern(&self, value: &str) -> Arc<str> {
@@ -465,7 +467,8 @@ pub fn copy_selector() -> String {
 pub fn spawn<K: Replicable>(
     client: &Client,
     index: Arc<CopyIndex>,
-    router: Arc<Router>,
+    scoped: Arc<Scoped>,
+    observer: Arc<dyn CacheEvents>,
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
@@ -485,7 +488,7 @@ pub fn spawn<K: Replicable>(
                     if matches!(event, watcher::Event::InitDone) {
                         metrics.relisted(&labels.controller, &labels.kind);
                     }
-                    apply_event(&index, &router, event, &mut listing)
+                    apply_event(&index, &scoped, &*observer, event, &mut listing)
                 }
                 Err(error) => {
                     tracing::warn!(kind = %labels.kind, %error, "watch failed; retrying with backoff");
@@ -503,7 +506,8 @@ pub fn spawn<K: Replicable>(
 
 fn apply_event<K: Replicable>(
     index: &CopyIndex,
-    router: &Router,
+    scoped: &Scoped,
+    observer: &dyn CacheEvents,
     event: watcher::Event<WatchedCopy<K>>,
     listing: &mut Option<CopyMap>,
 ) {
@@ -520,7 +524,7 @@ fn apply_event<K: Replicable>(
             index.prune_strings();
             index.ready.mark_ready();
             // Whatever happened while the watch was down is only known now.
-            router.wake_all();
+            observer.relisted();
         }
         watcher::Event::Apply(object) => {
             let (meta, payload) = object.into_parts();
@@ -529,14 +533,26 @@ fn apply_event<K: Replicable>(
             let as_written = index.holds_what_kopper_wrote(&meta, &state);
             let after = state.rule.clone();
             let before = index.insert(&meta, state);
-            router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), after], as_written);
+            observer.copy_changed(
+                &scoped.view(K::KIND),
+                K::KIND,
+                &meta,
+                [before.and_then(|copy| copy.rule), after],
+                as_written,
+            );
         }
         watcher::Event::Delete(object) => {
             let meta = object.meta().clone();
             index.delivered(&meta);
             index.forget_write(&meta);
             let before = index.remove(&meta);
-            router.copy_changed(K::KIND, &meta, [before.and_then(|copy| copy.rule), None], false);
+            observer.copy_changed(
+                &scoped.view(K::KIND),
+                K::KIND,
+                &meta,
+                [before.and_then(|copy| copy.rule), None],
+                false,
+            );
         }
     }
 }
@@ -726,7 +742,8 @@ mod tests {
 
     /// The copy of `settings` holding `value`, as kopper writes it.
     fn desired(value: &str) -> DesiredCopy {
-        use super::super::desired::{ObjectInfo, RuleId, Source, desired_copy};
+        use crate::controllers::replication::desired::desired_copy;
+        use crate::controllers::replication::model::{ObjectInfo, RuleId, Source};
         let info = ObjectInfo { namespace: "src".into(), name: "settings".into(), ..ObjectInfo::default() };
         let payload = Payload { data: [("k".to_owned(), value.to_owned())].into(), ..Payload::default() };
         desired_copy(

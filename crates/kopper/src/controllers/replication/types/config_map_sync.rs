@@ -6,7 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::controllers::replication_rule::types::CopyConflict;
+pub use super::replication_rule::CopyConflict;
 
 /// Keeps one ConfigMap copied into other namespaces: the copy is created when missing,
 /// updated when the source changes, restored when edited or deleted, and removed when the
@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn seed_sample_parses() {
-        let sample = include_str!("../../../../../config/samples/configmapsync-across-namespaces.yaml");
+        let sample = include_str!("../../../../../../config/samples/configmapsync-across-namespaces.yaml");
         let sync: ConfigMapSync = crate::samples::of_kind(sample, "ConfigMapSync").unwrap();
         assert_eq!(sync.spec.source_namespace, "source-namespace");
         assert_eq!(sync.spec.destination_namespace.as_deref(), Some("destination-namespace"));

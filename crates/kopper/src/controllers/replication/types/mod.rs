@@ -1,0 +1,12 @@
+//! The two custom resources that are the replication engine's front doors. Their doc
+//! comments are user documentation: they become the CRDs' descriptions and what
+//! `kubectl explain` prints.
+
+pub mod config_map_sync;
+pub mod replication_rule;
+
+pub use self::config_map_sync::{ConfigMapSync, ConfigMapSyncSpec, ConfigMapSyncStatus};
+pub use self::replication_rule::{
+    CopyConflict, CredentialSecretType, ReplicatedKind, ReplicationRule, ReplicationRuleSpec,
+    ReplicationRuleStatus,
+};
