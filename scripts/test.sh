@@ -40,6 +40,8 @@ trap report EXIT
 phase_done set-up
 
 cargo fmt --all -- --check
+# No two files of kopper import each other in a circle; runtime/ names no controller.
+python3 scripts/check-module-cycles.py
 phase_done lint
 
 # One build serves clippy, the tests and the image test:

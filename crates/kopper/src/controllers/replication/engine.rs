@@ -156,11 +156,7 @@ impl Engine {
                 // The server is asked for copies the cache may have missed once, when the
                 // refusal is new; a rule that stays refused is woken often, and its copies
                 // are long gone.
-                let listing = if object.ready_reason().as_deref() == Some(refusal.reason) {
-                    Listing::CacheOnly
-                } else {
-                    Listing::FromServer
-                };
+                let listing = refusal_listing(object.ready_reason().as_deref(), &refusal);
                 let removed = self.cleanup_with(ctx, &id, &uid, listing).await;
                 let refused = RuleGauges { not_ready: true, ..RuleGauges::default() };
                 ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), Some(refused));
@@ -178,14 +174,7 @@ impl Engine {
         }
         let gauges = rule_gauges(rule.kind, &tally);
         ctx.metrics.set_rule_gauges(controller_of(rule.id.kind), &rule.id.to_string(), Some(gauges));
-        let blocked_under: BTreeSet<&str> = tally
-            .findings
-            .conflicts
-            .iter()
-            .filter(|conflict| conflict.reason == ConflictReason::NotManagedByKopper.reason())
-            .map(|conflict| conflict.name.as_str())
-            .collect();
-        self.caches.scoped.still_blocked(&rule.id, rule.kind, &blocked_under);
+        self.caches.scoped.still_blocked(&rule.id, rule.kind, &blocked_names(&tally.findings));
         self.retire_scoped_watches(ctx);
         self.report(ctx, object, Ok(object.redact(tally.findings))).await?;
         failures(tally.failed)
@@ -216,14 +205,7 @@ impl Engine {
         };
         let listed_error = match listed {
             Ok(listed) => {
-                // Only what the cache's deletions removed: one refused because the copy
-                // changed since the cache saw it (a pass's last write) is listed afresh,
-                // with its new version, and deleted now.
-                let removed: HashSet<&CopyKey> = applied.removed.iter().collect();
-                let done: HashSet<(&CopyKey, Option<&str>)> =
-                    cached.iter().filter(|change| removed.contains(change.key())).map(deleted_copy).collect();
-                let missed: Vec<Change> =
-                    listed.into_iter().filter(|change| !done.contains(&deleted_copy(change))).collect();
+                let missed = not_yet_deleted(&cached, &applied.removed, listed);
                 let more = apply::execute(&ctx.client, &field_manager, &missed).await;
                 applied.removed.extend(more.removed);
                 applied.failed.extend(more.failed);
@@ -297,8 +279,7 @@ impl Engine {
             ids.iter().map(|id| (controller_of(id.kind), id.to_string())).collect();
         ctx.metrics.retain_rule_gauges(|controller, rule| live.contains(&(controller, rule.to_owned())));
         let rules: HashSet<String> = ids.iter().map(RuleId::label_value).collect();
-        let changes =
-            self.copies_where(|copy| copy.rule.as_deref().is_some_and(|rule| !rules.contains(rule)));
+        let changes = self.copies_where(|copy| is_orphan(copy, &rules));
         if changes.is_empty() {
             return;
         }
@@ -355,7 +336,7 @@ impl Engine {
         tally.findings.missing_source = rule.missing_named_source(pass.sources_matched);
         tally.findings.refused_destinations = rule.refused_destinations(&namespaces);
         tally.findings.own_namespace = rule.id.namespace.clone();
-        let batch = (COPIES_PER_BATCH / pass.copies_per_namespace().max(1)).max(1);
+        let batch = namespaces_per_batch(pass.copies_per_namespace());
         for targets in pass.targets().chunks(batch) {
             let mut plan = RulePlan::default();
             {
@@ -377,18 +358,13 @@ impl Engine {
         // successor's copies.
         let predecessor = |copy: &CopyState| labels.marks(copy) && !copy.deletable_by(&rule.uid);
         let with_predecessors = self.any_copy(predecessor) && self.is_current(ctx, rule).await;
-        let own =
-            |copy: &CopyState| labels.marks(copy) && (with_predecessors || copy.deletable_by(&rule.uid));
+        let own = |copy: &CopyState| is_own_copy(&labels, &rule.uid, with_predecessors, copy);
         {
             let map = copies.read();
             pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| own(copy)), &mut plan);
         }
         // Copies of the kind the rule copied before its spec changed.
-        let other = match rule.kind {
-            ObjectKind::ConfigMap => ObjectKind::Secret,
-            ObjectKind::Secret => ObjectKind::ConfigMap,
-        };
-        plan.changes.extend(self.deletions(other, own));
+        plan.changes.extend(self.deletions(other_kind(rule.kind), own));
         self.apply_batch(ctx, rule, plan, &mut tally).await;
         tally.findings.conflicts.sort();
         Ok(tally)
@@ -594,12 +570,67 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
 }
 
 /// Where a cleanup looks for the copies it deletes.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Listing {
     /// The copies cache, then the API server for those the cache has not seen yet.
     FromServer,
     /// The copies cache alone.
     CacheOnly,
+}
+
+/// Where the cleanup of a refused rule looks for its copies: the API server too when the
+/// refusal is new (the status shows another reason, `shown`), as the cache may have missed
+/// a copy; the cache alone for a rule that stays refused, which is woken often and whose
+/// copies are long gone.
+fn refusal_listing(shown: Option<&str>, refusal: &Refusal) -> Listing {
+    if shown == Some(refusal.reason) { Listing::CacheOnly } else { Listing::FromServer }
+}
+
+/// The names under which a pass found its copies blocked by objects kopper did not make:
+/// the names whose watches it still needs, to see the blocker go.
+fn blocked_names(findings: &Findings) -> BTreeSet<&str> {
+    findings
+        .conflicts
+        .iter()
+        .filter(|conflict| conflict.reason == ConflictReason::NotManagedByKopper.reason())
+        .map(|conflict| conflict.name.as_str())
+        .collect()
+}
+
+/// Of the deletions `listed` from the API server, those the deletions `cached` (from the
+/// cache, of which those at `removed` succeeded) did not do. A cached deletion refused
+/// because the copy changed since the cache saw it (a pass's last write) is listed afresh,
+/// with its new version, and is done now.
+fn not_yet_deleted(cached: &[Change], removed: &BTreeSet<CopyKey>, listed: Vec<Change>) -> Vec<Change> {
+    let done: HashSet<(&CopyKey, Option<&str>)> =
+        cached.iter().filter(|change| removed.contains(change.key())).map(deleted_copy).collect();
+    listed.into_iter().filter(|change| !done.contains(&deleted_copy(change))).collect()
+}
+
+/// Namespaces decided and written per batch of a pass, for a rule that wants
+/// `copies_per_namespace` copies in each: [`COPIES_PER_BATCH`] copies, one namespace at least.
+fn namespaces_per_batch(copies_per_namespace: usize) -> usize {
+    (COPIES_PER_BATCH / copies_per_namespace.max(1)).max(1)
+}
+
+/// Whether `copy` is one the rule labelled `labels` (whose object has uid `uid`) may delete:
+/// its own, or, `with_predecessors`, one an earlier object of the rule's name made.
+fn is_own_copy(labels: &RuleLabels, uid: &str, with_predecessors: bool, copy: &CopyState) -> bool {
+    labels.marks(copy) && (with_predecessors || copy.deletable_by(uid))
+}
+
+/// The kind a rule of `kind` copied if its spec changed kind: its copies of it are stale.
+fn other_kind(kind: ObjectKind) -> ObjectKind {
+    match kind {
+        ObjectKind::ConfigMap => ObjectKind::Secret,
+        ObjectKind::Secret => ObjectKind::ConfigMap,
+    }
+}
+
+/// Whether `copy` belongs to no rule that exists (`rules`, by label value): its rule
+/// vanished without its finalizer running.
+fn is_orphan(copy: &CopyState, rules: &HashSet<String>) -> bool {
+    copy.rule.as_deref().is_some_and(|rule| !rules.contains(rule))
 }
 
 /// The copy a deletion names: its place and its uid (two objects at one place, one after
@@ -694,4 +725,175 @@ pub async fn read(
             }),
     };
     Ok(source)
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::ObjectMeta;
+
+    use super::*;
+    use crate::controllers::replication::types::CopyConflict;
+
+    fn rule_with_status(status: &str) -> ReplicationRule {
+        let yaml = format!(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {{name: r, uid: u1}}\n\
+             spec: {{kind: ConfigMap, namespaces: [src], selector: {{matchLabels: {{a: b}}}}}}\nstatus: {status}"
+        );
+        serde_yaml::from_str(&yaml).unwrap()
+    }
+
+    fn conflict(namespace: &str, name: &str, reason: ConflictReason) -> CopyConflict {
+        CopyConflict {
+            namespace: namespace.into(),
+            name: name.into(),
+            reason: reason.reason().into(),
+            message: format!("{namespace}/{name} is taken"),
+        }
+    }
+
+    fn delete(namespace: &str, uid: &str) -> Change {
+        let key =
+            CopyKey { kind: ObjectKind::ConfigMap, namespace: namespace.into(), name: "settings".into() };
+        Change::Delete { key, uid: uid.into(), seen_version: None }
+    }
+
+    /// A copy marked as made by the rule `labels` names, by the rule object of uid `rule_uid`.
+    fn copy_of(labels: &RuleLabels, rule_uid: Option<&str>) -> CopyState {
+        let mut annotations = std::collections::BTreeMap::new();
+        if let Some(uid) = rule_uid {
+            annotations.insert(
+                crate::controllers::replication::model::RULE_UID_ANNOTATION.to_owned(),
+                uid.to_owned(),
+            );
+        }
+        let meta = ObjectMeta {
+            uid: Some("copy".into()),
+            labels: Some(
+                [
+                    (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+                    (REPLICATED_BY_LABEL.to_owned(), labels.current.clone()),
+                ]
+                .into(),
+            ),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        };
+        CopyState::new(&meta, &Payload::default())
+    }
+
+    #[test]
+    fn only_conflicts_and_a_refusal_the_status_does_not_show_yet_send_an_event() {
+        let known = "{conflicts: [{namespace: a, name: settings, reason: NotManagedByKopper, message: m}]}";
+        let object = rule_with_status(known);
+        let findings = Findings {
+            conflicts: vec![
+                conflict("a", "settings", ConflictReason::NotManagedByKopper),
+                conflict("b", "settings", ConflictReason::NotManagedByKopper),
+            ],
+            ..Findings::default()
+        };
+        let warnings = new_warnings(&object, &Ok(findings));
+        assert_eq!(warnings, [("NotManagedByKopper".to_owned(), "b/settings is taken".to_owned())]);
+
+        let refusal = Refusal { reason: "SourceNotAllowed", message: "no".into() };
+        let refused_before = rule_with_status(
+            "{conditions: [{type: Ready, status: 'False', reason: SourceNotAllowed, message: no, \
+             lastTransitionTime: '2026-01-01T00:00:00Z'}]}",
+        );
+        assert!(new_warnings(&refused_before, &Err(refusal.clone())).is_empty(), "shown already");
+        assert_eq!(new_warnings(&object, &Err(refusal)), [("SourceNotAllowed".to_owned(), "no".to_owned())]);
+    }
+
+    #[test]
+    fn the_cleanup_of_a_refusal_asks_the_api_server_only_when_the_refusal_is_new() {
+        let refusal = Refusal { reason: "SourceNotAllowed", message: String::new() };
+        assert_eq!(refusal_listing(None, &refusal), Listing::FromServer);
+        assert_eq!(refusal_listing(Some("Synced"), &refusal), Listing::FromServer);
+        assert_eq!(refusal_listing(Some("SourceNotAllowed"), &refusal), Listing::CacheOnly);
+    }
+
+    #[test]
+    fn only_names_blocked_by_objects_kopper_did_not_make_keep_their_watch() {
+        let findings = Findings {
+            conflicts: vec![
+                conflict("a", "blocked", ConflictReason::NotManagedByKopper),
+                conflict("b", "claimed", ConflictReason::ClaimedByOtherRule("other".into())),
+            ],
+            ..Findings::default()
+        };
+        assert_eq!(blocked_names(&findings), BTreeSet::from(["blocked"]));
+    }
+
+    #[test]
+    fn a_cleanup_deletes_what_the_server_lists_and_the_cache_did_not_delete() {
+        let cached = vec![delete("a", "u-a"), delete("b", "u-b")];
+        let removed = BTreeSet::from([cached[0].key().clone()]);
+        let listed = vec![delete("a", "u-a"), delete("b", "u-b"), delete("a", "u-a2"), delete("c", "u-c")];
+        let missed = not_yet_deleted(&cached, &removed, listed);
+        let missed: Vec<(&str, Option<&str>)> =
+            missed.iter().map(|change| (change.key().namespace.as_str(), deleted_copy(change).1)).collect();
+        assert_eq!(
+            missed,
+            [("b", Some("u-b")), ("a", Some("u-a2")), ("c", Some("u-c"))],
+            "a failed cached deletion is tried again, a new object at a deleted place is deleted too"
+        );
+    }
+
+    #[test]
+    fn a_batch_holds_about_the_same_number_of_copies_whatever_a_namespace_wants() {
+        assert_eq!(namespaces_per_batch(0), COPIES_PER_BATCH);
+        assert_eq!(namespaces_per_batch(1), COPIES_PER_BATCH);
+        assert_eq!(namespaces_per_batch(4), COPIES_PER_BATCH / 4);
+        assert_eq!(namespaces_per_batch(COPIES_PER_BATCH * 3), 1, "one namespace at least");
+    }
+
+    #[test]
+    fn a_predecessor_s_copies_are_the_rule_s_own_only_once_it_is_confirmed_current() {
+        let labels = RuleLabels::of(&RuleId::replication_rule("r"));
+        let other = RuleLabels::of(&RuleId::replication_rule("other"));
+        let mine = copy_of(&labels, Some("u1"));
+        let predecessor = copy_of(&labels, Some("u0"));
+        let unmarked_uid = copy_of(&labels, None);
+        assert!(is_own_copy(&labels, "u1", false, &mine));
+        assert!(is_own_copy(&labels, "u1", false, &unmarked_uid));
+        assert!(!is_own_copy(&labels, "u1", false, &predecessor));
+        assert!(is_own_copy(&labels, "u1", true, &predecessor));
+        assert!(!is_own_copy(&other, "u1", true, &mine), "another rule's copy is never its own");
+        assert_eq!(other_kind(ObjectKind::ConfigMap), ObjectKind::Secret);
+        assert_eq!(other_kind(ObjectKind::Secret), ObjectKind::ConfigMap);
+    }
+
+    #[test]
+    fn a_copy_is_an_orphan_only_when_no_rule_of_its_label_exists() {
+        let labels = RuleLabels::of(&RuleId::replication_rule("r"));
+        let copy = copy_of(&labels, Some("u1"));
+        assert!(is_orphan(&copy, &HashSet::new()));
+        assert!(!is_orphan(&copy, &HashSet::from([labels.current.clone()])));
+        let unlabelled = CopyState { rule: None, ..copy };
+        assert!(!is_orphan(&unlabelled, &HashSet::new()), "no rule label: not a rule's copy to collect");
+    }
+
+    #[test]
+    fn gauges_count_conflicts_copies_out_of_sync_and_readiness() {
+        let tally = PassTally {
+            findings: Findings {
+                wanted: 5,
+                copies_in_sync: 3,
+                conflicts: vec![conflict("a", "settings", ConflictReason::NotManagedByKopper)],
+                ..Findings::default()
+            },
+            ..PassTally::default()
+        };
+        let gauges = rule_gauges(ObjectKind::Secret, &tally);
+        assert_eq!(
+            gauges,
+            RuleGauges { kind: "Secret".into(), conflicts: 1, out_of_sync: 2, not_ready: true }
+        );
+        let synced = PassTally {
+            findings: Findings { wanted: 2, copies_in_sync: 2, ..Findings::default() },
+            ..PassTally::default()
+        };
+        assert!(!rule_gauges(ObjectKind::ConfigMap, &synced).not_ready);
+        assert!(failures(Vec::new()).is_ok());
+    }
 }

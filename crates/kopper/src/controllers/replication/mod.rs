@@ -307,7 +307,9 @@ async fn reconcile_unreadable<R: RuleObject>(
 }
 
 /// Removes kopper's finalizer from an object that cannot be read as `R`, through the
-/// untyped API.
+/// untyped API. kube's `finalizer` helper, which every other path uses, needs the object
+/// deserialized as `R`; an object whose stored form no longer fits the schema is not, and
+/// without this its deletion would wait on kopper for ever.
 async fn remove_finalizer<R: RuleObject>(
     client: &kube::Client,
     meta: &ObjectMeta,
