@@ -19,7 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 
-use super::events::CacheEvents;
+use super::events::{CacheEvents, CopyChange};
 use super::scoped::Scoped;
 use crate::controllers::replication::desired::{DesiredCopy, Found};
 use crate::controllers::replication::model::RULE_CONTROLLER;
@@ -533,26 +533,17 @@ fn apply_event<K: Replicable>(
             let as_written = index.holds_what_kopper_wrote(&meta, &state);
             let after = state.rule.clone();
             let before = index.insert(&meta, state);
-            observer.copy_changed(
-                &scoped.view(K::KIND),
-                K::KIND,
-                &meta,
-                [before.and_then(|copy| copy.rule), after],
-                as_written,
-            );
+            let made_by = [before.and_then(|copy| copy.rule), after];
+            let change = CopyChange { kind: K::KIND, meta: &meta, made_by, as_written };
+            observer.copy_changed(&scoped.view(K::KIND), change);
         }
         watcher::Event::Delete(object) => {
             let meta = object.meta().clone();
             index.delivered(&meta);
             index.forget_write(&meta);
-            let before = index.remove(&meta);
-            observer.copy_changed(
-                &scoped.view(K::KIND),
-                K::KIND,
-                &meta,
-                [before.and_then(|copy| copy.rule), None],
-                false,
-            );
+            let made_by = [index.remove(&meta).and_then(|copy| copy.rule), None];
+            let change = CopyChange { kind: K::KIND, meta: &meta, made_by, as_written: false };
+            observer.copy_changed(&scoped.view(K::KIND), change);
         }
     }
 }

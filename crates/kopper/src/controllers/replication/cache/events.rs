@@ -29,35 +29,33 @@ pub trait CacheEvents: Send + Sync + 'static {
     /// changed meanwhile is unknown, so every rule may be concerned.
     fn relisted(&self);
 
-    /// One of kopper's copies changed: `made_by` holds the rule label it carried before and
-    /// after the change; `as_written` says it now holds what kopper last wrote to it.
-    fn copy_changed(
-        &self,
-        sources: &dyn SourceLookup,
-        kind: ObjectKind,
-        meta: &ObjectMeta,
-        made_by: [Option<Arc<str>>; 2],
-        as_written: bool,
-    );
+    /// One of kopper's copies changed.
+    fn copy_changed(&self, sources: &dyn SourceLookup, change: CopyChange<'_>);
 
-    /// An object that is not a copy changed (`before` and `after` the change).
-    fn object_changed(
-        &self,
-        sources: &dyn SourceLookup,
-        kind: ObjectKind,
-        before: Option<&ObjectInfo>,
-        after: Option<&ObjectInfo>,
-    );
+    /// An object that is not a copy changed: `change` holds it before and after.
+    fn object_changed(&self, sources: &dyn SourceLookup, kind: ObjectKind, change: [Option<&ObjectInfo>; 2]);
 
-    /// A scoped watch of `kind` over `scope` listed; `blocked_by` holds the rules whose
-    /// copies an object of the watched name was last found blocking (none for other
-    /// scopes), and `changes` what a list again found changed (none at a first list).
-    fn scope_listed(
-        &self,
-        sources: &dyn SourceLookup,
-        kind: ObjectKind,
-        scope: &Scope,
-        blocked_by: &BTreeSet<RuleId>,
-        changes: &[ListedChange],
-    );
+    /// A scoped watch listed, first or again after an outage.
+    fn scope_listed(&self, sources: &dyn SourceLookup, list: ScopeList<'_>);
+}
+
+/// One change of one of kopper's copies, as its watch saw it.
+pub struct CopyChange<'a> {
+    pub kind: ObjectKind,
+    pub meta: &'a ObjectMeta,
+    /// The rule label the copy carried before and after the change.
+    pub made_by: [Option<Arc<str>>; 2],
+    /// Whether the copy now holds what kopper last wrote to it.
+    pub as_written: bool,
+}
+
+/// What one list of a scoped watch of `kind` over `scope` found.
+pub struct ScopeList<'a> {
+    pub kind: ObjectKind,
+    pub scope: &'a Scope,
+    /// The rules whose copies an object of the watched name was last found blocking (none
+    /// for other scopes).
+    pub blocked_by: &'a BTreeSet<RuleId>,
+    /// What a list again found changed (none at a first list).
+    pub changes: &'a [ListedChange],
 }

@@ -19,7 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 
-use super::events::{CacheEvents, ListedChange, SourceLookup};
+use super::events::{CacheEvents, ListedChange, ScopeList, SourceLookup};
 use super::sources::Memo;
 use crate::controllers::replication::desired::Found;
 use crate::controllers::replication::model::RULE_CONTROLLER;
@@ -565,17 +565,18 @@ fn apply_event<K>(
                 Scope::Name(name) => scoped.blocked_by(kind, name),
                 Scope::Namespace(_) | Scope::Cluster => BTreeSet::new(),
             };
-            scoped.events.scope_listed(&scoped.view(kind), kind, scope, &blocked_by, &changes);
+            let list = ScopeList { kind, scope, blocked_by: &blocked_by, changes: &changes };
+            scoped.events.scope_listed(&scoped.view(kind), list);
         }
         watcher::Event::Apply(object) => {
             let info = info_of(&object);
             let before = objects().insert(place(&info), info.clone());
-            scoped.events.object_changed(&scoped.view(kind), kind, before.as_ref(), Some(&info));
+            scoped.events.object_changed(&scoped.view(kind), kind, [before.as_ref(), Some(&info)]);
         }
         watcher::Event::Delete(object) => {
             let info = info_of(&object);
             let before = objects().remove(&place(&info));
-            scoped.events.object_changed(&scoped.view(kind), kind, before.as_ref(), None);
+            scoped.events.object_changed(&scoped.view(kind), kind, [before.as_ref(), None]);
             scoped.memo.forget(kind, &info);
         }
     }

@@ -10,11 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use kube::core::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 
 use self::pacing::{Signal, Urgency};
-use super::cache::events::{CacheEvents, ListedChange, SourceLookup};
+use super::cache::events::{CacheEvents, CopyChange, ScopeList, SourceLookup};
 use super::cache::rules::{Guarded, ParsedRules, RuleStores};
 use super::cache::sources::Memo;
 use super::desired::{rules_affected_by, wants_copy_at};
@@ -91,22 +90,15 @@ impl CacheEvents for Router {
         self.wake_all();
     }
 
-    /// A scoped watch of `kind` over `scope` listed (first, or again after an outage):
-    /// wakes the rules that asked for the scope (those reading the namespace, or whose
+    /// Wakes the rules that asked for the scope (those reading the namespace, or whose
     /// copies the name was blocking) and routes each of `changes` (what a list again found
     /// changed; none at a first list) as its event would have been. Tenants decide when name
     /// and namespace watches start (a name squatted, a
     /// ConfigMapSync in a new namespace), so their lists must not wake every rule for a
     /// pass over every namespace. A cluster-wide list, or one that changed more than
     /// [`MAX_ROUTED_CHANGES`] objects, wakes every rule instead.
-    fn scope_listed(
-        &self,
-        sources: &dyn SourceLookup,
-        kind: ObjectKind,
-        scope: &Scope,
-        blocked_by: &BTreeSet<RuleId>,
-        changes: &[ListedChange],
-    ) {
+    fn scope_listed(&self, sources: &dyn SourceLookup, list: ScopeList<'_>) {
+        let ScopeList { kind, scope, blocked_by, changes } = list;
         let asked: BTreeSet<RuleId> = match scope {
             Scope::Cluster => return self.wake_all(),
             _ if changes.len() > MAX_ROUTED_CHANGES => return self.wake_all(),
@@ -121,7 +113,7 @@ impl CacheEvents for Router {
         };
         asked.iter().for_each(|rule| self.wakers.wake(rule));
         for (before, after) in changes {
-            self.object_changed(sources, kind, before.as_ref(), after.as_ref());
+            self.object_changed(sources, kind, [before.as_ref(), after.as_ref()]);
         }
     }
 
@@ -133,14 +125,8 @@ impl CacheEvents for Router {
     /// the rule that wrote it, whose pass (or [`super::new_namespaces`]) knows what it wrote: a
     /// pass for each event of its own writes would keep a core busy for as long as new
     /// namespaces keep coming.
-    fn copy_changed(
-        &self,
-        sources: &dyn SourceLookup,
-        kind: ObjectKind,
-        meta: &ObjectMeta,
-        made_by: [Option<Arc<str>>; 2],
-        as_written: bool,
-    ) {
+    fn copy_changed(&self, sources: &dyn SourceLookup, change: CopyChange<'_>) {
+        let CopyChange { kind, meta, made_by, as_written } = change;
         let [before, after] = &made_by;
         let writer = after
             .as_ref()
@@ -170,13 +156,8 @@ impl CacheEvents for Router {
     /// An object that is not a copy changed (`before` and `after` the change): wakes the
     /// rules it concerns now and those it concerned before, so a source that stops
     /// matching still wakes the rule that copied it.
-    fn object_changed(
-        &self,
-        sources: &dyn SourceLookup,
-        kind: ObjectKind,
-        before: Option<&ObjectInfo>,
-        after: Option<&ObjectInfo>,
-    ) {
+    fn object_changed(&self, sources: &dyn SourceLookup, kind: ObjectKind, change: [Option<&ObjectInfo>; 2]) {
+        let [before, after] = change;
         let rules = self.rules.in_force();
         let source_named = |rule: &Rule, name: &str| has_source_named(sources, rule, name);
         let mut woken = BTreeSet::new();
@@ -209,9 +190,11 @@ fn has_source_named(sources: &dyn SourceLookup, rule: &Rule, name: &str) -> bool
 #[cfg(test)]
 mod tests {
     use futures::StreamExt;
+    use kube::core::ObjectMeta;
     use kube::runtime::watcher;
 
     use super::*;
+    use crate::controllers::replication::cache::events::ListedChange;
     use crate::controllers::replication::cache::rules::tests::{
         RuleEvents, fed_rule_stores, finalized, rule,
     };
@@ -262,10 +245,14 @@ mod tests {
             events.next().await;
         }
         let kind = ObjectKind::ConfigMap;
+        let nobody_blocked = BTreeSet::new();
+        let list = |scope: &Scope, changes: &[ListedChange]| {
+            router.scope_listed(&NoSources, ScopeList { kind, scope, blocked_by: &nobody_blocked, changes })
+        };
 
-        router.scope_listed(&NoSources, kind, &Scope::Namespace("src".into()), &BTreeSet::new(), &[]);
+        list(&Scope::Namespace("src".into()), &[]);
         assert_eq!(woken_now(&mut woken), ["a"], "the rule reading the namespace listed");
-        router.scope_listed(&NoSources, kind, &Scope::Name("settings".into()), &BTreeSet::new(), &[]);
+        list(&Scope::Name("settings".into()), &[]);
         assert!(woken_now(&mut woken).is_empty(), "no rule was blocked under the name");
 
         let source = ObjectInfo {
@@ -276,19 +263,13 @@ mod tests {
             labels: [("a".to_owned(), "b".to_owned())].into(),
             ..ObjectInfo::default()
         };
-        router.scope_listed(
-            &NoSources,
-            kind,
-            &Scope::Name("settings".into()),
-            &BTreeSet::new(),
-            &[(None, Some(source.clone()))],
-        );
+        list(&Scope::Name("settings".into()), &[(None, Some(source.clone()))]);
         assert_eq!(woken_now(&mut woken), ["b"], "what the list found routed as its event");
 
-        router.scope_listed(&NoSources, kind, &Scope::Cluster, &BTreeSet::new(), &[]);
+        list(&Scope::Cluster, &[]);
         assert_eq!(woken_now(&mut woken), ["a", "b"]);
         let many = vec![(None, Some(source)); MAX_ROUTED_CHANGES + 1];
-        router.scope_listed(&NoSources, kind, &Scope::Name("settings".into()), &BTreeSet::new(), &many);
+        list(&Scope::Name("settings".into()), &many);
         assert_eq!(woken_now(&mut woken), ["a", "b"], "too many changes to route one by one");
     }
 
@@ -307,12 +288,16 @@ mod tests {
         };
         changes.unbounded_send(Ok(watcher::Event::Apply(finalized(rule("a", "ConfigMap"))))).unwrap();
         events.next().await;
+        let copy_changed = |made_by, as_written| {
+            let change = CopyChange { kind: ObjectKind::ConfigMap, meta: &a_copy, made_by, as_written };
+            router.copy_changed(&NoSources, change)
+        };
 
-        router.copy_changed(&NoSources, ObjectKind::ConfigMap, &a_copy, made_by_a(), true);
+        copy_changed(made_by_a(), true);
         assert!(woken_now(&mut woken).is_empty(), "the rule wrote it");
-        router.copy_changed(&NoSources, ObjectKind::ConfigMap, &a_copy, made_by_a(), false);
+        copy_changed(made_by_a(), false);
         assert_eq!(woken_now(&mut woken), ["a"], "someone else changed it");
-        router.copy_changed(&NoSources, ObjectKind::ConfigMap, &a_copy, [None, made_by_a()[1].clone()], true);
+        copy_changed([None, made_by_a()[1].clone()], true);
         assert!(woken_now(&mut woken).is_empty(), "the rule created it");
 
         changes.unbounded_send(Ok(watcher::Event::Apply(finalized(rule("b", "ConfigMap"))))).unwrap();
@@ -321,7 +306,7 @@ mod tests {
             let rules = router.rules.in_force();
             rules.iter().find(|rule| rule.id.name == name).map(|rule| rule.id.label_value().into())
         };
-        router.copy_changed(&NoSources, ObjectKind::ConfigMap, &a_copy, [label_of("b"), label_of("a")], true);
+        copy_changed([label_of("b"), label_of("a")], true);
         assert_eq!(
             woken_now(&mut woken),
             ["a", "b"],
