@@ -8,10 +8,6 @@ declaring its children (`mod x;`) is not an import; neither is a path inside a c
 nor a `#[cfg(test)]` module's `use super::*` of its own file. Stdlib only, so that the
 lint phase of scripts/test.sh runs it without set-up.
 
-Circles found outside the replication engine before this check existed are listed in
-scripts/module-cycles.known, one circle a line (its files, space-separated): they are
-printed as known, and fail nothing as long as they do not grow. Any other circle fails.
-
 Usage: scripts/check-module-cycles.py [SRC_DIR]   (default crates/kopper/src)
 """
 
@@ -185,30 +181,16 @@ def main() -> int:
             for number, line in enumerate(text.splitlines(), 1):
                 if "controllers::" in strip_comment(line):
                     problems.append(f"{rel}:{number}: runtime/ names controllers::")
-    known_file = Path(__file__).with_name("module-cycles.known")
-    known = []
-    if known_file.exists():
-        for line in known_file.read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                known.append(set(line.split()))
-    known_found = 0
     for cycle in find_cycles(graph):
         members = set(cycle)
         edges = [f"  {a} -> {b}" for a in cycle for b in sorted(graph[a]) if b in members]
-        if any(members <= circle for circle in known):
-            print("known circle (scripts/module-cycles.known):\n" + "\n".join(edges))
-            known_found += 1
-            continue
         problems.append("files that import each other in a circle:\n" + "\n".join(edges))
     for problem in problems:
         print(problem)
     if problems:
         print(f"check-module-cycles: {len(problems)} problem(s) in {src}")
         return 1
-    print(
-        f"check-module-cycles: {len(files)} files, no circle of imports but the {known_found} known, "
-        "runtime/ names no controller"
-    )
+    print(f"check-module-cycles: {len(files)} files, no circle of imports, runtime/ names no controller")
     return 0
 
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::controllers::ControllerName;
 use crate::runtime::Settings;
 
 /// `kopper --version`: the version and the commit it was built from.
@@ -61,44 +62,6 @@ impl CompletionsArgs {
     pub fn write(&self, out: &mut dyn std::io::Write) {
         let mut command = <Cli as clap::CommandFactory>::command();
         clap_complete::generate(self.shell, &mut command, "kopper", out);
-    }
-}
-
-/// The controllers kopper can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
-pub enum ControllerName {
-    /// RoleBindings per namespace from NamespaceAccess policies.
-    NamespaceAccess,
-    /// Pods labelled with their own name on request.
-    PodLabeler,
-    /// ConfigMaps copied between namespaces by ConfigMapSync. Shares the
-    /// replication engine with replication-rule: naming either runs both.
-    ConfigMapSync,
-    /// ConfigMaps and Secrets replicated by ReplicationRule. Shares the
-    /// replication engine with config-map-sync: naming either runs both.
-    ReplicationRule,
-    /// Object-storage buckets and their credentials.
-    Bucket,
-}
-
-impl ControllerName {
-    pub const ALL: [ControllerName; 5] = [
-        ControllerName::NamespaceAccess,
-        ControllerName::PodLabeler,
-        ControllerName::ConfigMapSync,
-        ControllerName::ReplicationRule,
-        ControllerName::Bucket,
-    ];
-
-    /// The name used on the command line, in metrics labels and in `/readyz`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ControllerName::NamespaceAccess => "namespace-access",
-            ControllerName::PodLabeler => "pod-labeler",
-            ControllerName::ConfigMapSync => "config-map-sync",
-            ControllerName::ReplicationRule => "replication-rule",
-            ControllerName::Bucket => "bucket",
-        }
     }
 }
 
@@ -236,9 +199,6 @@ pub struct RunArgs {
 }
 
 /// Settings of the Bucket controller's S3 and IAM provider.
-/// The `--cluster-id` of an install that did not choose one.
-pub const DEFAULT_CLUSTER_ID: &str = "kopper";
-
 #[derive(Clone, Debug, Args)]
 pub struct S3Args {
     /// Names this cluster in derived bucket and user names and in tags, so that clusters
@@ -246,7 +206,7 @@ pub struct S3Args {
     /// hyphens, at most 20; one per cluster in an account. The sweep for credentials of
     /// deleted Buckets runs only when it is set (not the default): with the default, two
     /// clusters in one account could not tell each other's credentials from orphans.
-    #[arg(long, env = "KOPPER_CLUSTER_ID", default_value = DEFAULT_CLUSTER_ID, value_parser = parse_cluster_id)]
+    #[arg(long, env = "KOPPER_CLUSTER_ID", default_value = crate::controllers::bucket::DEFAULT_CLUSTER_ID, value_parser = parse_cluster_id)]
     pub cluster_id: String,
 
     /// Region buckets are created in unless a Bucket names one. Setting it turns the S3

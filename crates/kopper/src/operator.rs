@@ -12,9 +12,9 @@ use tracing::{info, warn};
 
 use crate::cli::{LeaderElect, RunArgs, WaitForApiServer};
 use crate::controllers;
-use crate::runtime::controller::Readiness;
 use crate::runtime::fence::WriteFence;
 use crate::runtime::leader::{self, LeaderError, Leadership, LeaseConfig};
+use crate::runtime::readiness::Readiness;
 use crate::runtime::{Context, Metrics, Shutdown, admin, client};
 
 /// How long the admin server may take to close its connections at shutdown.

@@ -8,10 +8,48 @@ pub mod replication;
 use std::future::Future;
 use std::sync::Arc;
 
+use clap::ValueEnum;
 use prometheus_client::registry::Registry;
 
-use crate::cli::ControllerName;
 use crate::runtime::Context;
+
+/// The controllers kopper can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
+pub enum ControllerName {
+    /// RoleBindings per namespace from NamespaceAccess policies.
+    NamespaceAccess,
+    /// Pods labelled with their own name on request.
+    PodLabeler,
+    /// ConfigMaps copied between namespaces by ConfigMapSync. Shares the
+    /// replication engine with replication-rule: naming either runs both.
+    ConfigMapSync,
+    /// ConfigMaps and Secrets replicated by ReplicationRule. Shares the
+    /// replication engine with config-map-sync: naming either runs both.
+    ReplicationRule,
+    /// Object-storage buckets and their credentials.
+    Bucket,
+}
+
+impl ControllerName {
+    pub const ALL: [ControllerName; 5] = [
+        ControllerName::NamespaceAccess,
+        ControllerName::PodLabeler,
+        ControllerName::ConfigMapSync,
+        ControllerName::ReplicationRule,
+        ControllerName::Bucket,
+    ];
+
+    /// The name used on the command line, in metrics labels and in `/readyz`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerName::NamespaceAccess => "namespace-access",
+            ControllerName::PodLabeler => "pod-labeler",
+            ControllerName::ConfigMapSync => "config-map-sync",
+            ControllerName::ReplicationRule => "replication-rule",
+            ControllerName::Bucket => "bucket",
+        }
+    }
+}
 
 /// What a controller needs beyond the shared [`Context`]: its own settings, parsed from the
 /// flags once by the operator and handed to it alone.

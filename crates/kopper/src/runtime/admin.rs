@@ -14,8 +14,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
-use super::controller::Readiness;
 use super::metrics::Metrics;
+use super::readiness::Readiness;
 
 /// What the OpenMetrics text format is served as, per the Prometheus exposition docs.
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

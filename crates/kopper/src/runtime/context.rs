@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use super::controller::Readiness;
 use super::events::{Recorder, Reporter};
 use super::metrics::Metrics;
+use super::readiness::Readiness;
 use crate::tenancy::DestinationPolicy;
 
 /// Handles shared by all controllers. Built once at start-up; cloning the `Arc` is the only

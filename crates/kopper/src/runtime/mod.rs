@@ -14,12 +14,14 @@ pub mod leader;
 pub mod metrics;
 pub mod namespaces;
 pub mod process;
+pub mod readiness;
 pub mod shutdown;
 pub mod telemetry;
 pub mod trim;
 pub mod watch;
 
 pub use context::{Context, ErrorCategory, Settings};
-pub use controller::{Readiness, run_controller};
+pub use controller::run_controller;
 pub use metrics::Metrics;
+pub use readiness::Readiness;
 pub use shutdown::Shutdown;

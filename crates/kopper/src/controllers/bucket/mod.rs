@@ -61,6 +61,8 @@ pub const NAME: &str = "bucket";
 pub const FINALIZER: &str = "kopper.dev/bucket-cleanup";
 /// Set to a new value to rotate the access key.
 pub const ROTATE_ANNOTATION: &str = "kopper.dev/rotate-credentials";
+/// The `--cluster-id` of an install that did not choose one.
+pub const DEFAULT_CLUSTER_ID: &str = "kopper";
 /// How often a Ready Bucket is checked again, so that drift (a key deleted by hand, a policy
 /// edited) is repaired without an event to trigger it.
 const RESYNC: Duration = Duration::from_secs(30 * 60);
@@ -265,7 +267,7 @@ pub async fn run(
         key_interval: settings.key_interval,
     });
     let sweeper = provider.clone().and_then(|provider| {
-        if settings.cluster_id == crate::cli::DEFAULT_CLUSTER_ID {
+        if settings.cluster_id == DEFAULT_CLUSTER_ID {
             tracing::warn!(
                 "the sweep for credentials of deleted Buckets is off: set --cluster-id \
                  (KOPPER_CLUSTER_ID, chart value bucket.clusterId) to a name no other cluster in \

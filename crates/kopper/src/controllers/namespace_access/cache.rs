@@ -11,7 +11,6 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
-use super::BINDING_CONTROLLER;
 use crate::runtime::Metrics;
 use crate::runtime::cache::{CacheStopped, FirstList, Trigger};
 use crate::runtime::metrics::CacheLabels;
@@ -29,13 +28,14 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     /// Watches `api` into a store, each object cut down by `trim` first; every event
-    /// `relevant` accepts fires `triggers`.
+    /// `relevant` accepts fires `triggers`. Its size and failures are counted in `metrics`
+    /// under `controller`.
     pub fn spawn(
         api: Api<K>,
         mut relevant: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
         trim: impl FnMut(&mut K) + Send + 'static,
         triggers: Vec<Trigger>,
-        metrics: Arc<Metrics>,
+        (metrics, controller): (Arc<Metrics>, &'static str),
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         let (store, writer) = reflector::store();
@@ -50,8 +50,7 @@ where
             .take_until(shutdown);
         let reader = store.clone();
         let stopped = first_list.clone();
-        let labels =
-            CacheLabels { controller: BINDING_CONTROLLER.to_owned(), kind: K::kind(&()).into_owned() };
+        let labels = CacheLabels { controller: controller.to_owned(), kind: K::kind(&()).into_owned() };
         let task = tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use super::desired::{
     Desired, DesiredBinding, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL, Problem, ProblemKind,
 };
-use super::seen::SeenBinding;
+use super::seen::{BindingState, SeenBinding};
 
 /// One write against the API server.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,21 +64,6 @@ impl Action {
 pub struct Plan {
     pub actions: Vec<Action>,
     pub conflicts: Vec<Problem>,
-}
-
-/// How an existing binding compares with the one a policy wants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BindingState {
-    Missing,
-    /// Exists but kopper did not make it: never touched.
-    Foreign,
-    /// Being deleted; its deletion will trigger another pass.
-    Terminating,
-    /// Managed, same role, but subjects, labels or owner differ.
-    Stale,
-    /// Managed, but refers to another role.
-    WrongRole,
-    UpToDate,
 }
 
 /// The policy a binding belongs to, if kopper manages it.

@@ -153,13 +153,17 @@ pub async fn run(
         cache::spec_changed(),
         crate::runtime::trim::keep_no_metadata_extras,
         vec![wake_namespaces, wake_status.clone()],
-        ctx.metrics.clone(),
+        (ctx.metrics.clone(), BINDING_CONTROLLER),
         shutdown.clone(),
     );
     let status_feed = ctx.namespaces.subscribe();
     let binding_feed = ctx.namespaces.subscribe();
-    let (bindings, bindings_task) =
-        BindingIndex::spawn(client.clone(), wake_status.clone(), ctx.metrics.clone(), shutdown.clone());
+    let (bindings, bindings_task) = BindingIndex::spawn(
+        client.clone(),
+        wake_status.clone(),
+        (ctx.metrics.clone(), BINDING_CONTROLLER),
+        shutdown.clone(),
+    );
     // A namespace reconciled against a policy cache that is still empty would lose every
     // binding, so nothing runs before all three caches hold a full list.
     tokio::select! {

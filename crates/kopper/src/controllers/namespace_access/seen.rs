@@ -17,9 +17,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
 
-use super::BINDING_CONTROLLER;
 use super::desired::{DesiredBinding, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL};
-use super::diff::BindingState;
 use super::policy::RBAC_API_GROUP;
 use crate::runtime::Metrics;
 use crate::runtime::cache::{CacheStopped, FirstList, Trigger};
@@ -101,6 +99,21 @@ fn subjects_digest(subjects: &[Subject]) -> u64 {
     digest(&normalized)
 }
 
+/// How an existing binding compares with the one a policy wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingState {
+    Missing,
+    /// Exists but kopper did not make it: never touched.
+    Foreign,
+    /// Being deleted; its deletion will trigger another pass.
+    Terminating,
+    /// Managed, same role, but subjects, labels or owner differ.
+    Stale,
+    /// Managed, but refers to another role.
+    WrongRole,
+    UpToDate,
+}
+
 /// (namespace, name) of each managed binding.
 pub type Bindings = HashMap<(String, String), SeenBinding>;
 
@@ -116,7 +129,7 @@ impl BindingIndex {
     pub fn spawn(
         client: kube::Client,
         wake: Trigger,
-        metrics: Arc<Metrics>,
+        (metrics, controller): (Arc<Metrics>, &'static str),
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let bindings = Arc::new(RwLock::new(Bindings::new()));
@@ -128,8 +141,7 @@ impl BindingIndex {
             .default_backoff()
             .take_until(shutdown);
         let index = bindings.clone();
-        let labels =
-            CacheLabels { controller: BINDING_CONTROLLER.to_owned(), kind: "RoleBinding".to_owned() };
+        let labels = CacheLabels { controller: controller.to_owned(), kind: "RoleBinding".to_owned() };
         let task = tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             let mut relisted = Bindings::new();

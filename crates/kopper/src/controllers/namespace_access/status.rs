@@ -9,9 +9,8 @@ use kube::ResourceExt;
 
 use super::desired::ProblemKind;
 use super::desired::{Policies, Problem, desired_bindings};
-use super::diff::BindingState;
 use super::policy::FieldError;
-use super::seen::Bindings;
+use super::seen::{BindingState, Bindings};
 use super::template::NamespaceFacts;
 use super::types::{BindingConflict, NamespaceAccessStatus};
 use crate::runtime::namespaces::NamespaceMeta;
