@@ -307,8 +307,8 @@ impl Rule {
     }
 
     /// The order in which rules win a copy they both want, where no tenant holds it (see
-    /// [`World::owner_at`]): an admin's ReplicationRule before any tenant's ConfigMapSync,
-    /// then by kind, name and namespace.
+    /// [`World::owner_at`](super::desired::World::owner_at)): an admin's ReplicationRule
+    /// before any tenant's ConfigMapSync, then by kind, name and namespace.
     pub fn precedence(&self) -> &RuleId {
         &self.id
     }

@@ -1,4 +1,5 @@
-//! Sources' content kept between passes, bounded in bytes.
+//! Sources' content kept between passes, bounded in bytes, and when each source change was
+//! first seen, for the latency of its copies ([`Memo`]).
 //!
 //! A pass needs the content of the sources its rule copies; reading each source once per
 //! version, not once per pass, is what keeps a fan-out to thousands of namespaces at one

@@ -3,10 +3,10 @@
 //! passed since the last.
 //!
 //! A wake-up that only asks for the rule's status to be brought up to date
-//! ([`Urgency::Status`]: [`super::namespaces`] has already written the copies a new
-//! namespace wants) waits longer: until [`STATUS_IDLE_FACTOR`] times as long as the rule's
-//! last pass took (wall time, writes included) has passed since that pass began, and
-//! [`MAX_STATUS_WAIT`] at most. A stream of new namespaces then leaves a rule's passes
+//! ([`Urgency::Status`]: [`new_namespaces`](super::super::new_namespaces) has already
+//! written the copies a new namespace wants) waits longer: until [`STATUS_IDLE_FACTOR`]
+//! times as long as the rule's last pass took (wall time, writes included) has passed since
+//! that pass began, and [`MAX_STATUS_WAIT`] at most. A stream of new namespaces then leaves a rule's passes
 //! running a quarter of the time at most (while a pass takes under a quarter of
 //! [`MAX_STATUS_WAIT`]), and the namespaces served meanwhile do not wait behind them. Any
 //! other wake-up brings a held one forward.
