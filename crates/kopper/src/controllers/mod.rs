@@ -9,9 +9,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use clap::ValueEnum;
-use prometheus_client::registry::Registry;
 
 use crate::runtime::Context;
+use crate::runtime::metrics::Registration;
 
 /// The controllers kopper can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
@@ -85,9 +85,9 @@ pub async fn run(
 }
 
 /// The controllers' own metrics, registered under the `kopper_` prefix next to the runtime's.
-pub fn register_metrics(registry: &mut Registry) {
-    replication::register_metrics(registry);
-    bucket::register_metrics(registry);
+pub fn register_metrics(registration: &mut Registration<'_>) {
+    replication::register_metrics(registration);
+    bucket::register_metrics(registration.registry);
 }
 
 /// The controllers to start for the names enabled: the replication engine once, however

@@ -2,9 +2,10 @@
 //! error categories, never object names. `docs/operations.md` says what each alert built on
 //! them means and what to do.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -37,13 +38,6 @@ pub struct CacheLabels {
     pub kind: String,
 }
 
-/// A scoped watch's kind and what it covers (`namespace`, `name` or `cluster`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ScopedWatchLabels {
-    pub kind: String,
-    pub scope: String,
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
@@ -73,8 +67,6 @@ pub struct Metrics {
     /// Unix time of each controller's last reconcile that succeeded.
     pub last_success: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
     pub cached_objects: Family<CacheLabels, IntGauge>,
-    pub scoped_watches: Family<ScopedWatchLabels, IntGauge>,
-    pub cached_source_contents: Family<KindLabels, IntGauge>,
     pub leader: IntGauge,
     pub leader_transitions: Counter,
     pub objects_written: Family<ControllerLabels, Counter<u64, AtomicU64>>,
@@ -96,6 +88,23 @@ pub struct Metrics {
     /// Watches whose requests fail while other requests succeed, by what they watch: since
     /// when they fail, and when they failed last. Fed by the request layer, read by `/readyz`.
     watches_failing: Mutex<BTreeMap<String, (std::time::Instant, std::time::Instant)>>,
+    /// What each controller kept at registration to write its own metrics through, by type.
+    kept: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+/// What a controller registers its own metrics with: the registry, under the `kopper_`
+/// prefix, and a place to keep the handles it writes them through. Kept per [`Metrics`], so
+/// that operators sharing a process (the tests') count apart.
+pub struct Registration<'a> {
+    pub registry: &'a mut Registry,
+    kept: &'a mut HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl Registration<'_> {
+    /// Keeps `handles` for [`Metrics::kept`].
+    pub fn keep<T: Any + Send + Sync>(&mut self, handles: Arc<T>) {
+        self.kept.insert(TypeId::of::<T>(), handles);
+    }
 }
 
 /// A failing watch retries at least this often (kube's watcher backs off to 30 s at most);
@@ -121,11 +130,12 @@ impl Default for Metrics {
 impl Metrics {
     /// The runtime's metrics plus what `register` adds under the `kopper_` prefix: the
     /// controllers' own metrics, which the runtime does not know.
-    pub fn new(register: impl FnOnce(&mut Registry)) -> Self {
+    pub fn new(register: impl FnOnce(&mut Registration<'_>)) -> Self {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(ProcessCollector));
         let kopper = registry.sub_registry_with_prefix("kopper");
-        register(kopper);
+        let mut kept = HashMap::new();
+        register(&mut Registration { registry: kopper, kept: &mut kept });
         let build_info = Family::<BuildLabels, IntGauge>::default();
         build_info.get_or_create(&BuildLabels { version: VERSION.into(), commit: COMMIT.into() }).set(1);
         kopper.register(
@@ -143,8 +153,6 @@ impl Metrics {
             reconciles_waiting: Family::default(),
             last_success: Family::default(),
             cached_objects: Family::default(),
-            scoped_watches: Family::default(),
-            cached_source_contents: Family::default(),
             leader: Gauge::default(),
             leader_transitions: Counter::default(),
             objects_written: Family::default(),
@@ -158,6 +166,7 @@ impl Metrics {
             api_failing_since: Mutex::default(),
             api_not_ready_since: Mutex::default(),
             watches_failing: Mutex::default(),
+            kept,
         };
         metrics.register_into(kopper);
         Self { registry, ..metrics }
@@ -165,6 +174,12 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// What a controller kept of type `T` when it registered its metrics; `None` if it did
+    /// not register with these.
+    pub fn kept<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.kept.get(&TypeId::of::<T>()).cloned().and_then(|kept| kept.downcast::<T>().ok())
+    }
+
     fn register_into(&self, kopper: &mut Registry) {
         kopper.register("reconciles", "Reconciles run, per controller", self.reconciles.clone());
         kopper.register(
@@ -191,16 +206,6 @@ impl Metrics {
             "cached_objects",
             "Objects held in each controller's cache",
             self.cached_objects.clone(),
-        );
-        kopper.register(
-            "cached_source_contents",
-            "Sources whose content the replication engine holds, by kind; only sources some rule copies",
-            self.cached_source_contents.clone(),
-        );
-        kopper.register(
-            "scoped_watches",
-            "Watches open on what rules need, by kind and scope (namespace, name, cluster); each is a connection",
-            self.scoped_watches.clone(),
         );
         kopper.register(
             "leader",
@@ -465,6 +470,14 @@ fn stretch(since: &Mutex<Option<std::time::Instant>>, failed: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_controller_keeps_at_registration_is_found_by_its_type() {
+        struct Kept(u8);
+        let metrics = Metrics::new(|registration| registration.keep(Arc::new(Kept(7))));
+        assert_eq!(metrics.kept::<Kept>().map(|kept| kept.0), Some(7));
+        assert!(Metrics::default().kept::<Kept>().is_none(), "nothing kept, nothing found");
+    }
 
     #[test]
     fn classic_text_names_counters_by_their_samples_and_drops_openmetrics_lines() {

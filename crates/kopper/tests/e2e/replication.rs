@@ -13,9 +13,10 @@ use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::json;
 
 use kopper::controllers::replication;
+use kopper::controllers::replication::metrics::{ReplicationMetrics, ScopedWatchLabels};
 use kopper::controllers::replication::types::ConfigMapSync;
 use kopper::controllers::replication::types::ReplicationRule;
-use kopper::runtime::metrics::{ControllerLabels, KindLabels, ScopedWatchLabels};
+use kopper::runtime::metrics::{ControllerLabels, KindLabels};
 use kopper::runtime::{Context, Metrics, Settings};
 
 use crate::common::{InProcess, eventually};
@@ -57,8 +58,13 @@ impl Cluster {
         let sim = kubesim::Server::start(config).await.unwrap();
         let client = sim.client();
         install_crds(&client, crds).await;
-        let mut cluster =
-            Self { sim, client, metrics: Arc::new(Metrics::default()), settings, operator: None };
+        let mut cluster = Self {
+            sim,
+            client,
+            metrics: Arc::new(Metrics::new(replication::register_metrics)),
+            settings,
+            operator: None,
+        };
         cluster.start_operator();
         cluster
     }
@@ -930,13 +936,10 @@ async fn source_update_costs_one_write_per_copy() {
     // One write for the source itself, one per copy, one into the new namespace.
     assert_eq!(cluster.sim.counters().writes("configmaps") - before, 1 + 4 + 1);
 
-    let mut registry = prometheus_client::registry::Registry::default();
-    replication::register_metrics(&mut registry);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let text = cluster.metrics.encode();
     let observed = text
         .lines()
-        .find_map(|line| line.strip_prefix("replication_source_to_copy_seconds_count "))
+        .find_map(|line| line.strip_prefix("kopper_replication_source_to_copy_seconds_count "))
         .and_then(|count| count.trim().parse::<u64>().ok());
     assert!(observed.is_some_and(|count| count > 0), "{text}");
 }
@@ -1152,7 +1155,7 @@ async fn config_map_syncs_in_many_tenant_namespaces_share_one_watch_and_all_copy
     // there must not cost a list of every ConfigMap each time), until far fewer remain.
     let watches = |scope: &str| {
         let labels = ScopedWatchLabels { kind: "ConfigMap".into(), scope: scope.into() };
-        cluster.metrics.scoped_watches.get_or_create(&labels).get()
+        cluster.metrics.kept::<ReplicationMetrics>().unwrap().scoped_watches.get_or_create(&labels).get()
     };
     let cluster = &cluster;
     let delete_sync = |tenant: usize| async move {
@@ -1230,7 +1233,7 @@ async fn copies_blocked_under_many_names_share_one_watch_and_follow_when_freed()
 
     let watches = |scope: &str| {
         let labels = ScopedWatchLabels { kind: "ConfigMap".into(), scope: scope.into() };
-        cluster.metrics.scoped_watches.get_or_create(&labels).get()
+        cluster.metrics.kept::<ReplicationMetrics>().unwrap().scoped_watches.get_or_create(&labels).get()
     };
     eventually("the name watches to give way to one cluster-wide watch", || async {
         (watches("cluster") == 1 && watches("name") == 0).then_some(())
@@ -1283,7 +1286,13 @@ async fn source_content_is_forgotten_once_no_rule_copies_it() {
     cluster.namespace("team-a", json!({})).await;
     let held = || {
         let labels = KindLabels { kind: "ConfigMap".into() };
-        cluster.metrics.cached_source_contents.get_or_create(&labels).get()
+        cluster
+            .metrics
+            .kept::<ReplicationMetrics>()
+            .unwrap()
+            .cached_source_contents
+            .get_or_create(&labels)
+            .get()
     };
     let large = "x".repeat(200 * 1024);
     for round in 0..3 {

@@ -175,7 +175,7 @@ impl Engine {
         let gauges = rule_gauges(rule.kind, &tally);
         ctx.metrics.set_rule_gauges(controller_of(rule.id.kind), &rule.id.to_string(), Some(gauges));
         self.caches.scoped.still_blocked(&rule.id, rule.kind, &blocked_names(&tally.findings));
-        self.retire_scoped_watches(ctx);
+        self.retire_scoped_watches();
         self.report(ctx, object, Ok(object.redact(tally.findings))).await?;
         failures(tally.failed)
     }
@@ -215,7 +215,7 @@ impl Engine {
         };
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller_of(id.kind)));
         ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), None);
-        self.retire_scoped_watches(ctx);
+        self.retire_scoped_watches();
         match listed_error {
             Some(error) => Err(error),
             None => failures(applied.failed),
@@ -433,7 +433,7 @@ impl Engine {
 
     /// Stops the scoped watches no rule needs any more (source namespaces no rule reads
     /// from, and names no rule copies), and forgets the content of sources no rule copies.
-    fn retire_scoped_watches(&self, ctx: &Context) {
+    fn retire_scoped_watches(&self) {
         let rules = self.router.rules.in_force();
         let mut needed: HashSet<(ObjectKind, Scope)> = HashSet::new();
         let mut source_names: HashSet<(ObjectKind, String)> = HashSet::new();
@@ -467,7 +467,7 @@ impl Engine {
         self.gates.retain(&self.router.rules.all_ids().into_iter().collect());
         let uids: HashSet<&str> = rules.iter().map(|rule| rule.uid.as_str()).collect();
         lock(&self.confirmed_current).retain(|uid| uids.contains(uid.as_str()));
-        self.caches.memo.keep_sources(&ctx.metrics, &source_uids);
+        self.caches.memo.keep_sources(&self.caches.gauges, &source_uids);
     }
 
     fn namespaces(&self) -> BTreeMap<String, NamespaceInfo> {

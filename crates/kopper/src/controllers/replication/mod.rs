@@ -60,6 +60,7 @@ use self::cache::Caches;
 use self::cache::rules::{Guarded, RuleStores, StoreRevision};
 use self::cache::sources::Memo;
 use self::engine::{Engine, SyncError};
+use self::metrics::ReplicationMetrics;
 use self::model::{FIELD_MANAGER_NAME, FINALIZER};
 use self::rules::RuleObject;
 use self::types::{ConfigMapSync, ReplicationRule};
@@ -137,6 +138,9 @@ pub async fn run(
         router.clone(),
         memo,
         ctx.metrics.clone(),
+        // Metrics not built with the engine's registration (tests of other parts) get
+        // gauges nobody exports.
+        ctx.metrics.kept::<ReplicationMetrics>().unwrap_or_default(),
         shutdown.clone(),
     );
     let engine = Arc::new(Engine::new(caches, router));

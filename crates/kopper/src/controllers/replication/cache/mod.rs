@@ -23,6 +23,7 @@ use self::events::CacheEvents;
 use self::namespaces::NamespaceChanges;
 use self::scoped::Scoped;
 use self::sources::Memo;
+use crate::controllers::replication::metrics::ReplicationMetrics;
 use crate::controllers::replication::model::ObjectKind;
 use crate::runtime::Metrics;
 use crate::runtime::cache::{CacheStopped, FirstList};
@@ -39,6 +40,8 @@ pub struct Caches {
     pub scoped: Arc<Scoped>,
     /// Sources' content and when their changes were seen, kept between passes.
     pub memo: Arc<Memo>,
+    /// The engine's own gauges.
+    pub gauges: Arc<ReplicationMetrics>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -51,6 +54,7 @@ impl Caches {
         events: Arc<dyn CacheEvents>,
         memo: Arc<Memo>,
         metrics: Arc<Metrics>,
+        gauges: Arc<ReplicationMetrics>,
         shutdown: impl Future<Output = ()> + Clone + Send + 'static,
     ) -> (Self, Arc<NamespaceChanges>) {
         let namespaces_synced = FirstList::default();
@@ -70,6 +74,7 @@ impl Caches {
             events.clone(),
             memo.clone(),
             metrics.clone(),
+            gauges.clone(),
             shutdown.clone(),
         ));
         let tasks = vec![
@@ -84,7 +89,7 @@ impl Caches {
             ),
             copies::spawn::<Secret>(client, secrets.clone(), scoped.clone(), events, metrics, shutdown),
         ];
-        (Self { namespaces, namespaces_synced, config_maps, secrets, scoped, memo, tasks }, changes)
+        (Self { namespaces, namespaces_synced, config_maps, secrets, scoped, memo, gauges, tasks }, changes)
     }
 
     /// Waits for every cache's first list: a pass on a partial cache would miss copies.

@@ -22,13 +22,13 @@ use tokio::task::JoinHandle;
 use super::events::{CacheEvents, ListedChange, ScopeList, SourceLookup};
 use super::sources::Memo;
 use crate::controllers::replication::desired::Found;
+use crate::controllers::replication::metrics::{ReplicationMetrics, ScopedWatchLabels};
 use crate::controllers::replication::model::RULE_CONTROLLER;
 use crate::controllers::replication::model::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectInfo, ObjectKind, RuleId, SERVICE_ACCOUNT_NAME_ANNOTATION,
     Scope,
 };
 use crate::runtime::cache::FirstList;
-use crate::runtime::metrics::ScopedWatchLabels;
 
 /// How long a pass waits for a new scoped watch's first list before it fails and is retried.
 const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -144,6 +144,7 @@ pub struct Scoped {
     /// Told when a source goes, to forget its content.
     memo: Arc<Memo>,
     metrics: Arc<crate::runtime::Metrics>,
+    gauges: Arc<ReplicationMetrics>,
     shutdown: Shutdown,
     watches: Mutex<HashMap<(ObjectKind, Scope), Running>>,
     /// Names found blocking a copy, per kind, with the rules whose copies they block: what
@@ -207,6 +208,7 @@ impl Scoped {
         events: Arc<dyn CacheEvents>,
         memo: Arc<Memo>,
         metrics: Arc<crate::runtime::Metrics>,
+        gauges: Arc<ReplicationMetrics>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         Self {
@@ -214,6 +216,7 @@ impl Scoped {
             events,
             memo,
             metrics,
+            gauges,
             shutdown: shutdown.boxed().shared(),
             watches: Mutex::default(),
             blocked: Mutex::default(),
@@ -276,7 +279,7 @@ impl Scoped {
             ] {
                 let count = watches.keys().filter(|(of, scope)| *of == kind && is(scope)).count();
                 let labels = ScopedWatchLabels { kind: kind.to_string(), scope: label.to_owned() };
-                self.metrics
+                self.gauges
                     .scoped_watches
                     .get_or_create(&labels)
                     .set(i64::try_from(count).unwrap_or(i64::MAX));

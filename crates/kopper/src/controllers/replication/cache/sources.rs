@@ -15,6 +15,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::controllers::replication::metrics::ReplicationMetrics;
+
 use crate::controllers::replication::model::{ObjectInfo, ObjectKind, Payload, Source};
 
 /// Bytes of source content kept between passes: an eighth of the chart's memory limit
@@ -130,7 +132,7 @@ impl Memo {
     /// Drops the content of every source no rule copies any more (its rule or the source
     /// went, or the source stopped matching), so that memory follows what is replicated now,
     /// not what was once; sets `kopper_cached_source_contents`.
-    pub fn keep_sources(&self, metrics: &crate::runtime::Metrics, copied: &HashSet<(ObjectKind, String)>) {
+    pub fn keep_sources(&self, gauges: &ReplicationMetrics, copied: &HashSet<(ObjectKind, String)>) {
         let mut sources = lock(&self.sources);
         sources.retain(copied);
         let uids: HashSet<&String> = copied.iter().map(|(_, uid)| uid).collect();
@@ -138,10 +140,7 @@ impl Memo {
         for kind in ObjectKind::ALL {
             let held = sources.count(kind);
             let labels = crate::runtime::metrics::KindLabels { kind: kind.to_string() };
-            metrics
-                .cached_source_contents
-                .get_or_create(&labels)
-                .set(i64::try_from(held).unwrap_or(i64::MAX));
+            gauges.cached_source_contents.get_or_create(&labels).set(i64::try_from(held).unwrap_or(i64::MAX));
         }
     }
 
