@@ -1,6 +1,7 @@
 //! The Bucket controller's own metrics: provider calls by service, operation and outcome
 //! (all from fixed sets, so the series are bounded), and the time a Bucket takes to become
-//! Ready. Process-wide like the replication engine's, registered by [`register_metrics`].
+//! Ready. Process-wide like the replication engine's latency histogram, registered by
+//! [`register_metrics`].
 
 use std::sync::LazyLock;
 
