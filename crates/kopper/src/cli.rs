@@ -247,6 +247,12 @@ pub struct S3Args {
     #[arg(long, env = "KOPPER_BUCKET_KEY_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub bucket_key_interval: Duration,
 
+    /// The shortest `spec.keyRotation.maxKeyAge` a Bucket may ask for; a shorter one is
+    /// refused with InvalidKeyRotation. With a grace period of at most half the age, a Bucket
+    /// gets at most one scheduled key per half of this.
+    #[arg(long, env = "KOPPER_BUCKET_MIN_KEY_AGE", default_value = "1h", value_parser = parse_duration)]
+    pub bucket_min_key_age: Duration,
+
     /// How often the leader deletes the IAM users, keys and policies of Buckets that no longer
     /// exist (a finalizer removed by hand), besides once at start. Each sweep lists the
     /// account's IAM users (one ListUsers call per 100), reads the tags of this cluster's
@@ -270,6 +276,7 @@ impl S3Args {
             provider,
             credentials_secret: self.s3_credentials_secret.clone(),
             key_interval: self.bucket_key_interval,
+            min_key_age: self.bucket_min_key_age,
             orphan_sweep_interval: self.orphan_sweep_interval,
         }
     }

@@ -16,7 +16,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kopper::controllers::bucket::names::{self, Owner};
-use kopper::controllers::bucket::provider::{BucketLookup, Provider};
+use kopper::controllers::bucket::provider::{BucketLookup, Provider, ProviderError};
 use kopper::controllers::bucket::types::{Bucket, BucketStatus};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -120,6 +120,11 @@ async fn wait_for_reason_within(cluster: &Cluster, name: &str, reason: &str, dea
     }
 }
 
+/// The ids of the user's access keys, as IAM lists them.
+async fn key_ids(s3: &dyn Provider, user: &str) -> Result<Vec<String>, ProviderError> {
+    Ok(s3.access_keys(user).await?.into_iter().map(|key| key.id).collect())
+}
+
 fn status(bucket: &Bucket) -> BucketStatus {
     bucket.status.clone().unwrap()
 }
@@ -215,7 +220,7 @@ async fn a_bucket_gets_a_bucket_a_user_a_policy_one_key_and_a_secret_and_retain_
     let user = status.user_name.clone().unwrap();
     assert!(owner.owns(&s3.user_tags(&user).await.unwrap().unwrap()));
     assert_eq!(s3.user_policy(&user, names::POLICY_NAME).await.unwrap(), Some(names::policy_document(&name)));
-    let keys = s3.access_keys(&user).await.unwrap();
+    let keys = key_ids(&s3, &user).await.unwrap();
     assert_eq!(keys, vec![status.access_key_id.clone().unwrap()], "exactly one key, the one in status");
 
     let secret = secret(&cluster, "data-s3").await.expect("the Secret data-s3");
@@ -258,7 +263,7 @@ async fn delete_waits_on_a_non_empty_bucket_until_told_to_empty_it() {
     assert!(message.contains("emptyOnDelete"), "the condition says how to proceed: {message}");
     assert!(!s3.bucket_is_empty("scratch-bucket").await.unwrap(), "nothing was deleted");
     let user = stuck.user_name.clone().unwrap();
-    let keys = s3.access_keys(&user).await.unwrap();
+    let keys = key_ids(&s3, &user).await.unwrap();
     assert_eq!(keys, vec![stuck.access_key_id.unwrap()], "the tenant keeps the credentials to empty it");
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     eventually("a Warning Event saying the bucket is not empty", || async {
@@ -444,7 +449,7 @@ async fn rotation_writes_the_new_key_before_deleting_the_old() {
     let new_key = after.access_key_id.unwrap();
     assert_ne!(new_key, old_key);
     let user = after.user_name.unwrap();
-    assert_eq!(s3.access_keys(&user).await.unwrap(), vec![new_key.clone()], "the old key is deleted");
+    assert_eq!(key_ids(&s3, &user).await.unwrap(), vec![new_key.clone()], "the old key is deleted");
     let secret = secret(&cluster, "app-s3").await.unwrap();
     assert_eq!(value(&secret, "AWS_ACCESS_KEY_ID"), new_key);
     put_object(&secret, "after-rotation.txt").await;
@@ -484,7 +489,7 @@ async fn what_a_crash_leaves_behind_is_adopted_without_duplicates() {
     buckets(&cluster).patch("logs", &PatchParams::default(), &nudge).await.unwrap();
     let held = ready.access_key_id.unwrap();
     eventually("the orphaned key to be deleted", || async {
-        (s3.access_keys(&user).await.unwrap() == vec![held.clone()]).then_some(())
+        (key_ids(&s3, &user).await.unwrap() == vec![held.clone()]).then_some(())
     })
     .await;
     assert_ne!(orphan.id, held);
@@ -498,7 +503,7 @@ async fn what_a_crash_leaves_behind_is_adopted_without_duplicates() {
         (ready_reason(&bucket).map(|(_, r)| r).as_deref() == Some("Ready")).then_some(())
     })
     .await;
-    assert_eq!(s3.access_keys(&user).await.unwrap(), vec![held.clone()]);
+    assert_eq!(key_ids(&s3, &user).await.unwrap(), vec![held.clone()]);
     operator.stop().await.unwrap();
 }
 
@@ -541,7 +546,7 @@ async fn an_api_server_restart_is_survived_and_a_lost_store_loses_no_data() {
     assert!(!s3.bucket_is_empty(&name).await.unwrap(), "the bucket and its data are kept");
     let user = after.user_name.unwrap();
     assert!(s3.user_tags(&user).await.unwrap().is_some(), "the user is kept");
-    assert_eq!(s3.access_keys(&user).await.unwrap(), vec![after.access_key_id.unwrap()]);
+    assert_eq!(key_ids(&s3, &user).await.unwrap(), vec![after.access_key_id.unwrap()]);
     operator.stop().await.unwrap();
 }
 
@@ -692,7 +697,7 @@ async fn wait_for_one_key(cluster: &Cluster, s3: &impl Provider, name: &str) {
     let user = status(&bucket).user_name.unwrap();
     let held = value(&secret(cluster, &format!("{name}-s3")).await.unwrap(), "AWS_ACCESS_KEY_ID");
     eventually(&format!("{name}: one key, the one in its Secret"), || async {
-        (s3.access_keys(&user).await.unwrap() == vec![held.clone()]).then_some(())
+        (key_ids(s3, &user).await.unwrap() == vec![held.clone()]).then_some(())
     })
     .await;
 }
@@ -897,7 +902,7 @@ async fn a_refused_create_forgets_the_name_and_denials_do_not_reveal_kopper_s_pr
 async fn credentials_kept(s3: &impl Provider, ready: &BucketStatus) -> bool {
     let user = ready.user_name.clone().unwrap();
     s3.user_tags(&user).await.unwrap().is_some()
-        && s3.access_keys(&user).await.unwrap() == vec![ready.access_key_id.clone().unwrap()]
+        && key_ids(s3, &user).await.unwrap() == vec![ready.access_key_id.clone().unwrap()]
 }
 
 /// Changes the Bucket's spec, so it is reconciled now rather than after its backoff.
@@ -1278,6 +1283,146 @@ async fn rotations_asked_for_in_quick_succession_wait_for_the_interval() {
     operator.stop().await.unwrap();
 }
 
+/// `spec.keyRotation` with keys that live 9 s and retire for 3 s: the key in the Secret is
+/// replaced when it is 6 s old, the old key is listed beside it for the grace period and gone
+/// after it. Watched through ListAccessKeys the whole time: never more than two keys, and the
+/// key in the Secret always one IAM lists.
+#[tokio::test]
+async fn scheduled_rotation_keeps_the_old_key_for_the_grace_period_only() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let admin = common::free_admin_addr();
+    let operator =
+        start_operator_at(&cluster, &moto.endpoint, &["--admin-addr", &admin, "--bucket-min-key-age", "1s"]);
+    let s3 = moto.client().await;
+    create_bucket(&cluster, "rotating", json!({"keyRotation": {"maxKeyAge": "9s", "gracePeriod": "3s"}}))
+        .await;
+    let ready = status(&wait_for_reason(&cluster, "rotating", "Ready").await);
+    let (first, user) = (ready.access_key_id.clone().unwrap(), ready.user_name.clone().unwrap());
+    let first_created = ready.key_created.clone().expect("status.keyCreated");
+
+    // Observed as an application and an auditor would: the Secret, then IAM's list.
+    let mut seen_two = None;
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(40);
+    let successor = loop {
+        let held = value(&secret(&cluster, "rotating-s3").await.unwrap(), "AWS_ACCESS_KEY_ID");
+        let listed = key_ids(&s3, &user).await.unwrap();
+        assert!(listed.len() <= 2, "never more than two keys: {listed:?}");
+        assert!(listed.contains(&held), "the Secret names {held}, which IAM does not list: {listed:?}");
+        if held != first && listed.len() == 2 {
+            assert!(listed.contains(&first), "the second key is the retiring one: {listed:?}");
+            seen_two.get_or_insert(held.clone());
+        }
+        if seen_two.as_ref() == Some(&held) && listed == vec![held.clone()] {
+            break held;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "no rotation with an overlap seen (two keys seen: {seen_two:?}; listed {listed:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    let api = buckets(&cluster);
+    let rotated = eventually("status naming the successor and its creation time", || async {
+        let status = api.get("rotating").await.unwrap().status?;
+        (status.access_key_id.as_deref() == Some(successor.as_str())).then_some(status)
+    })
+    .await;
+    let created = rotated.key_created.expect("status.keyCreated");
+    assert!(created.0 > first_created.0, "{created:?} after {first_created:?}");
+    let metrics = eventually("the key's series in kopper's metrics", || async {
+        let (_, body) = common::http_get(&admin, "/metrics").await?;
+        body.contains("kopper_bucket_access_key_max_age_seconds{namespace=\"team-a\",name=\"rotating\"} 9")
+            .then_some(body)
+    })
+    .await;
+    for series in [
+        "kopper_bucket_access_key_created_timestamp_seconds{namespace=\"team-a\",name=\"rotating\"}",
+        "kopper_bucket_access_key_grace_period_seconds{namespace=\"team-a\",name=\"rotating\"} 3",
+    ] {
+        assert!(metrics.contains(series), "{series} missing from:\n{metrics}");
+    }
+
+    delete_and_wait_gone(&cluster, "rotating").await;
+    eventually("the Bucket's series gone from kopper's metrics", || async {
+        let (_, body) = common::http_get(&admin, "/metrics").await?;
+        (!body.contains("name=\"rotating\"")).then_some(())
+    })
+    .await;
+    operator.stop().await.unwrap();
+}
+
+/// Writes to Buckets and Secrets the API server has counted.
+fn bucket_and_secret_writes(cluster: &Cluster) -> u64 {
+    let writes = ["create", "update", "patch", "delete"];
+    cluster
+        .sim
+        .counters()
+        .snapshot()
+        .into_iter()
+        .filter(|((verb, resource), _)| {
+            writes.contains(&verb.as_str())
+                && (resource.starts_with("buckets") || resource.starts_with("secrets"))
+        })
+        .map(|(_, count)| count)
+        .sum()
+}
+
+/// The Bucket controller's reconciles, from kopper's metrics.
+async fn bucket_reconciles(admin: &str) -> Option<u64> {
+    let (_, body) = common::http_get(admin, "/metrics").await?;
+    let line =
+        body.lines().find(|line| line.starts_with("kopper_reconciles_total{controller=\"bucket\"}"))?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+/// A Ready Bucket on a schedule that is not due costs a pass no write to S3, IAM, the Bucket
+/// or its Secret; a schedule kopper refuses is reported naming the field at fault.
+#[tokio::test]
+async fn a_scheduled_bucket_s_idle_pass_writes_nothing_and_a_bad_schedule_names_its_field() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    let admin = common::free_admin_addr();
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &["--admin-addr", &admin]);
+    create_bucket(&cluster, "steady", json!({"keyRotation": {"maxKeyAge": "720h", "gracePeriod": "24h"}}))
+        .await;
+    let ready = status(&wait_for_reason(&cluster, "steady", "Ready").await);
+    assert!(ready.key_created.is_some(), "{ready:?}");
+
+    proxy.reset_calls().await;
+    let writes = bucket_and_secret_writes(&cluster);
+    let reconciles = eventually("kopper's reconcile count", || bucket_reconciles(&admin)).await;
+    // A label on the Secret wakes the Bucket (its Secret changed) and asks for nothing.
+    let label = Patch::Merge(json!({"metadata": {"labels": {"audited": "yes"}}}));
+    Api::<Secret>::namespaced(cluster.client.clone(), NAMESPACE)
+        .patch("steady-s3", &PatchParams::default(), &label)
+        .await
+        .unwrap();
+    eventually("a pass after the Secret change", || async {
+        (bucket_reconciles(&admin).await? > reconciles).then_some(())
+    })
+    .await;
+    let calls = proxy.calls().await;
+    assert!(calls.iter().any(|call| call.operation == "ListAccessKeys"), "the pass looked: {calls:?}");
+    let provider_writes: Vec<_> = calls.iter().filter(|call| call.is_write()).map(|c| &c.operation).collect();
+    assert!(provider_writes.is_empty(), "an idle pass wrote to S3 or IAM: {provider_writes:?}");
+    assert_eq!(bucket_and_secret_writes(&cluster) - writes, 1, "only the test's own label was written");
+
+    for (name, rotation, field) in [
+        ("too-fast", json!({"maxKeyAge": "30m", "gracePeriod": "1m"}), "maxKeyAge"),
+        ("too-long-grace", json!({"maxKeyAge": "2h", "gracePeriod": "90m"}), "gracePeriod"),
+    ] {
+        create_bucket(&cluster, name, json!({"keyRotation": rotation})).await;
+        let refused = status(&wait_for_reason(&cluster, name, "InvalidKeyRotation").await);
+        let message = &refused.conditions[0].message;
+        assert!(message.contains(&format!("spec.keyRotation.{field}")), "{name}: {message}");
+        assert!(refused.access_key_id.is_none(), "{name} got a key: {refused:?}");
+    }
+    operator.stop().await.unwrap();
+}
+
 /// A tenant strips kopper's finalizer from a Bucket held in deletion (its bucket is not
 /// empty): the Bucket is gone, and the sweep deletes its IAM user with its key and policy, so
 /// the old key reads nothing once the bucket's name goes to someone else. The bucket and its
@@ -1300,7 +1445,7 @@ async fn credentials_of_a_bucket_whose_finalizer_was_stripped_are_swept() {
 
     buckets(&cluster).delete("held", &DeleteParams::default()).await.unwrap();
     wait_for_reason(&cluster, "held", "BucketNotEmpty").await;
-    assert_eq!(s3.access_keys(&user).await.unwrap(), vec![old_key.clone()], "held in deletion, kept");
+    assert_eq!(key_ids(&s3, &user).await.unwrap(), vec![old_key.clone()], "held in deletion, kept");
     let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
     buckets(&cluster).patch("held", &PatchParams::default(), &strip).await.unwrap();
     let api = buckets(&cluster);
@@ -1313,10 +1458,10 @@ async fn credentials_of_a_bucket_whose_finalizer_was_stripped_are_swept() {
         s3.user_tags(&user).await.unwrap().is_none().then_some(())
     })
     .await;
-    assert!(s3.access_keys(&user).await.is_err(), "the old key {old_key} went with its user");
+    assert!(key_ids(&s3, &user).await.is_err(), "the old key {old_key} went with its user");
     assert!(!s3.bucket_is_empty("held-bucket").await.unwrap(), "the data stays");
     let live_user = live.user_name.unwrap();
-    assert_eq!(s3.access_keys(&live_user).await.unwrap(), vec![live.access_key_id.unwrap()]);
+    assert_eq!(key_ids(&s3, &live_user).await.unwrap(), vec![live.access_key_id.unwrap()]);
 
     // An admin deletes the bucket; another tenant's Bucket takes its name.
     while s3.empty_batch("held-bucket").await.unwrap() > 0 {}

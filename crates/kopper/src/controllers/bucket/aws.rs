@@ -21,7 +21,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::metrics::count_provider_call;
-use super::provider::{BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult};
+use super::provider::{
+    AccessKey, BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult,
+};
 
 /// Largest batch S3's DeleteObjects accepts, and the default batch when emptying a bucket.
 pub const MAX_DELETE_BATCH: u16 = 1000;
@@ -614,7 +616,7 @@ impl Provider for AwsProvider {
         .boxed()
     }
 
-    fn access_keys<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+    fn access_keys<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<Vec<AccessKey>>> {
         async move {
             let result = self.iam.list_access_keys().user_name(user).send().await;
             let output =
@@ -622,7 +624,10 @@ impl Provider for AwsProvider {
             Ok(output
                 .access_key_metadata()
                 .iter()
-                .filter_map(|key| key.access_key_id().map(str::to_owned))
+                .filter_map(|key| {
+                    let id = key.access_key_id()?.to_owned();
+                    Some(AccessKey { id, created: key.create_date().and_then(timestamp) })
+                })
                 .collect())
         }
         .boxed()
@@ -642,6 +647,7 @@ impl Provider for AwsProvider {
             Ok(NewAccessKey {
                 id: key.access_key_id().to_owned(),
                 secret: key.secret_access_key().to_owned(),
+                created: key.create_date().and_then(timestamp),
             })
         }
         .boxed()
@@ -658,6 +664,11 @@ impl Provider for AwsProvider {
         }
         .boxed()
     }
+}
+
+/// An IAM date as a timestamp.
+fn timestamp(date: &aws_sdk_iam::primitives::DateTime) -> Option<k8s_openapi::jiff::Timestamp> {
+    k8s_openapi::jiff::Timestamp::new(date.secs(), date.subsec_nanos().try_into().ok()?).ok()
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use super::provider::{BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult};
+use super::provider::{
+    AccessKey, BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult,
+};
 use crate::runtime::fence::WriteFence;
 
 /// A [`Provider`] whose writes are refused while `fence` is closed; reads pass.
@@ -138,7 +140,7 @@ impl<P: Provider> Provider for Fenced<P> {
         self.write("iam", "DeleteUserPolicy", self.inner.delete_user_policy(user, policy))
     }
 
-    fn access_keys<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+    fn access_keys<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<Vec<AccessKey>>> {
         self.inner.access_keys(user)
     }
 

@@ -9,7 +9,9 @@
 //!   that name is its own (if empty), left by a crash between CreateBucket and PutBucketTagging;
 //! - the Secret is the record of which access key is live: a listed key the Secret does not
 //!   hold is deleted, so a crash between CreateAccessKey and writing the Secret leaves no
-//!   second key ([`provider::plan_keys`]).
+//!   second key ([`provider::plan_keys`]); with `spec.keyRotation`, IAM's creation dates tell
+//!   the retiring key (older than the one held) from one never handed out (newer), so a
+//!   scheduled rotation cut short anywhere is finished by the next pass.
 //!
 //! The finalizer [`FINALIZER`] holds a Bucket until its IAM user, policy and keys are gone
 //! and, with `deletionPolicy: Delete`, its bucket; the Secret goes with the Bucket through its
@@ -24,6 +26,7 @@ pub mod name_locks;
 pub mod names;
 pub mod policy;
 pub mod provider;
+pub mod rotation;
 pub mod secret;
 pub mod sweep;
 pub mod types;
@@ -33,6 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::runtime::trim::keep_only_what_decisions_read;
+use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
@@ -46,10 +50,11 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use decide::{BucketStep, Recorded, UserStep};
+use k8s_openapi::jiff::Timestamp;
 pub use metrics::register_metrics;
 use name_locks::NameLocks;
 use names::Owner;
-use provider::{BucketLookup, FailureKind, Provider, ProviderError};
+use provider::{BucketLookup, FailureKind, NewKey, Provider, ProviderError};
 use types::{Bucket, BucketStatus, DeletionPolicy};
 
 use crate::runtime::metrics::RuleGauges;
@@ -203,6 +208,8 @@ pub struct BucketSettings {
     pub credentials_secret: Option<(String, String)>,
     /// The shortest time between two access keys for one Bucket ([`churn`]).
     pub key_interval: Duration,
+    /// The shortest `spec.keyRotation.maxKeyAge` a Bucket may ask for ([`rotation`]).
+    pub min_key_age: Duration,
     /// How often the leader looks for credentials of Buckets that no longer exist ([`sweep`]).
     pub orphan_sweep_interval: Duration,
 }
@@ -243,6 +250,12 @@ pub async fn run(
             shorten_rotation_request(bucket);
         })
         .reflect(writer)
+        .inspect_ok(|event| {
+            // Also when the Bucket leaves without its finalizer: its series go with it.
+            if let kube::runtime::watcher::Event::Delete(bucket) = event {
+                metrics::forget_key_gauges(&bucket_labels(bucket));
+            }
+        })
         .applied_objects()
         .predicate_filter(changes, Default::default());
     // Metadata is enough to map a Secret to its Bucket; no credentials are cached. Tenants
@@ -265,6 +278,7 @@ pub async fn run(
         keys: churn::KeyLedger::new(settings.key_interval),
         cluster_id: settings.cluster_id.clone(),
         key_interval: settings.key_interval,
+        min_key_age: settings.min_key_age,
     });
     let sweeper = provider.clone().and_then(|provider| {
         if settings.cluster_id == DEFAULT_CLUSTER_ID {
@@ -324,6 +338,8 @@ struct Shared {
     cluster_id: String,
     /// The shortest time between two access keys for one Bucket.
     key_interval: Duration,
+    /// The shortest `spec.keyRotation.maxKeyAge` a Bucket may ask for.
+    min_key_age: Duration,
 }
 
 async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
@@ -346,6 +362,7 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         creating: &shared.creating,
         keys: &shared.keys,
         key_interval: shared.key_interval,
+        min_key_age: shared.min_key_age,
         wrote_condition: std::sync::atomic::AtomicBool::new(false),
     };
     // Cleanup runs before the finalizer helper, which would take the finalizer off after
@@ -370,6 +387,9 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
     }
     let cleaned_up = bucket.meta().deletion_timestamp.is_some() && result.is_ok() && !emptying;
     count_not_ready(&ctx, &bucket, (!cleaned_up).then_some(result.is_err()));
+    if cleaned_up {
+        metrics::forget_key_gauges(&bucket_labels(&bucket));
+    }
     match result.as_ref().err().and_then(Error::retry_after) {
         Some(wait) => Ok(Action::requeue(wait)),
         None => result,
@@ -397,6 +417,10 @@ fn count_not_ready(ctx: &Context, bucket: &Bucket, not_ready: Option<bool>) {
     let key = format!("{}/{}", bucket.namespace().unwrap_or_default(), bucket.name_any());
     let gauges = not_ready.map(|not_ready| RuleGauges { not_ready, ..RuleGauges::default() });
     ctx.metrics.set_rule_gauges(NAME, &key, gauges);
+}
+
+fn bucket_labels(bucket: &Bucket) -> metrics::BucketLabels {
+    metrics::BucketLabels { namespace: bucket.namespace().unwrap_or_default(), name: bucket.name_any() }
 }
 
 fn owner_of(cluster_id: &str, bucket: &Bucket) -> Owner {
@@ -442,6 +466,8 @@ struct Pass<'a> {
     keys: &'a churn::KeyLedger,
     /// The shortest time between two access keys for one Bucket.
     key_interval: Duration,
+    /// The shortest `spec.keyRotation.maxKeyAge` a Bucket may ask for.
+    min_key_age: Duration,
     /// Whether this pass wrote a Ready condition before its last (Provisioning, before
     /// creating a bucket; Emptying, before emptying one): the pass's snapshot then no longer shows what the API server
     /// holds, and its last condition is written even if the snapshot already had it.
@@ -458,11 +484,21 @@ impl Pass<'_> {
         if let Some(problem) = names::tags_problem(&bucket.spec.tags) {
             return Err(Error::blocked("InvalidTags", format!("spec.tags: {problem}")));
         }
+        let schedule = match &bucket.spec.key_rotation {
+            Some(spec) => Some(
+                rotation::schedule(spec, self.min_key_age)
+                    .map_err(|message| Error::blocked("InvalidKeyRotation", message))?,
+            ),
+            None => None,
+        };
         let name = self.bucket_name(bucket, &status)?;
         let region = self.region(bucket, &status)?;
         self.ensure_bucket(bucket, &status, &name, &region).await?;
         let user = self.ensure_user(&name).await?;
-        let key_id = self.ensure_credentials(bucket, &name, &region, &user).await?;
+        let key = self.ensure_credentials(bucket, &name, &region, &user, schedule.as_ref()).await?;
+        let key_id = key.id.clone();
+        // Whole seconds, as status holds them, so that an unchanged key is never written again.
+        let key_created = key.created.and_then(|created| Timestamp::from_second(created.as_second()).ok());
 
         let became_ready = ready_reason(bucket).is_none_or(|reason| reason != "Ready");
         let rotated_for = bucket.annotations().get(ROTATE_ANNOTATION).cloned();
@@ -472,6 +508,7 @@ impl Pass<'_> {
             status.region = Some(region.clone());
             status.user_name = Some(user.clone());
             status.access_key_id = Some(key_id.clone());
+            status.key_created = key_created.map(Time);
             status.rotated_for = rotated_for.clone();
             let message =
                 format!("bucket {name}, user {user} and Secret {} are in place", bucket.secret_name());
@@ -483,7 +520,12 @@ impl Pass<'_> {
             let note = format!("bucket {name} is ready; credentials are in Secret {}", bucket.secret_name());
             publish(self.ctx, bucket, EventType::Normal, "Ready", note).await;
         }
-        Ok(Action::requeue(RESYNC))
+        metrics::set_key_gauges(
+            &bucket_labels(bucket),
+            key_created.map(|created| created.as_second()),
+            schedule.as_ref(),
+        );
+        Ok(Action::requeue(until_due(key.next_due, Timestamp::now())))
     }
 
     fn record_ready(&self, bucket: &Bucket) {
@@ -649,7 +691,7 @@ impl Pass<'_> {
             && self.owner.owns(&tags)
         {
             for key in self.provider.access_keys(&user).await? {
-                self.provider.delete_access_key(&user, &key).await?;
+                self.provider.delete_access_key(&user, &key.id).await?;
             }
             self.provider.delete_user_policy(&user, names::POLICY_NAME).await?;
             self.provider.delete_user(&user).await?;
@@ -679,14 +721,16 @@ impl Pass<'_> {
         Ok(user)
     }
 
-    /// Exactly one live access key, held by the Secret; its id.
+    /// The access key held by the Secret, and at most one older key in its grace period
+    /// ([`provider::plan_keys`]).
     async fn ensure_credentials(
         &self,
         bucket: &Bucket,
         bucket_name: &str,
         region: &str,
         user: &str,
-    ) -> Result<String, Error> {
+        schedule: Option<&rotation::Schedule>,
+    ) -> Result<KeyInUse, Error> {
         let secrets =
             Api::<Secret>::namespaced(self.ctx.client.clone(), &bucket.namespace().unwrap_or_default());
         let secret_name = bucket.secret_name();
@@ -702,14 +746,14 @@ impl Pass<'_> {
         let status = bucket.status.clone().unwrap_or_default();
         let rotate = wanted_rotation.is_some() && wanted_rotation != status.rotated_for.as_ref();
         let listed = self.provider.access_keys(user).await?;
-        let plan = provider::plan_keys(&listed, held.as_deref(), rotate);
+        let plan = provider::plan_keys(&listed, held.as_deref(), rotate, schedule, Timestamp::now());
         for key in &plan.delete_first {
             self.provider.delete_access_key(user, key).await?;
-            info!(user, key, "deleted an access key no Secret holds");
+            info!(user, key, "deleted an access key the Secret does not hold");
         }
         let settings = secret::Contents { bucket: bucket_name, region, endpoint: self.provider.endpoint() };
-        let key_id = if plan.create {
-            self.may_issue_key(bucket, rotate)?;
+        let (key_id, created) = if let Some(why) = plan.create {
+            self.may_issue_key(bucket, why)?;
             let created = self.provider.create_access_key(user).await;
             // An answer lost on the way (unreachable, timed out) may hide a key made.
             if created.as_ref().is_ok() || created.as_ref().is_err_and(|e| e.kind == FailureKind::Unavailable)
@@ -721,7 +765,21 @@ impl Pass<'_> {
             secret::write(&secrets, current.as_ref(), desired, &self.ctx.settings.field_manager_for(NAME))
                 .await?;
             info!(user, key = %key.id, "wrote a new access key into the Secret");
-            key.id
+            if why == NewKey::Scheduled {
+                let old = held.unwrap_or_default();
+                let note = match schedule {
+                    Some(schedule) if !schedule.grace.is_zero() => format!(
+                        "access key {old} reached its replacement age (spec.keyRotation): Secret {} now holds \
+                         {}; {old} is deleted in {}s",
+                        bucket.secret_name(),
+                        key.id,
+                        schedule.grace.as_secs()
+                    ),
+                    _ => format!("access key {old} replaced by {} (spec.keyRotation)", key.id),
+                };
+                publish(self.ctx, bucket, EventType::Normal, "CredentialsRotated", note).await;
+            }
+            (key.id, key.created)
         } else {
             let held = held.unwrap_or_default();
             if let Some(current) = &current
@@ -730,7 +788,8 @@ impl Pass<'_> {
                 secret::write(&secrets, Some(current), desired, &self.ctx.settings.field_manager_for(NAME))
                     .await?;
             }
-            held
+            let created = listed.iter().find(|key| key.id == held).and_then(|key| key.created);
+            (held, created)
         };
         if let Some(old) = &plan.delete_after {
             self.provider.delete_access_key(user, old).await?;
@@ -743,18 +802,22 @@ impl Pass<'_> {
             )
             .await;
         }
-        Ok(key_id)
+        Ok(KeyInUse { id: key_id, created, next_due: plan.next_due })
     }
 
     /// Refuses a second access key for this Bucket within the key interval.
-    fn may_issue_key(&self, bucket: &Bucket, rotation: bool) -> Result<(), Error> {
+    fn may_issue_key(&self, bucket: &Bucket, why: NewKey) -> Result<(), Error> {
         let interval = self.key_interval;
-        match self.keys.check(&self.owner.uid, rotation) {
+        let asked_by = match why {
+            NewKey::Scheduled => "spec.keyRotation".to_owned(),
+            _ => ROTATE_ANNOTATION.to_owned(),
+        };
+        match self.keys.check(&self.owner.uid, why != NewKey::Missing) {
             churn::KeyIssue::Allowed => Ok(()),
             churn::KeyIssue::RotationWaits(wait) => Err(Error::Wait {
                 reason: "RotationRateLimited",
                 message: format!(
-                    "the rotation asked for by {ROTATE_ANNOTATION} waits {}s: a Bucket gets at most one new \
+                    "the rotation asked for by {asked_by} waits {}s: a Bucket gets at most one new \
                      access key every {}s; the current key stays valid meanwhile",
                     wait.as_secs().max(1),
                     interval.as_secs()
@@ -873,6 +936,27 @@ impl Pass<'_> {
             }
         }
     }
+}
+
+/// The access key in the Secret after a pass.
+struct KeyInUse {
+    id: String,
+    /// When the provider says it was created.
+    created: Option<Timestamp>,
+    /// When the next step of its schedule falls due.
+    next_due: Option<Timestamp>,
+}
+
+/// The shortest requeue: a step due now (or past, when a pass was late) waits this long, so
+/// that a clock behind the provider's cannot make a Bucket spin.
+const SOONEST_DUE: Duration = Duration::from_millis(200);
+
+/// How long a Ready Bucket waits for its next pass: until its next scheduled step, or
+/// [`RESYNC`].
+fn until_due(next_due: Option<Timestamp>, now: Timestamp) -> Duration {
+    let Some(due) = next_due else { return RESYNC };
+    let wait = Duration::try_from(now.duration_until(due)).unwrap_or(Duration::ZERO);
+    wait.clamp(SOONEST_DUE, RESYNC)
 }
 
 /// What status says about the bucket `name`: Ready with it (the ARN is written only with

@@ -129,7 +129,7 @@ async fn delete(provider: &dyn Provider, found: &Found) -> Result<(), Error> {
         Kind::User => {
             let user = &found.name;
             for key in provider.access_keys(user).await? {
-                provider.delete_access_key(user, &key).await?;
+                provider.delete_access_key(user, &key.id).await?;
             }
             provider.delete_user_policy(user, POLICY_NAME).await?;
             provider.delete_user(user).await?;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 /// (or adopts, after a crash) the bucket, an IAM user, an inline policy allowing this bucket
 /// and its objects, and one access key, and writes the credentials into a Secret in this
 /// namespace owned by this object. Deleting this object removes the IAM user, its policy and
-/// keys; the bucket and its data are kept unless `deletionPolicy` is `Delete`. Set the
-/// annotation `kopper.dev/rotate-credentials` to a new value to rotate the access key.
+/// keys; the bucket and its data are kept unless `deletionPolicy` is `Delete`. Set
+/// `keyRotation` to replace the access key on a schedule, with an overlap; set the annotation
+/// `kopper.dev/rotate-credentials` to a new value to replace it at once (for a leaked key: the
+/// old key is deleted as soon as the Secret holds the new one).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "kopper.dev",
@@ -79,6 +81,31 @@ pub struct BucketSpec {
         ]
     ))]
     pub tags: BTreeMap<String, String>,
+
+    /// Replace the access key on a schedule. Without it, the key is replaced only when asked
+    /// for by the annotation `kopper.dev/rotate-credentials`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_rotation: Option<KeyRotation>,
+}
+
+/// A schedule for the access key: a key is in the Secret until it is `maxKeyAge -
+/// gracePeriod` old; then kopper creates a new key, writes it into the Secret, and deletes the
+/// old key `gracePeriod` later, so applications that read the Secret only now and then have
+/// `gracePeriod` to switch, and no key lives longer than `maxKeyAge`. There are never more than
+/// two keys.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRotation {
+    /// The longest any access key lives, in hours, minutes and seconds (`720h`, `1h30m`): at
+    /// least the cluster's minimum (kopper's `--bucket-min-key-age`, by default `1h`), at most
+    /// `87600h`.
+    #[schemars(length(min = 2, max = 32), pattern(r"^([0-9]+[hms])+$"))]
+    pub max_key_age: String,
+
+    /// How long the old key keeps working after the new one is in the Secret (`24h`): at most
+    /// half of `maxKeyAge`; `0s` deletes it at once.
+    #[schemars(length(min = 2, max = 32), pattern(r"^([0-9]+[hms])+$"))]
+    pub grace_period: String,
 }
 
 /// What happens to the bucket when its Bucket is deleted.
@@ -120,6 +147,10 @@ pub struct BucketStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_key_id: Option<String>,
 
+    /// When the access key in the Secret was created, as the provider reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_created: Option<Time>,
+
     /// The value of `kopper.dev/rotate-credentials` the current key was made for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotated_for: Option<String>,
@@ -127,7 +158,8 @@ pub struct BucketStatus {
     /// `Ready` is True when the bucket, user, policy, one access key and the Secret are in
     /// place. Reasons when it is not: `Provisioning`, `ProviderNotConfigured`,
     /// `BucketNameTaken`, `BucketTagsMissing`, `UserNameTaken`, `SecretNameTaken`,
-    /// `BucketNameImmutable`, `AccessDenied`, `ProviderUnavailable`, `BucketNotEmpty`, `Deleting`.
+    /// `BucketNameImmutable`, `InvalidKeyRotation`, `AccessDenied`, `ProviderUnavailable`,
+    /// `BucketNotEmpty`, `Deleting`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
