@@ -809,8 +809,8 @@ impl Pass<'_> {
     fn may_issue_key(&self, bucket: &Bucket, why: NewKey) -> Result<(), Error> {
         let interval = self.key_interval;
         let asked_by = match why {
-            NewKey::Scheduled => "spec.keyRotation".to_owned(),
-            _ => ROTATE_ANNOTATION.to_owned(),
+            NewKey::Scheduled => "spec.keyRotation",
+            NewKey::Asked | NewKey::Missing => ROTATE_ANNOTATION,
         };
         match self.keys.check(&self.owner.uid, why != NewKey::Missing) {
             churn::KeyIssue::Allowed => Ok(()),
@@ -947,8 +947,8 @@ struct KeyInUse {
     next_due: Option<Timestamp>,
 }
 
-/// The shortest requeue: a step due now (or past, when a pass was late) waits this long, so
-/// that a clock behind the provider's cannot make a Bucket spin.
+/// The shortest requeue for a scheduled step, so that no schedule can requeue a Bucket in a
+/// tight loop.
 const SOONEST_DUE: Duration = Duration::from_millis(200);
 
 /// How long a Ready Bucket waits for its next pass: until its next scheduled step, or
@@ -1151,6 +1151,19 @@ mod tests {
         let mut forgotten = snapshot.clone();
         forgotten.bucket_name = None;
         assert_eq!(status_patch(&snapshot, &forgotten), json!({"bucketName": null}));
+    }
+
+    #[test]
+    fn a_ready_bucket_is_looked_at_again_when_its_next_step_falls_due() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let later = |seconds: i64| {
+            Some(now.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds)).unwrap())
+        };
+        assert_eq!(until_due(None, now), RESYNC);
+        assert_eq!(until_due(later(90), now), Duration::from_secs(90));
+        assert_eq!(until_due(later(0), now), SOONEST_DUE);
+        assert_eq!(until_due(later(-5), now), SOONEST_DUE);
+        assert_eq!(until_due(later(365 * 24 * 3600), now), RESYNC);
     }
 
     #[test]
