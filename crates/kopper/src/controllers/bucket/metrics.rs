@@ -83,17 +83,25 @@ pub struct KeyAges {
 }
 
 impl KeyAges {
-    /// Records the key in use of the Bucket `uid`; `None` forgets the Bucket.
-    pub fn set(&self, uid: &str, key: Option<KeyAge>) {
+    /// Records the key in use of the Bucket `uid` if `exists()` still says the Bucket is
+    /// there; `None` forgets the Bucket. `exists` is asked under the same lock as
+    /// [`KeyAges::forget`] takes: a pass that ends as its Bucket is deleted either sees the
+    /// Bucket gone or records before the deletion forgets it, so no entry outlives its Bucket.
+    pub fn set(&self, uid: &str, key: Option<KeyAge>, exists: impl FnOnce() -> bool) {
         let Ok(mut by_uid) = self.by_uid.lock() else { return };
         match key {
-            Some(key) => {
+            Some(key) if exists() => {
                 by_uid.insert(uid.to_owned(), key);
             }
-            None => {
+            _ => {
                 by_uid.remove(uid);
             }
         }
+    }
+
+    /// Forgets the Bucket `uid`: it is gone, or being deleted.
+    pub fn forget(&self, uid: &str) {
+        self.set(uid, None, || false);
     }
 
     pub fn tally(&self, now: i64) -> KeyTally {
@@ -198,15 +206,19 @@ mod tests {
     #[test]
     fn a_bucket_counts_once_and_not_after_it_is_forgotten() {
         let ages = KeyAges::default();
-        ages.set("uid-a", Some(key(START)));
-        ages.set("uid-a", Some(key(START)));
-        ages.set("uid-b", Some(key(START + 7000)));
+        let there = || true;
+        ages.set("uid-a", Some(key(START)), there);
+        ages.set("uid-a", Some(key(START)), there);
+        ages.set("uid-b", Some(key(START + 7000)), there);
         assert_eq!(ages.tally(START + 7000), KeyTally { overdue: 1, oldest_created: Some(START) });
         // Rotated: the new key replaces the old one's entry.
-        ages.set("uid-a", Some(key(START + 6601)));
+        ages.set("uid-a", Some(key(START + 6601)), there);
         assert_eq!(ages.tally(START + 7000), KeyTally { overdue: 0, oldest_created: Some(START + 6601) });
-        ages.set("uid-a", None);
-        ages.set("uid-b", None);
+        ages.set("uid-a", None, there);
+        ages.forget("uid-b");
+        assert_eq!(ages.tally(START + 100_000), KeyTally::default());
+        // A pass that ends after its Bucket left the cache records nothing.
+        ages.set("uid-c", Some(key(START)), || false);
         assert_eq!(ages.tally(START + 100_000), KeyTally::default());
     }
 
@@ -223,8 +235,8 @@ mod tests {
         };
         assert_eq!(series(&metrics), ["kopper_bucket_access_keys_rotation_overdue 0"]);
         let now = Timestamp::now().as_second();
-        ages.set("uid-a", Some(KeyAge { created: now - 100, replace_at: now - 10 }));
-        ages.set("uid-b", Some(KeyAge { created: now, replace_at: now + 3600 }));
+        ages.set("uid-a", Some(KeyAge { created: now - 100, replace_at: now - 10 }), || true);
+        ages.set("uid-b", Some(KeyAge { created: now, replace_at: now + 3600 }), || true);
         assert_eq!(
             series(&metrics),
             [

@@ -256,7 +256,7 @@ pub async fn run(
             move |event| {
                 // Also when the Bucket leaves without its finalizer: its key stops counting.
                 if let kube::runtime::watcher::Event::Delete(bucket) = event {
-                    key_ages.set(&bucket.uid().unwrap_or_default(), None);
+                    key_ages.forget(&bucket.uid().unwrap_or_default());
                 }
             }
         })
@@ -271,7 +271,7 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
-    let controller = Controller::for_stream(stream, reader)
+    let controller = Controller::for_stream(stream, reader.clone())
         .owns_stream(secret_events)
         .with_config(crate::runtime::controller::config());
     // Creating or adopting a bucket is serialised per bucket name, across every Bucket this
@@ -284,6 +284,7 @@ pub async fn run(
         key_interval: settings.key_interval,
         min_key_age: settings.min_key_age,
         key_ages,
+        cached: reader.clone(),
     });
     let sweeper = provider.clone().and_then(|provider| {
         if settings.cluster_id == DEFAULT_CLUSTER_ID {
@@ -347,6 +348,8 @@ struct Shared {
     min_key_age: Duration,
     /// The key in use of each Bucket on a schedule, for the key aggregates.
     key_ages: Arc<metrics::KeyAges>,
+    /// The controller's cache of Buckets: a key is recorded only for a Bucket still in it.
+    cached: kube::runtime::reflector::Store<Bucket>,
 }
 
 async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
@@ -371,14 +374,15 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         key_interval: shared.key_interval,
         min_key_age: shared.min_key_age,
         key_ages: &shared.key_ages,
+        cached: &shared.cached,
         wrote_condition: std::sync::atomic::AtomicBool::new(false),
     };
-    // Cleanup runs before the finalizer helper, which would take the finalizer off after
-    // any pass that did not fail: a pass that only emptied part of the bucket is not done.
     if bucket.meta().deletion_timestamp.is_some() {
         // Deleted: kopper rotates nothing more, and its key no longer counts.
-        shared.key_ages.set(&pass.owner.uid, None);
+        shared.key_ages.forget(&pass.owner.uid);
     }
+    // Cleanup runs before the finalizer helper, which would take the finalizer off after
+    // any pass that did not fail: a pass that only emptied part of the bucket is not done.
     let cleanup = if is_cleaning_up(&bucket) { pass.cleanup(&bucket).await } else { Ok(Cleanup::Done) };
     let emptying = matches!(cleanup, Ok(Cleanup::Emptying));
     let result = match cleanup {
@@ -475,6 +479,8 @@ struct Pass<'a> {
     min_key_age: Duration,
     /// The key in use of each Bucket on a schedule, for the key aggregates.
     key_ages: &'a metrics::KeyAges,
+    /// The controller's cache of Buckets.
+    cached: &'a kube::runtime::reflector::Store<Bucket>,
     /// Whether this pass wrote a Ready condition before its last (Provisioning, before
     /// creating a bucket; Emptying, before emptying one): the pass's snapshot then no longer shows what the API server
     /// holds, and its last condition is written even if the snapshot already had it.
@@ -490,12 +496,11 @@ impl Pass<'_> {
         let status = bucket.status.clone().unwrap_or_default();
         let schedule =
             bucket.spec.key_rotation.as_ref().map(|spec| rotation::schedule(spec, self.min_key_age));
-        // The key status names counts from the start of the pass, whatever fails later: the
-        // pass that falls due when a key must be replaced is what makes it overdue if it
-        // cannot replace it, and after a restart nothing else would.
+        // Recorded from status before any call that can fail: a key whose replacement this
+        // pass cannot make stays counted as overdue, also in a kopper just started.
         let status_key_created = status.key_created.as_ref().map(|created| created.0);
         let valid_schedule = schedule.as_ref().and_then(|schedule| schedule.as_ref().ok());
-        self.key_ages.set(&self.owner.uid, metrics::KeyAge::of(status_key_created, valid_schedule));
+        self.record_key(bucket, metrics::KeyAge::of(status_key_created, valid_schedule));
         if let Some(problem) = names::tags_problem(&bucket.spec.tags) {
             return Err(Error::blocked("InvalidTags", format!("spec.tags: {problem}")));
         }
@@ -530,8 +535,18 @@ impl Pass<'_> {
             let note = format!("bucket {name} is ready; credentials are in Secret {}", bucket.secret_name());
             publish(self.ctx, bucket, EventType::Normal, "Ready", note).await;
         }
-        self.key_ages.set(&self.owner.uid, metrics::KeyAge::of(key_created, schedule.as_ref()));
+        self.record_key(bucket, metrics::KeyAge::of(key_created, schedule.as_ref()));
         Ok(Action::requeue(until_due(key.next_due, Timestamp::now())))
+    }
+
+    /// Records the key in use of `bucket` for the key aggregates, while the Bucket is in the
+    /// cache: its deletion, seen by the watch, forgets it ([`metrics::KeyAges::set`]).
+    fn record_key(&self, bucket: &Bucket, key: Option<metrics::KeyAge>) {
+        let cached = || {
+            let found = self.cached.get(&kube::runtime::reflector::ObjectRef::from_obj(bucket));
+            found.is_some_and(|found| found.uid() == bucket.uid())
+        };
+        self.key_ages.set(&self.owner.uid, key, cached);
     }
 
     fn record_ready(&self, bucket: &Bucket) {
