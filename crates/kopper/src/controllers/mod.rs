@@ -87,7 +87,7 @@ pub async fn run(
 /// The controllers' own metrics, registered under the `kopper_` prefix next to the runtime's.
 pub fn register_metrics(registration: &mut Registration<'_>) {
     replication::register_metrics(registration);
-    bucket::register_metrics(registration.registry);
+    bucket::register_metrics(registration);
 }
 
 /// The controllers to start for the names enabled: the replication engine once, however

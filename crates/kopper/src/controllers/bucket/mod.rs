@@ -242,6 +242,7 @@ pub async fn run(
         let deleting = bucket.meta().deletion_timestamp.is_some();
         Some(digest_of(&(bucket.meta().generation, rotate, deleting, bucket.finalizers().to_vec())))
     };
+    let key_ages = ctx.metrics.kept::<metrics::KeyAges>().unwrap_or_default();
     let (reader, writer) = kube::runtime::reflector::store();
     let stream = crate::runtime::watch::watcher(buckets, crate::runtime::trim::tenant_objects_watch())
         .default_backoff()
@@ -250,10 +251,13 @@ pub async fn run(
             shorten_rotation_request(bucket);
         })
         .reflect(writer)
-        .inspect_ok(|event| {
-            // Also when the Bucket leaves without its finalizer: its series go with it.
-            if let kube::runtime::watcher::Event::Delete(bucket) = event {
-                metrics::forget_key_gauges(&bucket_labels(bucket));
+        .inspect_ok({
+            let key_ages = key_ages.clone();
+            move |event| {
+                // Also when the Bucket leaves without its finalizer: its key stops counting.
+                if let kube::runtime::watcher::Event::Delete(bucket) = event {
+                    key_ages.forget(&bucket.uid().unwrap_or_default());
+                }
             }
         })
         .applied_objects()
@@ -267,7 +271,7 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
-    let controller = Controller::for_stream(stream, reader)
+    let controller = Controller::for_stream(stream, reader.clone())
         .owns_stream(secret_events)
         .with_config(crate::runtime::controller::config());
     // Creating or adopting a bucket is serialised per bucket name, across every Bucket this
@@ -279,6 +283,8 @@ pub async fn run(
         cluster_id: settings.cluster_id.clone(),
         key_interval: settings.key_interval,
         min_key_age: settings.min_key_age,
+        key_ages,
+        cached: reader.clone(),
     });
     let sweeper = provider.clone().and_then(|provider| {
         if settings.cluster_id == DEFAULT_CLUSTER_ID {
@@ -340,6 +346,10 @@ struct Shared {
     key_interval: Duration,
     /// The shortest `spec.keyRotation.maxKeyAge` a Bucket may ask for.
     min_key_age: Duration,
+    /// The key in use of each Bucket on a schedule, for the key aggregates.
+    key_ages: Arc<metrics::KeyAges>,
+    /// The controller's cache of Buckets: a key is recorded only for a Bucket still in it.
+    cached: kube::runtime::reflector::Store<Bucket>,
 }
 
 async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
@@ -363,8 +373,14 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         keys: &shared.keys,
         key_interval: shared.key_interval,
         min_key_age: shared.min_key_age,
+        key_ages: &shared.key_ages,
+        cached: &shared.cached,
         wrote_condition: std::sync::atomic::AtomicBool::new(false),
     };
+    if bucket.meta().deletion_timestamp.is_some() {
+        // Deleted: kopper rotates nothing more, and its key no longer counts.
+        shared.key_ages.forget(&pass.owner.uid);
+    }
     // Cleanup runs before the finalizer helper, which would take the finalizer off after
     // any pass that did not fail: a pass that only emptied part of the bucket is not done.
     let cleanup = if is_cleaning_up(&bucket) { pass.cleanup(&bucket).await } else { Ok(Cleanup::Done) };
@@ -387,9 +403,6 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
     }
     let cleaned_up = bucket.meta().deletion_timestamp.is_some() && result.is_ok() && !emptying;
     count_not_ready(&ctx, &bucket, (!cleaned_up).then_some(result.is_err()));
-    if cleaned_up {
-        metrics::forget_key_gauges(&bucket_labels(&bucket));
-    }
     match result.as_ref().err().and_then(Error::retry_after) {
         Some(wait) => Ok(Action::requeue(wait)),
         None => result,
@@ -417,10 +430,6 @@ fn count_not_ready(ctx: &Context, bucket: &Bucket, not_ready: Option<bool>) {
     let key = format!("{}/{}", bucket.namespace().unwrap_or_default(), bucket.name_any());
     let gauges = not_ready.map(|not_ready| RuleGauges { not_ready, ..RuleGauges::default() });
     ctx.metrics.set_rule_gauges(NAME, &key, gauges);
-}
-
-fn bucket_labels(bucket: &Bucket) -> metrics::BucketLabels {
-    metrics::BucketLabels { namespace: bucket.namespace().unwrap_or_default(), name: bucket.name_any() }
 }
 
 fn owner_of(cluster_id: &str, bucket: &Bucket) -> Owner {
@@ -468,6 +477,10 @@ struct Pass<'a> {
     key_interval: Duration,
     /// The shortest `spec.keyRotation.maxKeyAge` a Bucket may ask for.
     min_key_age: Duration,
+    /// The key in use of each Bucket on a schedule, for the key aggregates.
+    key_ages: &'a metrics::KeyAges,
+    /// The controller's cache of Buckets.
+    cached: &'a kube::runtime::reflector::Store<Bucket>,
     /// Whether this pass wrote a Ready condition before its last (Provisioning, before
     /// creating a bucket; Emptying, before emptying one): the pass's snapshot then no longer shows what the API server
     /// holds, and its last condition is written even if the snapshot already had it.
@@ -481,16 +494,18 @@ impl Pass<'_> {
 
     async fn apply(&self, bucket: &Bucket) -> Result<Action, Error> {
         let status = bucket.status.clone().unwrap_or_default();
+        let schedule =
+            bucket.spec.key_rotation.as_ref().map(|spec| rotation::schedule(spec, self.min_key_age));
+        // Recorded from status before any call that can fail: a key whose replacement this
+        // pass cannot make stays counted as overdue, also in a kopper just started.
+        let status_key_created = status.key_created.as_ref().map(|created| created.0);
+        let valid_schedule = schedule.as_ref().and_then(|schedule| schedule.as_ref().ok());
+        self.record_key(bucket, metrics::KeyAge::of(status_key_created, valid_schedule));
         if let Some(problem) = names::tags_problem(&bucket.spec.tags) {
             return Err(Error::blocked("InvalidTags", format!("spec.tags: {problem}")));
         }
-        let schedule = match &bucket.spec.key_rotation {
-            Some(spec) => Some(
-                rotation::schedule(spec, self.min_key_age)
-                    .map_err(|message| Error::blocked("InvalidKeyRotation", message))?,
-            ),
-            None => None,
-        };
+        let schedule =
+            schedule.transpose().map_err(|message| Error::blocked("InvalidKeyRotation", message))?;
         let name = self.bucket_name(bucket, &status)?;
         let region = self.region(bucket, &status)?;
         self.ensure_bucket(bucket, &status, &name, &region).await?;
@@ -520,12 +535,18 @@ impl Pass<'_> {
             let note = format!("bucket {name} is ready; credentials are in Secret {}", bucket.secret_name());
             publish(self.ctx, bucket, EventType::Normal, "Ready", note).await;
         }
-        metrics::set_key_gauges(
-            &bucket_labels(bucket),
-            key_created.map(|created| created.as_second()),
-            schedule.as_ref(),
-        );
+        self.record_key(bucket, metrics::KeyAge::of(key_created, schedule.as_ref()));
         Ok(Action::requeue(until_due(key.next_due, Timestamp::now())))
+    }
+
+    /// Records the key in use of `bucket` for the key aggregates, while the Bucket is in the
+    /// cache: its deletion, seen by the watch, forgets it ([`metrics::KeyAges::set`]).
+    fn record_key(&self, bucket: &Bucket, key: Option<metrics::KeyAge>) {
+        let cached = || {
+            let found = self.cached.get(&kube::runtime::reflector::ObjectRef::from_obj(bucket));
+            found.is_some_and(|found| found.uid() == bucket.uid())
+        };
+        self.key_ages.set(&self.owner.uid, key, cached);
     }
 
     fn record_ready(&self, bucket: &Bucket) {
