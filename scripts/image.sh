@@ -4,6 +4,7 @@
 #   scripts/image.sh            # build
 #   KOPPER_IMAGE=name:tag scripts/image.sh
 #   KOPPER_IMAGE_BINARY=path scripts/image.sh   # no build: put this static kopper binary in
+#   KOPPER_IMAGE_REUSE=path scripts/image.sh    # this binary if it is static, else build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +15,21 @@ image=${KOPPER_IMAGE:-kopper:dev}
 profile=${KOPPER_IMAGE_PROFILE:-release}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
+# Whether the binary at $1 needs no dynamic loader (no INTERP program header), so it can
+# run on an empty base image. (grep reads all of readelf's output: with -q it could stop
+# early, and pipefail would then see readelf killed by SIGPIPE.)
+is_static() {
+    ! readelf --program-headers "$1" | grep INTERP >/dev/null
+}
+
 binary=${KOPPER_IMAGE_BINARY:-}
+# A binary the caller already built (the tests' own, which scripts/test.sh builds static):
+# reused when it would run FROM scratch, so no second build of kopper is needed.
+reuse=${KOPPER_IMAGE_REUSE:-}
+if [ -z "$binary" ] && [ -n "$reuse" ] && is_static "$reuse"; then
+    binary=$reuse
+fi
+prebuilt=$binary
 if [ -z "$binary" ]; then
     # crt-static links glibc statically; --target keeps the flags off build scripts and proc
     # macros. Without unwinding (panic = "abort") the binary needs no unwind tables, and
@@ -36,13 +51,13 @@ echo "nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin" > "$context/pass
 echo "nonroot:x:65532:" > "$context/group"
 
 # A dynamic binary would not start on an empty base: refuse it here rather than there.
-if readelf --program-headers "$context/kopper" | grep -q INTERP; then
+if ! is_static "$context/kopper"; then
     echo "image.sh: $context/kopper is not statically linked" >&2
     exit 1
 fi
 
 tags=(-t "$image")
-if [ "$profile" = release ] && [ -z "${KOPPER_IMAGE_BINARY:-}" ]; then
+if [ "$profile" = release ] && [ -z "$prebuilt" ]; then
     tags+=(-t "kopper:$version")
 fi
 docker build --quiet -f Dockerfile "${tags[@]}" "$context" >/dev/null

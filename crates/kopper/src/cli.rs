@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use crate::controllers::ControllerName;
 use crate::runtime::Settings;
+use crate::runtime::duration;
 
 /// `kopper --version`: the version and the commit it was built from.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("KOPPER_COMMIT"), ")");
@@ -537,22 +538,14 @@ pub struct DemoArgs {
     pub s3: S3Args,
 }
 
-/// Parses `500ms`, `15s`, `2m`, `1h`, or a bare number of seconds.
+/// A flag's duration: `500ms`, `15s`, `1h30m` as in a spec (see [`duration::parse`]), or a
+/// bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration; write e.g. `500ms`, `15s` or `2m`"))?;
-    let duration = match unit {
-        "ms" => Duration::from_millis(value),
-        "" | "s" => Duration::from_secs(value),
-        "m" => Duration::from_secs(value.saturating_mul(60)),
-        "h" => Duration::from_secs(value.saturating_mul(3600)),
-        _ => return Err(format!("unknown unit in `{text}`; use ms, s, m or h")),
-    };
-    Ok(duration)
+    match text.parse::<u32>() {
+        Ok(seconds) => Ok(Duration::from_secs(seconds.into())),
+        Err(_) => duration::parse(text),
+    }
 }
 
 #[cfg(test)]
@@ -650,6 +643,7 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5d").is_err());

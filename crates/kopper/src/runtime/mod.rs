@@ -6,6 +6,7 @@ pub mod cache;
 pub mod client;
 pub mod context;
 pub mod controller;
+pub mod duration;
 pub mod events;
 pub mod fair_gate;
 pub mod fence;

@@ -53,10 +53,7 @@ fn build_image() {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/image.sh");
         let mut command = Command::new(script);
         command.env("KOPPER_IMAGE", IMAGE).env("KOPPER_IMAGE_PROFILE", "image-test");
-        let own_binary = env!("CARGO_BIN_EXE_kopper");
-        if is_static(own_binary) {
-            command.env("KOPPER_IMAGE_BINARY", own_binary);
-        }
+        command.env("KOPPER_IMAGE_REUSE", env!("CARGO_BIN_EXE_kopper"));
         let output = command.output().expect("scripts/image.sh runs");
         assert!(
             output.status.success(),
@@ -64,14 +61,6 @@ fn build_image() {
             String::from_utf8_lossy(&output.stderr)
         );
     });
-}
-
-/// Whether the binary at `path` needs no dynamic loader (no `INTERP` program header), so
-/// it can run on an empty base image.
-fn is_static(path: &str) -> bool {
-    let output = Command::new("readelf").args(["--program-headers", path]).output().expect("readelf runs");
-    assert!(output.status.success(), "readelf {path}: {}", String::from_utf8_lossy(&output.stderr));
-    !String::from_utf8_lossy(&output.stdout).contains("INTERP")
 }
 
 /// A private network, kubesim on the host where its containers reach it, and the kopper

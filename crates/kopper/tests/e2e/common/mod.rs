@@ -151,19 +151,27 @@ pub fn run_args(kubeconfig: &Path, extra: &[&str]) -> RunArgs {
 pub struct Operator {
     pub shutdown: Shutdown,
     pub handle: JoinHandle<anyhow::Result<()>>,
+    /// Its `--shutdown-grace-period`: how long it may take to finish in-flight reconciles.
+    grace: Duration,
 }
 
 impl Operator {
     pub fn start(args: RunArgs) -> Self {
         let shutdown = Shutdown::new();
+        let grace = args.shutdown_grace_period;
         let handle = tokio::spawn(kopper::run(args, shutdown.wait()));
-        Self { shutdown, handle }
+        Self { shutdown, handle, grace }
     }
 
-    /// Triggers graceful shutdown and returns what `kopper::run` returned.
+    /// Triggers graceful shutdown and returns what `kopper::run` returned. kopper may take its
+    /// grace period to finish reconciles in flight (on a loaded machine, API calls that take
+    /// seconds), and then the usual deadline to release its lease and stop.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.shutdown.trigger();
-        tokio::time::timeout(DEADLINE, self.handle).await.expect("kopper did not stop in time").unwrap()
+        tokio::time::timeout(self.grace + DEADLINE, self.handle)
+            .await
+            .expect("kopper did not stop in time")
+            .unwrap()
     }
 }
 
