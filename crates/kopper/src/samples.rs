@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// `config/samples/`, built into the binary, so that `kopper demo` works from any folder.
-pub const BUILT_IN: [(&str, &str); 5] = [
+pub const BUILT_IN: [(&str, &str); 6] = [
     ("bucket-with-credentials.yaml", include_str!("../../../config/samples/bucket-with-credentials.yaml")),
     (
         "configmapsync-across-namespaces.yaml",
@@ -19,6 +19,10 @@ pub const BUILT_IN: [(&str, &str); 5] = [
     (
         "namespaceaccess-team-label.yaml",
         include_str!("../../../config/samples/namespaceaccess-team-label.yaml"),
+    ),
+    (
+        "replicationrule-ca-bundle.yaml",
+        include_str!("../../../config/samples/replicationrule-ca-bundle.yaml"),
     ),
     (
         "replicationrule-shared-settings.yaml",

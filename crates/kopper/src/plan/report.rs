@@ -1,6 +1,7 @@
 //! What `kopper plan` found, as lines for people or JSON for scripts, and the exit status a
 //! CI pipeline gates on.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -8,8 +9,8 @@ use serde::Serialize;
 
 use crate::controllers::namespace_access::diff::Action;
 use crate::controllers::namespace_access::plan::PolicyPlan;
-use crate::controllers::replication::desired::Change;
-use crate::controllers::replication::model::{RuleId, RuleKind};
+use crate::controllers::replication::desired::{Change, DesiredCopy};
+use crate::controllers::replication::model::{MANAGED_BY_LABEL, RuleId, RuleKind};
 use crate::controllers::replication::plan::RulePlan;
 
 /// The exit status when the plan finds conflicts, refused rules or rules that would not get
@@ -60,6 +61,11 @@ pub enum Verb {
     Update,
     Replace,
     Delete,
+    /// Take over, with one metadata patch, a copy another rule left (`deletionPolicy: Orphan`).
+    Adopt,
+    /// Leave a copy in place for another rule to take over (a rule deleted with
+    /// `deletionPolicy: Orphan`).
+    Orphan,
     /// Not a write: the rule asks for an object it would not get.
     Conflict,
 }
@@ -76,6 +82,69 @@ pub struct ChangeReport {
     /// Why a conflict is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the copy written holds, as its rule shapes it; absent for deletions and conflicts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shaped: Option<Shaped>,
+}
+
+/// What a copy holds of its source, as its rule shapes it (never a value of its data).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Shaped {
+    /// The keys of its data.
+    pub keys: Vec<String>,
+    /// A Secret's type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_type: Option<String>,
+    /// Its labels, kopper's own marks left out.
+    pub labels: BTreeMap<String, String>,
+    /// Label and annotation keys of the source the copy does not carry.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
+    /// Whether the rule keeps only some keys or changes the type.
+    #[serde(skip)]
+    pub reshaped: bool,
+}
+
+impl Shaped {
+    fn of(copy: &DesiredCopy) -> Self {
+        let payload = &copy.payload;
+        let keys: Vec<String> = payload.data.keys().chain(payload.binary_data.keys()).cloned().collect();
+        let own = |key: &str| key == MANAGED_BY_LABEL || key.starts_with("kopper.dev/");
+        let left_out = (copy.source.labels.keys().filter(|key| !copy.labels.contains_key(*key)))
+            .chain(copy.source.annotations.keys().filter(|key| !copy.annotations.contains_key(*key)))
+            .filter(|key| !own(key))
+            .cloned()
+            .collect();
+        Self {
+            reshaped: copy.reshaped,
+            keys,
+            secret_type: payload.secret_type.clone(),
+            labels: copy
+                .labels
+                .iter()
+                .filter(|(key, _)| !own(key))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            left_out,
+        }
+    }
+
+    /// What the text report says of it: the keys and type when the rule reshapes the data,
+    /// and what it leaves out.
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.reshaped {
+            parts.push(format!("keys: {}", self.keys.join(", ")));
+            if let Some(secret_type) = &self.secret_type {
+                parts.push(format!("type: {secret_type}"));
+            }
+        }
+        if !self.left_out.is_empty() {
+            parts.push(format!("left out: {}", self.left_out.join(", ")));
+        }
+        if parts.is_empty() { String::new() } else { format!("; {}", parts.join("; ")) }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -84,6 +153,8 @@ pub struct Summary {
     pub update: usize,
     pub replace: usize,
     pub delete: usize,
+    pub adopt: usize,
+    pub orphan: usize,
     pub conflicts: usize,
     pub refused: usize,
     /// Rules that would not get all they ask for, besides conflicts.
@@ -99,6 +170,8 @@ impl Report {
                 Verb::Update => self.summary.update += 1,
                 Verb::Replace => self.summary.replace += 1,
                 Verb::Delete => self.summary.delete += 1,
+                Verb::Adopt => self.summary.adopt += 1,
+                Verb::Orphan => self.summary.orphan += 1,
                 Verb::Conflict => self.summary.conflicts += 1,
             }
         }
@@ -126,9 +199,10 @@ impl Report {
             render_rule(&mut out, rule);
         }
         let s = &self.summary;
+        let adopt = if s.adopt > 0 { format!(", {} to take over", s.adopt) } else { String::new() };
         let _ = writeln!(
             out,
-            "Plan: {} to create, {} to update, {} to replace, {} to delete, {}, {}{}.",
+            "Plan: {} to create, {} to update, {} to replace, {} to delete{adopt}, {}, {}{}.",
             s.create,
             s.update,
             s.replace,
@@ -170,10 +244,13 @@ fn render_rule(out: &mut String, rule: &RuleReport) {
     for change in &rule.changes {
         let target = format!("{} {}/{}", change.kind, change.namespace, change.name);
         let from = change.source.as_ref().map(|source| format!(" (from {source})")).unwrap_or_default();
+        let shaped = change.shaped.as_ref().map(Shaped::describe).unwrap_or_default();
         let line = match change.action {
-            Verb::Create => format!("  + create  {target}{from}"),
-            Verb::Update => format!("  ~ update  {target}{from}"),
-            Verb::Replace => format!("  ± replace {target}{from}"),
+            Verb::Create => format!("  + create  {target}{from}{shaped}"),
+            Verb::Update => format!("  ~ update  {target}{from}{shaped}"),
+            Verb::Replace => format!("  ± replace {target}{from}{shaped}"),
+            Verb::Adopt => format!("  ~ take over {target}{from}{shaped}"),
+            Verb::Orphan => format!("  · orphan  {target}"),
             Verb::Delete => format!("  - delete  {target}"),
             Verb::Conflict => {
                 format!("  ! conflict {target}: {}", change.reason.as_deref().unwrap_or_default())
@@ -210,6 +287,8 @@ fn copy_change(change: &Change) -> ChangeReport {
         Change::Create(copy) | Change::CreateIfAbsent(copy) => (Verb::Create, &copy.key, Some(copy), None),
         Change::Update { copy, .. } => (Verb::Update, &copy.key, Some(copy), None),
         Change::Replace { copy, .. } => (Verb::Replace, &copy.key, Some(copy), None),
+        Change::Adopt { copy, .. } => (Verb::Adopt, &copy.key, Some(copy), None),
+        Change::Orphan { key, .. } => (Verb::Orphan, key, None, None),
         Change::Delete { key, .. } => (Verb::Delete, key, None, None),
         Change::Conflict { key, reason } => (Verb::Conflict, key, None, Some(reason.message(key))),
     };
@@ -220,6 +299,7 @@ fn copy_change(change: &Change) -> ChangeReport {
         name: key.name.clone(),
         source: source.map(|copy| format!("{}/{}", copy.source.namespace, copy.source.name)),
         reason,
+        shaped: source.map(Shaped::of),
     }
 }
 
@@ -237,6 +317,7 @@ pub fn namespace_access(plan: &PolicyPlan, file: Option<PathBuf>) -> RuleReport 
         name: action.binding_name().to_owned(),
         source: None,
         reason: None,
+        shaped: None,
     });
     let problems = plan.problems.iter().map(|problem| ChangeReport {
         action: Verb::Conflict,
@@ -245,6 +326,7 @@ pub fn namespace_access(plan: &PolicyPlan, file: Option<PathBuf>) -> RuleReport 
         name: problem.name.clone(),
         source: None,
         reason: Some(format!("{}: {}", problem.kind.as_str(), problem.message)),
+        shaped: None,
     });
     RuleReport {
         kind: "NamespaceAccess",
@@ -269,6 +351,7 @@ mod tests {
             name: name.into(),
             source: (action != Verb::Conflict).then(|| "src/cfg".into()),
             reason: (action == Verb::Conflict).then(|| "not kopper's".into()),
+            shaped: None,
         }
     }
 

@@ -2,6 +2,8 @@
 
 use crate::common;
 
+mod shaping;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

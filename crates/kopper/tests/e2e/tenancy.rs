@@ -782,3 +782,95 @@ async fn writes_from_the_cache_keep_a_config_map_syncs_annotations_and_labels() 
     assert_eq!(written.labels().get("team").map(String::as_str), Some("a"));
     tenancy.stop().await;
 }
+
+/// A ConfigMapSync's shaping lists are bounded: thousands of label prefixes (at most 32) are
+/// refused, naming the field, and so is a label of kopper's own among those it adds (kubesim
+/// has no CEL, so kopper refuses that one itself).
+#[tokio::test]
+async fn a_tenant_sized_or_mark_forging_config_map_sync_shape_is_refused() {
+    let tenancy = Tenancy::start().await;
+    let api = Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a");
+    let prefixes: Vec<String> = (0..5_000).map(|i| format!("example.com/{i}")).collect();
+    let sync = json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ConfigMapSync",
+        "metadata": {"name": "wide", "namespace": "tenant-a"},
+        "spec": {"sourceNamespace": "tenant-a", "configMapName": "settings", "destinationNamespace": "tenant-a",
+                 "copyLabels": {"exclude": prefixes}},
+    });
+    let status = refused(&api, sync).await;
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert!(
+        status.message.contains("spec.copyLabels.exclude: Too many: 5000: must have at most 32 items"),
+        "{}",
+        status.message
+    );
+
+    namespace(&tenancy.admin, "tenant-c", json!({"annotations": {CONSENT: "tenant-a"}})).await;
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "settings", json!({"a": "1"})).await;
+    tenancy
+        .alice_syncs(
+            "forge",
+            json!({"sourceNamespace": "tenant-a", "destinationNamespace": "tenant-c", "configMapName": "settings",
+                   "copyLabels": {"add": {"kopper.dev/replicated-by": "r-0000"}}}),
+        )
+        .await;
+    let status = tenancy.sync_status("forge", |s| ready_reason(s) == "InvalidShape").await;
+    assert!(status.to_string().contains("kopper's own labels"), "{status}");
+    assert!(tenancy.holders("settings").await == ["tenant-a"], "no copy is written");
+    tenancy.stop().await;
+}
+
+/// A tenant deletes its ConfigMapSync with `deletionPolicy: Orphan`: its copy stays in the
+/// namespace that accepted it. Another tenant's rule for the same place neither takes it
+/// over (it copies another source) nor deletes or rewrites it: it reports the place taken,
+/// without naming anyone, until the namespace's owner deletes the orphan.
+#[tokio::test]
+async fn a_tenant_s_orphaned_copy_is_neither_taken_over_nor_deleted_by_another_tenant_s_rule() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "tenant-c", json!({"annotations": {CONSENT: "tenant-a,tenant-b"}})).await;
+    let spec = |from: &str| {
+        json!({"sourceNamespace": from, "destinationNamespace": "tenant-c", "configMapName": "shared",
+               "deletionPolicy": "Orphan"})
+    };
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "shared", json!({"owner": "alice"})).await;
+    tenancy.alice_syncs("share", spec("tenant-a")).await;
+    let copies = tenancy.config_maps(&tenancy.admin, "tenant-c");
+    let alices = eventually("alice's copy in tenant-c", || async {
+        let copy = copies.get_opt("shared").await.unwrap()?;
+        (copy.data.as_ref()?.get("owner")? == "alice").then_some(copy)
+    })
+    .await;
+    let syncs = Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a");
+    syncs.delete("share", &DeleteParams::default()).await.unwrap();
+    eventually("alice's sync to be gone", || async {
+        syncs.get_opt("share").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let orphan = copies.get("shared").await.unwrap();
+    assert_eq!(orphan.labels().get("kopper.dev/orphaned").map(String::as_str), Some("true"));
+
+    config_map(&tenancy.config_maps(&tenancy.bob, "tenant-b"), "shared", json!({"owner": "bob"})).await;
+    tenant_syncs(&tenancy.bob, "tenant-b", "sync", spec("tenant-b")).await;
+    let bobs = Api::<ConfigMapSync>::namespaced(tenancy.bob.clone(), "tenant-b");
+    let status = eventually("bob's sync to report the place taken", || async {
+        let status = serde_json::to_value(bobs.get("sync").await.unwrap().status?).unwrap();
+        (ready_reason(&status) == "Conflict").then_some(status)
+    })
+    .await;
+    assert_eq!(status["conflicts"][0]["reason"], "DestinationOccupied");
+    assert!(!status.to_string().contains("tenant-a"), "alice is not named: {status}");
+    let kept = copies.get("shared").await.unwrap();
+    assert_eq!(
+        (kept.metadata.uid, kept.metadata.resource_version, kept.data.unwrap()["owner"].clone()),
+        (alices.metadata.uid, orphan.metadata.resource_version, "alice".to_owned()),
+        "the orphan is not touched"
+    );
+
+    copies.delete("shared", &DeleteParams::default()).await.unwrap();
+    eventually("bob's copy once the namespace's owner removed the orphan", || async {
+        let copy = copies.get_opt("shared").await.unwrap()?;
+        (copy.data.as_ref()?.get("owner")? == "bob").then_some(())
+    })
+    .await;
+    tenancy.stop().await;
+}

@@ -10,13 +10,16 @@ use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::{ObjectMeta, Status};
 use kube::{Api, Client, Resource};
 use serde::{Deserialize, Serialize};
 
 use super::desired::{Change, DesiredCopy};
-use super::model::{CopyKey, ObjectKind, is_copy};
+use super::model::{
+    CopyKey, ORPHANED_LABEL, ObjectKind, REPLICATED_BY_LABEL, RULE_ANNOTATION, RULE_UID_ANNOTATION, is_copy,
+    is_orphan_of,
+};
 
 /// Writes in flight at once for one rule.
 const CONCURRENT_WRITES: usize = 16;
@@ -40,12 +43,15 @@ pub enum WriteError {
 /// What a plan's execution did.
 #[derive(Debug, Default)]
 pub struct Applied {
-    /// Copies created or updated, with the resourceVersion the server gave them.
+    /// Copies created or updated; with those left as orphans, the resourceVersion the server
+    /// gave them.
     pub written: BTreeSet<CopyKey>,
     pub versions: BTreeMap<CopyKey, String>,
     /// Copies removed (including those already gone).
     pub removed: BTreeSet<CopyKey>,
     pub deleted: usize,
+    /// Copies left in place as orphans (also in `removed`: they are no longer the rule's).
+    pub orphaned: usize,
     /// Places where a copy was to be created but an object kopper did not make was found.
     pub unmanaged: Vec<CopyKey>,
     /// Writes another write got to first (another pass, or someone else): the next pass
@@ -57,6 +63,7 @@ pub struct Applied {
 enum Outcome {
     Written(CopyKey, String),
     Deleted(CopyKey),
+    Orphaned(CopyKey, String),
     /// An object kopper did not make holds the place; it is left as it is.
     Unmanaged(CopyKey),
     /// Nothing to do after all: the namespace is gone.
@@ -88,6 +95,11 @@ pub async fn execute(client: &Client, field_manager: &str, changes: &[Change]) -
                 applied.deleted += 1;
                 applied.removed.insert(key);
             }
+            Outcome::Orphaned(key, version) => {
+                applied.orphaned += 1;
+                applied.versions.insert(key.clone(), version);
+                applied.removed.insert(key);
+            }
             Outcome::Unmanaged(key) => applied.unmanaged.push(key),
             Outcome::Raced(key) => applied.raced.push(key),
             Outcome::Skipped | Outcome::Stale => {}
@@ -113,8 +125,90 @@ async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> 
             }
         }
         Change::Delete { key, uid, seen_version } => delete(client, key, uid, seen_version.as_deref()).await,
+        Change::Adopt { existing_uid, seen_version, copy } => {
+            let marks = serde_json::json!({
+                "labels": { REPLICATED_BY_LABEL: copy.labels.get(REPLICATED_BY_LABEL), ORPHANED_LABEL: null },
+                "annotations": {
+                    RULE_ANNOTATION: copy.annotations.get(RULE_ANNOTATION),
+                    RULE_UID_ANNOTATION: copy.annotations.get(RULE_UID_ANNOTATION),
+                },
+            });
+            let still_orphan = |meta: &ObjectMeta| is_orphan_of(meta, &copy.source.uid);
+            let seen = seen_version.as_deref();
+            match patch_marks(client, field_manager, &copy.key, existing_uid, seen, still_orphan, marks).await
+            {
+                Ok(version) => Outcome::Written(copy.key.clone(), version),
+                Err(outcome) => outcome,
+            }
+        }
+        Change::Orphan { key, uid, seen_version, rule } => {
+            let marks =
+                serde_json::json!({ "labels": { REPLICATED_BY_LABEL: null, ORPHANED_LABEL: "true" } });
+            let still_ours = |meta: &ObjectMeta| {
+                is_copy(meta)
+                    && meta.labels.as_ref().and_then(|labels| labels.get(REPLICATED_BY_LABEL)) == Some(rule)
+            };
+            match patch_marks(client, field_manager, key, uid, seen_version.as_deref(), still_ours, marks)
+                .await
+            {
+                Ok(version) => Outcome::Orphaned(key.clone(), version),
+                Err(outcome) => outcome,
+            }
+        }
         Change::Conflict { .. } => Outcome::Skipped,
     }
+}
+
+/// Merges `marks` (labels and annotations) into the copy at `key`, on the condition that it
+/// is still the object of uid `uid` that `still_as_planned` accepts: at `seen_version` as
+/// its watch saw it, or else as read now (and read again once if it changed since the
+/// watch saw it). Content and everything else on the copy are left as they are. Returns
+/// the copy's new resourceVersion, or what came of the attempt.
+async fn patch_marks(
+    client: &Client,
+    field_manager: &str,
+    key: &CopyKey,
+    uid: &str,
+    seen_version: Option<&str>,
+    still_as_planned: impl Fn(&ObjectMeta) -> bool,
+    marks: serde_json::Value,
+) -> Result<String, Outcome> {
+    let mut version = seen_version.map(str::to_owned);
+    for _ in 0..2 {
+        let expected = match version.take() {
+            Some(version) => version,
+            None => match look(client, key).await {
+                Ok(Some(meta)) if meta.uid.as_deref() != Some(uid) => {
+                    return Err(Outcome::Raced(key.clone()));
+                }
+                Ok(Some(meta)) if !still_as_planned(&meta) => return Err(Outcome::Raced(key.clone())),
+                Ok(Some(meta)) => meta.resource_version.unwrap_or_default(),
+                Ok(None) => return Err(Outcome::Raced(key.clone())),
+                Err(source) => return Err(Outcome::Failed(WriteError::Write { key: key.clone(), source })),
+            },
+        };
+        let mut patch = serde_json::json!({ "metadata": marks.clone() });
+        patch["metadata"]["resourceVersion"] = expected.into();
+        let params = PatchParams { field_manager: Some(field_manager.to_owned()), ..PatchParams::default() };
+        let result = match key.kind {
+            ObjectKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), &key.namespace)
+                .patch_metadata(&key.name, &params, &Patch::Merge(&patch))
+                .await
+                .map(|object| object.metadata),
+            ObjectKind::Secret => Api::<Secret>::namespaced(client.clone(), &key.namespace)
+                .patch_metadata(&key.name, &params, &Patch::Merge(&patch))
+                .await
+                .map(|object| object.metadata),
+        };
+        match result {
+            Ok(meta) => return Ok(meta.resource_version.unwrap_or_default()),
+            Err(error) if namespace_gone(&error) => return Err(Outcome::Skipped),
+            // Changed since it was seen: read it and judge it again, once.
+            Err(kube::Error::Api(status)) if status.is_conflict() => {}
+            Err(source) => return Err(Outcome::Failed(WriteError::Write { key: key.clone(), source })),
+        }
+    }
+    Err(Outcome::Raced(key.clone()))
 }
 
 /// Creates the copy with a POST, which fails if an object of that name exists: one that
@@ -163,7 +257,8 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     if current.uid.as_deref() != Some(existing_uid) {
         return Outcome::Raced(key.clone());
     }
-    if !is_copy(&current) {
+    // A copy orphaned from this very source is taken over by this write.
+    if !is_copy(&current) && !is_orphan_of(&current, &copy.source.uid) {
         return Outcome::Unmanaged(key.clone());
     }
     match rewrite(client, field_manager, copy, &current).await {

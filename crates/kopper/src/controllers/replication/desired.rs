@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::model::*;
+use super::shape::{Shape, keys_required_by};
+use super::types::DeletionPolicy;
 
 /// One copy that should exist.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,9 +21,12 @@ pub struct DesiredCopy {
     pub annotations: Arc<BTreeMap<String, String>>,
     pub payload: Arc<Payload>,
     /// What the copy holds once written, as its watch sees it ([`CopyState`]): the marks of
-    /// `labels` and `annotations`, and the digest of `payload`.
+    /// `labels` and `annotations`, the digest of `payload` and of its shaping marker.
     pub marks: Arc<Marks>,
     pub content: u64,
+    pub shape: u64,
+    /// Whether its rule keeps only some keys of the source's data or changes its type.
+    pub reshaped: bool,
 }
 
 /// What every copy of one source made by one rule has in common; built once per source, then
@@ -32,9 +37,16 @@ pub struct CopyTemplate<'a> {
     source: &'a Source,
     labels: Arc<BTreeMap<String, String>>,
     annotations: Arc<BTreeMap<String, String>>,
+    /// The source's content as the rule shapes it.
+    payload: Arc<Payload>,
     /// What a copy in sync carries, to compare with [`CopyState`].
     marks: Arc<Marks>,
     content: u64,
+    shape: u64,
+    reshaped: bool,
+    /// The marks a copy orphaned by another rule must carry to be taken over as it is:
+    /// `marks` but those naming the rule.
+    adoptable: Arc<Marks>,
 }
 
 impl CopyTemplate<'_> {
@@ -45,9 +57,11 @@ impl CopyTemplate<'_> {
             source: self.source.info.clone(),
             labels: self.labels.clone(),
             annotations: self.annotations.clone(),
-            payload: self.source.payload.clone(),
+            payload: self.payload.clone(),
             marks: self.marks.clone(),
             content: self.content,
+            shape: self.shape,
+            reshaped: self.reshaped,
         }
     }
 
@@ -56,9 +70,8 @@ impl CopyTemplate<'_> {
     }
 }
 
-/// Builds the copy of `source` that `rule` puts into `namespace`: the source's content and
-/// its own labels and annotations, without server-set metadata or kopper's marks, plus
-/// marks naming the rule and the source version.
+/// Builds the copy of `source` that `rule` puts into `namespace`, shaped by default (see
+/// [`copy_template`]).
 pub fn desired_copy(
     rule: &RuleId,
     rule_uid: &str,
@@ -66,44 +79,157 @@ pub fn desired_copy(
     source: &Source,
     namespace: &str,
 ) -> DesiredCopy {
-    copy_template(rule, rule_uid, kind, source).into_namespace(namespace)
+    copy_template(rule, rule_uid, kind, source, &Shape::default()).into_namespace(namespace)
 }
 
-/// The labels and annotations of `rule`'s copies of `source`: the source's own, without
-/// server-set metadata or kopper's marks, plus marks naming the rule (and the uid of its
-/// object) and the source version.
+/// What every copy `rule` makes of `source` holds: the source's content as `shape` keeps it;
+/// the source's labels and annotations that `shape` copies (never server-set metadata or
+/// kopper's marks), the labels `shape` adds, and marks naming the rule (and the uid of its
+/// object), the source and its version, and what `shape` left out.
 pub fn copy_template<'a>(
     rule: &'a RuleId,
     rule_uid: &str,
     kind: ObjectKind,
     source: &'a Source,
+    shape: &Shape,
 ) -> CopyTemplate<'a> {
-    let mut labels: BTreeMap<String, String> =
-        source.info.labels.iter().filter(|(key, _)| is_user_key(key)).map(clone_pair).collect();
+    let (mut labels, dropped_labels) =
+        shaped_marks(&source.info.labels, |key, value| is_user_key(key) && shape.labels.copies(key, value));
+    labels.extend(shape.extra_labels.iter().filter(|(key, _)| is_user_key(key)).map(clone_pair));
+    let (mut annotations, dropped_annotations) = shaped_marks(&source.info.annotations, |key, value| {
+        is_user_key(key) && !SOURCE_ONLY_ANNOTATIONS.contains(&key) && shape.annotations.copies(key, value)
+    });
+    let marker = shape.marker(&dropped_labels, &dropped_annotations);
     labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
-    labels.insert(REPLICATED_BY_LABEL.to_owned(), rule.label_value());
-    let mut annotations: BTreeMap<String, String> = source
-        .info
-        .annotations
-        .iter()
-        .filter(|(key, _)| is_user_key(key) && !SOURCE_ONLY_ANNOTATIONS.contains(&key.as_str()))
-        .map(clone_pair)
-        .collect();
-    annotations.insert(RULE_ANNOTATION.to_owned(), rule.to_string());
-    annotations.insert(RULE_UID_ANNOTATION.to_owned(), rule_uid.to_owned());
     annotations.insert(SOURCE_NAMESPACE_ANNOTATION.to_owned(), source.info.namespace.clone());
     annotations.insert(SOURCE_NAME_ANNOTATION.to_owned(), source.info.name.clone());
     annotations.insert(SOURCE_UID_ANNOTATION.to_owned(), source.info.uid.clone());
     annotations.insert(SOURCE_VERSION_ANNOTATION.to_owned(), source.info.resource_version.clone());
+    if let Some(marker) = &marker {
+        annotations.insert(SHAPE_ANNOTATION.to_owned(), marker.clone());
+    }
+    let adoptable = Arc::new(Marks::new(&labels, &annotations));
+    labels.insert(REPLICATED_BY_LABEL.to_owned(), rule.label_value());
+    annotations.insert(RULE_ANNOTATION.to_owned(), rule.to_string());
+    annotations.insert(RULE_UID_ANNOTATION.to_owned(), rule_uid.to_owned());
+    let payload = if shape.reshapes_data() {
+        Arc::new(shaped_payload(shape, kind, &source.payload))
+    } else {
+        source.payload.clone()
+    };
     CopyTemplate {
         rule,
         kind,
         source,
         marks: Arc::new(Marks::new(&labels, &annotations)),
-        content: source.payload.digest(),
+        content: payload.digest(),
+        shape: shape_digest(marker.as_deref()),
+        reshaped: shape.reshapes_data(),
+        adoptable,
+        payload,
         labels: Arc::new(labels),
         annotations: Arc::new(annotations),
     }
+}
+
+/// The entries of `marks` that `copies` keeps, and the keys it leaves out.
+fn shaped_marks<'m>(
+    marks: &'m BTreeMap<String, String>,
+    copies: impl Fn(&str, &str) -> bool,
+) -> (BTreeMap<String, String>, Vec<&'m str>) {
+    let mut kept = BTreeMap::new();
+    let mut dropped = Vec::new();
+    for (key, value) in marks {
+        if copies(key, value) {
+            kept.insert(key.clone(), value.clone());
+        } else if is_user_key(key) && !SOURCE_ONLY_ANNOTATIONS.contains(&key.as_str()) {
+            dropped.push(key.as_str());
+        }
+    }
+    (kept, dropped)
+}
+
+/// `payload` with only the keys `shape` keeps, as the type `shape` names (a Secret's).
+pub fn shaped_payload(shape: &Shape, kind: ObjectKind, payload: &Payload) -> Payload {
+    let keep = |key: &String| shape.keeps_key(key);
+    Payload {
+        data: payload.data.iter().filter(|(key, _)| keep(key)).map(clone_pair).collect(),
+        binary_data: payload
+            .binary_data
+            .iter()
+            .filter(|(key, _)| keep(key))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+        secret_type: match kind {
+            ObjectKind::Secret => shape.secret_type.clone().or_else(|| payload.secret_type.clone()),
+            ObjectKind::ConfigMap => payload.secret_type.clone(),
+        },
+        immutable: payload.immutable,
+    }
+}
+
+/// Why a source is copied otherwise than its rule asks, or not at all.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ShapeProblem {
+    /// The source (`namespace/name`) lacks keys the rule lists; its copies hold the others.
+    KeysMissing { source: String, keys: Vec<String> },
+    /// The copy's type requires keys the rule leaves out: the API server would refuse it, so
+    /// the source is not copied and its copies are left as they are.
+    TypeNeedsKeys { source: String, secret_type: String, keys: Vec<&'static str> },
+}
+
+impl ShapeProblem {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::KeysMissing { .. } => "SourceKeysMissing",
+            Self::TypeNeedsKeys { .. } => "SecretTypeNeedsKeys",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Self::KeysMissing { source, keys } => format!(
+                "{source} lacks {} listed in spec.keys; its copies hold the other listed keys",
+                keys.join(", ")
+            ),
+            Self::TypeNeedsKeys { source, secret_type, keys } => format!(
+                "{source} would be copied as a {secret_type} Secret without {}, which that type requires and \
+                 spec.keys leaves out; set spec.secretType (Opaque, say) or list those keys in spec.keys. \
+                 Its copies are left as they are meanwhile",
+                keys.join(", ")
+            ),
+        }
+    }
+}
+
+/// What is wrong with copying `source` as `shape` says: keys it lacks, and whether its copy
+/// would lack keys its type requires (then it is not copied).
+pub fn shape_problems_of(shape: &Shape, kind: ObjectKind, source: &Source) -> Vec<ShapeProblem> {
+    let payload = &source.payload;
+    let present: BTreeSet<&str> =
+        payload.data.keys().chain(payload.binary_data.keys()).map(String::as_str).collect();
+    let name = || format!("{}/{}", source.info.namespace, source.info.name);
+    let mut problems = Vec::new();
+    let missing = shape.missing_keys(&present);
+    if !missing.is_empty() {
+        problems.push(ShapeProblem::KeysMissing {
+            source: name(),
+            keys: missing.into_iter().map(str::to_owned).collect(),
+        });
+    }
+    if kind == ObjectKind::Secret && shape.reshapes_data() {
+        let kept: BTreeSet<&str> = present.into_iter().filter(|key| shape.keeps_key(key)).collect();
+        let secret_type = shape.secret_type.as_deref().or(payload.secret_type.as_deref()).unwrap_or("Opaque");
+        let required = keys_required_by(secret_type, &kept);
+        if !required.is_empty() {
+            problems.push(ShapeProblem::TypeNeedsKeys {
+                source: name(),
+                secret_type: secret_type.to_owned(),
+                keys: required,
+            });
+        }
+    }
+    problems
 }
 
 /// Keys kopper sets itself are never taken from the source.
@@ -242,6 +368,9 @@ pub enum Found<'a> {
     /// An object kopper did not make.
     Unmanaged,
     Copy(&'a CopyState),
+    /// A copy whose rule was deleted with `deletionPolicy: Orphan`
+    /// ([`CopyState::orphan_source`]).
+    Orphan(&'a CopyState),
 }
 
 impl Found<'_> {
@@ -249,7 +378,7 @@ impl Found<'_> {
     pub fn holder(&self) -> Option<&str> {
         match self {
             Self::Copy(state) => state.rule.as_deref(),
-            Self::Nothing | Self::Unknown | Self::Unmanaged => None,
+            Self::Nothing | Self::Unknown | Self::Unmanaged | Self::Orphan(_) => None,
         }
     }
 }
@@ -265,7 +394,9 @@ impl Existing {
     pub fn found(&self) -> Found<'_> {
         match self {
             Self::Unmanaged => Found::Unmanaged,
-            Self::Copy(state) => Found::Copy(state),
+            Self::Copy(state) if state.rule.is_some() => Found::Copy(state),
+            Self::Copy(state) if state.orphan_source.is_some() => Found::Orphan(state),
+            Self::Copy(_) => Found::Unmanaged,
         }
     }
 }
@@ -277,6 +408,8 @@ pub enum ConflictReason {
     NotManagedByKopper,
     /// Another rule, or another source of this rule, wins the copy.
     ClaimedByOtherRule(String),
+    /// A copy of another source, orphaned by a rule deleted with `deletionPolicy: Orphan`.
+    OrphanedCopy,
 }
 
 impl ConflictReason {
@@ -284,6 +417,7 @@ impl ConflictReason {
         match self {
             Self::NotManagedByKopper => "NotManagedByKopper",
             Self::ClaimedByOtherRule(_) => "ClaimedByOtherRule",
+            Self::OrphanedCopy => "OrphanedCopy",
         }
     }
 
@@ -295,6 +429,10 @@ impl ConflictReason {
             Self::ClaimedByOtherRule(owner) => {
                 format!("{key} is replicated by {owner}, which takes precedence")
             }
+            Self::OrphanedCopy => format!(
+                "{key} is a copy of another source, left by a rule deleted with deletionPolicy Orphan; it is \
+                 left as it is (delete it to let this rule copy there)"
+            ),
         }
     }
 }
@@ -324,6 +462,24 @@ pub enum Change {
         seen_version: Option<String>,
         copy: DesiredCopy,
     },
+    /// Take over a copy orphaned by another rule that holds what this rule would write
+    /// (`existing_uid`, at `seen_version` when known): one metadata patch that swaps the
+    /// orphan's mark for this rule's, conditioned on the copy's resourceVersion. Its content
+    /// and everything else on it are left as they are.
+    Adopt {
+        existing_uid: String,
+        seen_version: Option<String>,
+        copy: DesiredCopy,
+    },
+    /// A deleted rule's copy (with `deletionPolicy: Orphan`) left in place: one metadata
+    /// patch that swaps the rule's label (`rule`, its value) for [`ORPHANED_LABEL`],
+    /// conditioned on the copy's resourceVersion (`seen_version`, or as read).
+    Orphan {
+        key: CopyKey,
+        uid: String,
+        seen_version: Option<String>,
+        rule: String,
+    },
     /// A copy kopper made that nothing wants any more. Deleted only if it is still the
     /// object of uid `uid` and, when known, still at `seen_version`: a copy a tenant took
     /// over in place (kopper's label removed) since kopper's watch saw it is left alone.
@@ -345,8 +501,9 @@ impl Change {
             Self::Create(copy)
             | Self::CreateIfAbsent(copy)
             | Self::Update { copy, .. }
-            | Self::Replace { copy, .. } => Some(copy),
-            Self::Delete { .. } | Self::Conflict { .. } => None,
+            | Self::Replace { copy, .. }
+            | Self::Adopt { copy, .. } => Some(copy),
+            Self::Orphan { .. } | Self::Delete { .. } | Self::Conflict { .. } => None,
         }
     }
 
@@ -355,8 +512,9 @@ impl Change {
             Self::Create(copy)
             | Self::CreateIfAbsent(copy)
             | Self::Update { copy, .. }
-            | Self::Replace { copy, .. } => &copy.key,
-            Self::Delete { key, .. } | Self::Conflict { key, .. } => key,
+            | Self::Replace { copy, .. }
+            | Self::Adopt { copy, .. } => &copy.key,
+            Self::Orphan { key, .. } | Self::Delete { key, .. } | Self::Conflict { key, .. } => key,
         }
     }
 }
@@ -376,6 +534,8 @@ pub struct RulePlan {
     pub being_deleted: usize,
     /// Rules that now own copies this rule made, and should be woken to take them over.
     pub hand_over: BTreeSet<RuleId>,
+    /// Sources copied otherwise than the rule asks, or not at all.
+    pub shape_problems: Vec<ShapeProblem>,
 }
 
 impl RulePlan {
@@ -410,6 +570,8 @@ pub struct RulePass<'a> {
     target_set: HashSet<&'a str>,
     source_names: HashSet<&'a str>,
     pub sources_matched: usize,
+    /// Sources copied otherwise than the rule asks, or not at all.
+    pub shape_problems: Vec<ShapeProblem>,
 }
 
 impl<'a> RulePass<'a> {
@@ -417,21 +579,35 @@ impl<'a> RulePass<'a> {
     /// read is gone since the cache saw it; its event follows.
     pub fn new(rule: &'a Rule, world: &'a World<'a>, sources: &'a HashMap<String, Source>) -> Self {
         let matched = world.matched_sources(rule);
-        let templates: Vec<CopyTemplate<'a>> = matched
+        let mut templates: Vec<CopyTemplate<'a>> = Vec::new();
+        let mut source_names = HashSet::new();
+        let mut shape_problems = Vec::new();
+        let copied = matched
             .iter()
             .filter_map(|info| sources.get(&info.uid))
-            .filter(|source| rule.sources.may_copy_secret_type(source.payload.secret_type.as_deref()))
-            .map(|source| copy_template(&rule.id, &rule.uid, rule.kind, source))
-            .collect();
+            .filter(|source| rule.sources.may_copy_secret_type(source.payload.secret_type.as_deref()));
+        for source in copied {
+            // A source its rule cannot copy as asked keeps the copies it has: they are still
+            // wanted, not written.
+            source_names.insert(source.info.name.as_str());
+            let problems = shape_problems_of(&rule.shape, rule.kind, source);
+            let refused =
+                problems.iter().any(|problem| matches!(problem, ShapeProblem::TypeNeedsKeys { .. }));
+            shape_problems.extend(problems);
+            if !refused {
+                templates.push(copy_template(&rule.id, &rule.uid, rule.kind, source, &rule.shape));
+            }
+        }
         let targets = world.target_namespaces(rule);
         Self {
             rule,
             world,
             target_set: targets.iter().copied().collect(),
-            source_names: templates.iter().map(|template| template.source.info.name.as_str()).collect(),
+            source_names,
             templates,
             targets,
             sources_matched: matched.len(),
+            shape_problems,
         }
     }
 
@@ -531,17 +707,29 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
             return plan.changes.push(Change::Conflict { key, reason: ConflictReason::NotManagedByKopper });
         }
         // Its deletion will be seen and the copy created again then.
-        Found::Copy(state) if state.deleting => {
+        Found::Copy(state) | Found::Orphan(state) if state.deleting => {
             plan.being_deleted += 1;
             return;
         }
-        Found::Copy(state) => state,
+        Found::Orphan(state) if !state.orphan_of(&template.source.info.uid) => {
+            let key = template.key(namespace);
+            return plan.changes.push(Change::Conflict { key, reason: ConflictReason::OrphanedCopy });
+        }
+        // Left by a rule that copied this very source here: taken over as it is when it holds
+        // what this rule would write, apart from the rule's own marks.
+        Found::Orphan(state) if state.holds(template.content, template.shape, &template.adoptable) => {
+            let existing_uid = state.uid.to_string();
+            let seen_version = state.seen_version();
+            let copy = template.into_namespace(namespace);
+            return plan.changes.push(Change::Adopt { existing_uid, seen_version, copy });
+        }
+        Found::Copy(state) | Found::Orphan(state) => state,
     };
-    if state.holds(template.content, &template.marks) {
+    if state.holds(template.content, template.shape, &template.marks) {
         return plan.copy_in_sync(namespace);
     }
     let unchangeable = (state.immutable && state.content != template.content)
-        || state.secret_type.as_deref() != template.source.payload.secret_type.as_deref();
+        || state.secret_type.as_deref() != template.payload.secret_type.as_deref();
     let copy = template.into_namespace(namespace);
     let existing_uid = state.uid.to_string();
     let seen_version = state.seen_version();
@@ -563,7 +751,11 @@ pub fn plan_rule(
     existing: &BTreeMap<CopyKey, Existing>,
 ) -> RulePlan {
     let pass = RulePass::new(rule, world, sources);
-    let mut plan = RulePlan { sources_matched: pass.sources_matched, ..RulePlan::default() };
+    let mut plan = RulePlan {
+        sources_matched: pass.sources_matched,
+        shape_problems: pass.shape_problems.clone(),
+        ..RulePlan::default()
+    };
     let found = |namespace: &str, name: &str| {
         let key = CopyKey { kind: rule.kind, namespace: namespace.to_owned(), name: name.to_owned() };
         existing.get(&key).map_or(Found::Nothing, Existing::found)
@@ -587,6 +779,30 @@ pub fn own_copies<'c>(
         }
         _ => None,
     })
+}
+
+/// What becomes of every copy a deleted rule leaves behind (`own`, the copies it made; the
+/// rule's label value is `rule`), as its `policy` says: deleted ([`cleanup`]) or left in
+/// place as orphans for a rule that copies the same source there to take over.
+pub fn on_rule_deleted<'c>(
+    kind: ObjectKind,
+    rule: &str,
+    policy: DeletionPolicy,
+    own: impl IntoIterator<Item = (&'c str, &'c str, &'c CopyState)>,
+) -> Vec<Change> {
+    match policy {
+        DeletionPolicy::Delete => cleanup(kind, own),
+        DeletionPolicy::Orphan => own
+            .into_iter()
+            .filter(|(_, _, copy)| !copy.deleting)
+            .map(|(namespace, name, copy)| Change::Orphan {
+                key: CopyKey { kind, namespace: namespace.to_owned(), name: name.to_owned() },
+                uid: copy.uid.to_string(),
+                seen_version: copy.seen_version(),
+                rule: rule.to_owned(),
+            })
+            .collect(),
+    }
 }
 
 /// Every copy a deleted rule leaves behind (`own`, the copies it made): all are removed.

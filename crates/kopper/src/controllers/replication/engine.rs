@@ -18,7 +18,9 @@ use super::apply::{self, WriteError};
 use super::cache::Caches;
 use super::cache::copies::CopyIndex;
 use super::cache::scoped::{METADATA_PAGE_SIZE, ScopeNotReady};
-use super::desired::{Change, ConflictReason, RulePass, RulePlan, World, cleanup, source_namespaces};
+use super::desired::{
+    Change, ConflictReason, RulePass, RulePlan, World, cleanup, on_rule_deleted, source_namespaces,
+};
 use super::metrics::SOURCE_TO_COPY_SECONDS;
 use super::model::{
     CopyKey, CopyState, FIELD_MANAGER_NAME, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo, ObjectInfo,
@@ -26,7 +28,7 @@ use super::model::{
     Source, controller_of,
 };
 use super::rules::{Findings, Refusal, RuleObject};
-use super::types::{ConfigMapSync, ReplicationRule};
+use super::types::{ConfigMapSync, DeletionPolicy, ReplicationRule};
 use super::wake::Router;
 use crate::runtime::cache::CacheStopped;
 use crate::runtime::metrics::RuleGauges;
@@ -157,7 +159,7 @@ impl Engine {
                 // refusal is new; a rule that stays refused is woken often, and its copies
                 // are long gone.
                 let listing = refusal_listing(object.ready_reason().as_deref(), &refusal);
-                let removed = self.cleanup_with(ctx, &id, &uid, listing).await;
+                let removed = self.cleanup_with(ctx, &id, &uid, listing, DeletionPolicy::Delete).await;
                 let refused = RuleGauges { not_ready: true, ..RuleGauges::default() };
                 ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), Some(refused));
                 self.report(ctx, object, Err(refusal)).await?;
@@ -180,10 +182,17 @@ impl Engine {
         failures(tally.failed)
     }
 
-    /// Removes every copy the rule `id` (whose object has uid `uid`) made; runs when it is
-    /// deleted, refused or no longer allowed.
-    pub async fn cleanup(&self, ctx: &Context, id: &RuleId, uid: &str) -> Result<Action, SyncError> {
-        self.cleanup_with(ctx, id, uid, Listing::FromServer).await
+    /// Removes every copy the rule `id` (whose object has uid `uid`) made, or leaves them in
+    /// place as orphans, as `policy` says; runs when it is deleted (a rule refused or no
+    /// longer allowed loses its copies whatever its policy: see [`Self::sync`]).
+    pub async fn cleanup(
+        &self,
+        ctx: &Context,
+        id: &RuleId,
+        uid: &str,
+        policy: DeletionPolicy,
+    ) -> Result<Action, SyncError> {
+        self.cleanup_with(ctx, id, uid, Listing::FromServer, policy).await
     }
 
     /// [`Self::cleanup`]; with [`Listing::CacheOnly`], only the copies the cache knows of.
@@ -193,14 +202,23 @@ impl Engine {
         id: &RuleId,
         uid: &str,
         listing: Listing,
+        policy: DeletionPolicy,
     ) -> Result<Action, SyncError> {
         let _alone = self.gates.exclusive(id).await;
         let labels = RuleLabels::of(id);
         let field_manager = ctx.settings.field_manager_for(FIELD_MANAGER_NAME);
-        let cached = self.copies_where(|copy| labels.marks(copy) && copy.deletable_by(uid));
+        let cached: Vec<Change> = ObjectKind::ALL
+            .into_iter()
+            .flat_map(|kind| {
+                let copies = self.caches.copies(kind).read();
+                let own = CopyIndex::all(&copies)
+                    .filter(|(_, _, copy)| labels.marks(copy) && copy.deletable_by(uid));
+                on_rule_deleted(kind, &labels.current, policy, own)
+            })
+            .collect();
         let mut applied = apply::execute(&ctx.client, &field_manager, &cached).await;
         let listed = match listing {
-            Listing::FromServer => self.listed_copies(&ctx.client, &labels, uid).await,
+            Listing::FromServer => self.listed_copies(&ctx.client, &labels, uid, policy).await,
             Listing::CacheOnly => Ok(Vec::new()),
         };
         let listed_error = match listed {
@@ -208,12 +226,15 @@ impl Engine {
                 let missed = not_yet_deleted(&cached, &applied.removed, listed);
                 let more = apply::execute(&ctx.client, &field_manager, &missed).await;
                 applied.removed.extend(more.removed);
+                applied.versions.extend(more.versions);
                 applied.failed.extend(more.failed);
                 None
             }
             Err(error) => Some(error),
         };
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller_of(id.kind)));
+        // The pass of a rule taking over the orphans waits for their watch events.
+        applied.versions.iter().for_each(|(key, version)| self.caches.copies(key.kind).wrote(version));
         ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), None);
         self.retire_scoped_watches();
         match listed_error {
@@ -231,6 +252,7 @@ impl Engine {
         client: &Client,
         labels: &RuleLabels,
         uid: &str,
+        policy: DeletionPolicy,
     ) -> Result<Vec<Change>, SyncError> {
         let selector =
             format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{REPLICATED_BY_LABEL}={}", labels.current);
@@ -257,8 +279,10 @@ impl Engine {
                     })
                     .filter(|(_, _, copy)| labels.marks(copy) && copy.deletable_by(uid))
                     .collect();
-                changes.extend(cleanup(
+                changes.extend(on_rule_deleted(
                     kind,
+                    &labels.current,
+                    policy,
                     states.iter().map(|(namespace, name, copy)| (namespace.as_str(), name.as_str(), copy)),
                 ));
                 match next {
@@ -336,6 +360,7 @@ impl Engine {
         tally.findings.missing_source = rule.missing_named_source(pass.sources_matched);
         tally.findings.refused_destinations = rule.refused_destinations(&namespaces);
         tally.findings.own_namespace = rule.id.namespace.clone();
+        tally.findings.shape_problems = pass.shape_problems.clone();
         let batch = namespaces_per_batch(pass.copies_per_namespace());
         for targets in pass.targets().chunks(batch) {
             let mut plan = RulePlan::default();
@@ -552,7 +577,7 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
     match outcome {
         Ok(findings) => {
             let known = object.reported_conflicts();
-            findings
+            let mut warnings: Vec<(String, String)> = findings
                 .conflicts
                 .iter()
                 .filter(|conflict| {
@@ -560,7 +585,13 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
                 })
                 .take(super::rules::MAX_LISTED_CONFLICTS)
                 .map(|conflict| (conflict.reason.clone(), conflict.message.clone()))
-                .collect()
+                .collect();
+            // A source copied otherwise than asked, once, as its Ready condition starts saying so.
+            let (_, reason, message) = findings.readiness();
+            if SHAPE_REASONS.contains(&reason) && object.ready_reason().as_deref() != Some(reason) {
+                warnings.push((reason.to_owned(), message));
+            }
+            warnings
         }
         Err(refusal) if object.ready_reason().as_deref() != Some(refusal.reason) => {
             vec![(refusal.reason.to_owned(), refusal.message.clone())]
@@ -568,6 +599,9 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
         Err(_) => Vec::new(),
     }
 }
+
+/// The Ready reasons of a source copied otherwise than its rule asks.
+const SHAPE_REASONS: [&str; 2] = ["SourceKeysMissing", "SecretTypeNeedsKeys"];
 
 /// Where a cleanup looks for the copies it deletes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -637,7 +671,7 @@ fn is_orphan(copy: &CopyState, rules: &HashSet<String>) -> bool {
 /// the other, are two copies).
 fn deleted_copy(change: &Change) -> (&CopyKey, Option<&str>) {
     match change {
-        Change::Delete { key, uid, .. } => (key, Some(uid.as_str())),
+        Change::Delete { key, uid, .. } | Change::Orphan { key, uid, .. } => (key, Some(uid.as_str())),
         other => (other.key(), None),
     }
 }

@@ -3,7 +3,9 @@
 //! One engine decides what copies should exist and applies the difference; the two custom
 //! resources ([`types`]) are its front doors, read into one rule model ([`rules`],
 //! [`model`]). Its files import one way, each from those listed before it:
-//! - [`model`]: identities, labels and the types everything else works with;
+//! - [`shape`] (pure, depending on nothing of the engine: which keys, labels and annotations
+//!   a copy carries of its source, the labels added, a Secret's type) and [`model`]:
+//!   identities, labels and the types everything else works with;
 //! - [`desired`] (pure: what each namespace should hold), [`apply`] (the writes),
 //!   [`rules`] (a rule object read into a rule, and its status as a pure function);
 //! - [`cache`]: kopper's copies, kept as digests, so a copy is checked against its source
@@ -22,8 +24,10 @@
 //! - this module: the two kube-runtime controllers (one per kind) that run the passes.
 //!
 //! [`mod@plan`] runs the same decision against the live cluster and writes nothing. A rule
-//! holds the finalizer [`model::FINALIZER`] until its copies are removed; copies whose rule
-//! vanished without it (a finalizer removed by hand) are deleted at start and every minute.
+//! holds the finalizer [`model::FINALIZER`] until its copies are removed (or, with
+//! `deletionPolicy: Orphan`, marked [`model::ORPHANED_LABEL`] for a successor to take over);
+//! copies whose rule vanished without it (a finalizer removed by hand) are deleted at start
+//! and every minute, orphans never.
 //! So besides get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on
 //! ConfigMaps and Secrets and patch on the status subresources, kopper needs `patch` on
 //! `configmapsyncs` and `replicationrules` themselves.
@@ -37,6 +41,7 @@ pub mod model;
 pub mod new_namespaces;
 pub mod plan;
 pub mod rules;
+pub mod shape;
 pub mod types;
 pub mod wake;
 
@@ -63,7 +68,7 @@ use self::engine::{Engine, SyncError};
 use self::metrics::ReplicationMetrics;
 use self::model::{FIELD_MANAGER_NAME, FINALIZER};
 use self::rules::RuleObject;
-use self::types::{ConfigMapSync, ReplicationRule};
+use self::types::{ConfigMapSync, DeletionPolicy, ReplicationRule};
 use self::wake::{Router, Wakers, pacing};
 use crate::runtime::cache::{CacheStopped, FirstList};
 use crate::runtime::controller::run_controller;
@@ -276,7 +281,8 @@ async fn reconcile_rule<R: RuleObject>(
         match event {
             finalizer::Event::Apply(object) => engine.sync(ctx, object.as_ref()).await,
             finalizer::Event::Cleanup(object) => {
-                engine.cleanup(ctx, &object.rule_id(), object.meta().uid.as_deref().unwrap_or_default()).await
+                let uid = object.meta().uid.as_deref().unwrap_or_default();
+                engine.cleanup(ctx, &object.rule_id(), uid, object.deletion_policy()).await
             }
         }
     })
@@ -300,8 +306,9 @@ async fn reconcile_unreadable<R: RuleObject>(
         ctx.recorder.record(reference, EventType::Warning, "Replicate", "InvalidObject", note).await;
         return Ok(Action::await_change());
     }
+    // Its deletion policy cannot be read either: its copies go, as by default.
     engine
-        .cleanup(ctx, &R::id_of(meta), meta.uid.as_deref().unwrap_or_default())
+        .cleanup(ctx, &R::id_of(meta), meta.uid.as_deref().unwrap_or_default(), DeletionPolicy::Delete)
         .await
         .map_err(|error| Error::Finalizer(Box::new(finalizer::Error::CleanupFailed(error))))?;
     remove_finalizer::<R>(&ctx.client, meta, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME))

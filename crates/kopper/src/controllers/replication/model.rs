@@ -12,6 +12,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::{ObjectMeta, Selector, SelectorExt};
 
+use super::shape::Shape;
+use super::types::DeletionPolicy;
 use crate::patterns::glob_matches;
 use crate::tenancy::{CREDENTIAL_SECRET_TYPES, Consent, DestinationPolicy, ProtectedNamespaces};
 
@@ -55,6 +57,13 @@ pub const BUCKET_SECRET_LABEL: &str = "kopper.dev/bucket";
 pub const SOURCE_NAMESPACE_ANNOTATION: &str = "kopper.dev/source-namespace";
 pub const SOURCE_NAME_ANNOTATION: &str = "kopper.dev/source-name";
 pub const SOURCE_UID_ANNOTATION: &str = "kopper.dev/source-uid";
+/// Marks a copy whose rule was deleted with `deletionPolicy: Orphan`, in place of the rule's
+/// [`REPLICATED_BY_LABEL`]: no rule deletes or updates it; a rule copying the same source
+/// (its [`SOURCE_UID_ANNOTATION`]) into its place takes it over.
+pub const ORPHANED_LABEL: &str = "kopper.dev/orphaned";
+/// What the rule left out of a copy and added to it, as a digest (see
+/// [`Shape::marker`](super::shape::Shape::marker)); absent when nothing was.
+pub const SHAPE_ANNOTATION: &str = "kopper.dev/shape";
 /// The source's resourceVersion the copy was written from: a copy whose annotation matches
 /// its source and that nobody edited since is known to be in sync without reading it.
 pub const SOURCE_VERSION_ANNOTATION: &str = "kopper.dev/source-resource-version";
@@ -176,6 +185,10 @@ pub struct Rule {
     pub kind: ObjectKind,
     pub sources: SourceMatch,
     pub targets: TargetMatch,
+    /// What the copies carry of their sources.
+    pub shape: Arc<Shape>,
+    /// What becomes of the copies when the rule object is deleted.
+    pub deletion_policy: DeletionPolicy,
 }
 
 /// Which objects a rule copies.
@@ -531,6 +544,12 @@ pub struct CopyState {
     pub marks: Marks,
     /// [`Payload::digest`] of its content.
     pub content: u64,
+    /// [`shape_digest`] of its [`SHAPE_ANNOTATION`].
+    pub shape: u64,
+    /// The uid of its source ([`SOURCE_UID_ANNOTATION`]) when it is a copy orphaned from its
+    /// rule ([`ORPHANED_LABEL`], kopper's managed-by label, no rule's label, no other
+    /// controller's mark): no rule's to delete, but a rule copying that source takes it over.
+    pub orphan_source: Option<Box<str>>,
     pub immutable: bool,
     pub secret_type: Option<Arc<str>>,
     /// Has a deletion timestamp.
@@ -548,10 +567,16 @@ impl CopyState {
         self.plain_version.map(|version| version.to_string())
     }
 
-    /// Whether the copy holds `content` (a [`Payload::digest`]) and every mark in `marks`;
-    /// marks others added are not looked at.
-    pub fn holds(&self, content: u64, marks: &Marks) -> bool {
-        self.content == content && self.marks.contains_all(marks)
+    /// Whether the copy holds `content` (a [`Payload::digest`]), was shaped as `shape` says
+    /// (a [`shape_digest`]) and carries every mark in `marks`; marks others added are not
+    /// looked at.
+    pub fn holds(&self, content: u64, shape: u64, marks: &Marks) -> bool {
+        self.content == content && self.shape == shape && self.marks.contains_all(marks)
+    }
+
+    /// Whether this is a copy orphaned from its rule, made from the source of uid `source`.
+    pub fn orphan_of(&self, source: &str) -> bool {
+        self.orphan_source.as_deref() == Some(source)
     }
 
     /// The state of a copy with this metadata and content.
@@ -568,6 +593,7 @@ impl CopyState {
         };
         if has_controller_owner(meta) {
             state.rule = None;
+            state.orphan_source = None;
         }
         state
     }
@@ -584,13 +610,20 @@ impl CopyState {
         deleting: bool,
         payload: &Payload,
     ) -> Self {
+        // Another controller's object is no rule's copy, whatever labels it carries.
+        let bucket = labels.contains_key(BUCKET_SECRET_LABEL);
+        let orphan = !bucket
+            && !labels.contains_key(REPLICATED_BY_LABEL)
+            && labels.get(MANAGED_BY_LABEL).is_some_and(|value| value == MANAGED_BY_VALUE)
+            && labels.get(ORPHANED_LABEL).is_some_and(|value| value == "true");
         Self {
             uid: uid.into(),
-            // Another controller's object is no rule's copy, whatever labels it carries.
-            rule: labels
-                .get(REPLICATED_BY_LABEL)
-                .filter(|_| !labels.contains_key(BUCKET_SECRET_LABEL))
-                .map(|rule| Arc::from(rule.as_str())),
+            rule: labels.get(REPLICATED_BY_LABEL).filter(|_| !bucket).map(|rule| Arc::from(rule.as_str())),
+            shape: shape_digest(annotations.get(SHAPE_ANNOTATION).map(String::as_str)),
+            orphan_source: annotations
+                .get(SOURCE_UID_ANNOTATION)
+                .filter(|_| orphan)
+                .map(|uid| Box::from(uid.as_str())),
             rule_uid: annotations.get(RULE_UID_ANNOTATION).map(|uid| Box::from(uid.as_str())),
             marks: Marks::new(labels, annotations),
             content: payload.digest(),
@@ -614,6 +647,12 @@ impl CopyState {
     }
 }
 
+/// A digest of a copy's [`SHAPE_ANNOTATION`] value (`None`: absent), to compare the shaping a
+/// copy was written with against a rule's without holding the string.
+pub fn shape_digest(marker: Option<&str>) -> u64 {
+    digest(&marker)
+}
+
 /// Whether `meta` names a controller owner: kopper never gives its copies one, so such an
 /// object is that controller's to manage, and no rule's copy whatever labels it carries.
 pub fn has_controller_owner(meta: &ObjectMeta) -> bool {
@@ -624,6 +663,12 @@ pub fn has_controller_owner(meta: &ObjectMeta) -> bool {
 /// it: its marks ([`ObjectInfo::is_kopper_copy`]) and no controller owner.
 pub fn is_copy(meta: &ObjectMeta) -> bool {
     ObjectInfo::from_meta(meta).is_kopper_copy() && !has_controller_owner(meta)
+}
+
+/// Whether the object `meta` describes, as a fresh read shows it, is a copy orphaned from
+/// its rule and made from the source of uid `source` (see [`CopyState::orphan_source`]).
+pub fn is_orphan_of(meta: &ObjectMeta, source: &str) -> bool {
+    CopyState::new(meta, &Payload::default()).orphan_of(source)
 }
 
 /// `version` as a number, if writing the number back gives `version` again (resourceVersions

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 
-use super::desired::{Change, Existing, World, plan_rule};
+use super::desired::{self, Change, Existing, ShapeProblem, World, plan_rule};
 use super::model::{
     CopyKey, CopyState, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, Source,
 };
@@ -79,8 +79,10 @@ pub fn plan_rules(
             ObjectKind::ConfigMap => &cluster.config_maps,
             ObjectKind::Secret => &cluster.secrets,
         };
-        let (changes, sources_matched) = plan_one(rule, &rules, &cluster.namespaces, objects);
-        let unmet = unmet(rule, &cluster.namespaces, sources_matched);
+        let plan = plan_one(rule, &rules, &cluster.namespaces, objects);
+        let mut unmet = unmet(rule, &cluster.namespaces, plan.sources_matched);
+        unmet.extend(plan.shape_problems.iter().map(ShapeProblem::message));
+        let changes = plan.changes;
         plans.push(RulePlan { id: rule.id.clone(), refused: None, changes, unmet });
     }
     plans.sort_by(|a, b| a.id.cmp(&b.id));
@@ -115,14 +117,13 @@ fn unmet(rule: &Rule, namespaces: &BTreeMap<String, NamespaceInfo>, sources_matc
     unmet
 }
 
-/// The changes `rule` would make, with every object's content at hand, and how many sources
-/// it matches.
+/// What `rule` would do, with every object's content at hand.
 fn plan_one(
     rule: &Rule,
     rules: &[Rule],
     namespaces: &BTreeMap<String, NamespaceInfo>,
     objects: &[Source],
-) -> (Vec<Change>, usize) {
+) -> desired::RulePlan {
     let infos: Vec<ObjectInfo> = objects.iter().map(|object| (*object.info).clone()).collect();
     let world = World::new(rules, namespaces, &infos);
     let sources: HashMap<String, Source> = world
@@ -134,14 +135,15 @@ fn plan_one(
     let existing: BTreeMap<CopyKey, Existing> = objects
         .iter()
         .map(|object| {
-            let existing = if object.info.is_kopper_copy() {
-                Existing::Copy(CopyState::from_info(&object.info, &object.payload))
+            let state = CopyState::from_info(&object.info, &object.payload);
+            // A copy orphaned from its rule, as well as a rule's copy (see `Existing::found`).
+            let existing = if object.info.is_kopper_copy() || state.orphan_source.is_some() {
+                Existing::Copy(state)
             } else {
                 Existing::Unmanaged
             };
             (object.info.key(rule.kind), existing)
         })
         .collect();
-    let plan = plan_rule(rule, &world, &sources, &existing);
-    (plan.changes, plan.sources_matched)
+    plan_rule(rule, &world, &sources, &existing)
 }

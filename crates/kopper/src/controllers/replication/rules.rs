@@ -12,11 +12,16 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::apply::Applied;
-use super::desired::{ConflictReason, RulePlan};
-use super::model::{ObjectKind, Rule, RuleId, SourceMatch, TargetMatch};
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+use super::desired::{ConflictReason, RulePlan, ShapeProblem};
+use super::model::{MANAGED_BY_LABEL, ObjectKind, Rule, RuleId, SourceMatch, TargetMatch};
+use super::shape::{MarkFilter, Shape, Tool};
 use crate::controllers::replication::types::{ConfigMapSync, ConfigMapSyncStatus};
 use crate::controllers::replication::types::{
-    CopyConflict, ReplicatedKind, ReplicationRule, ReplicationRuleStatus,
+    CopiedLabels, CopiedMetadata, CopyConflict, DeletionPolicy, ReplicatedKind, ReplicationRule,
+    ReplicationRuleStatus, ToolMarks,
 };
 use crate::runtime::Settings;
 
@@ -62,6 +67,9 @@ pub struct Findings {
     /// The one source a rule names (`namespace/name`, a ConfigMapSync's), when it does not
     /// exist: the rule cannot do what it asks for, unlike a selector that matches nothing yet.
     pub missing_source: Option<String>,
+    /// Sources copied otherwise than the rule asks (keys they lack), or not at all (their
+    /// copies would lack keys their type requires).
+    pub shape_problems: Vec<ShapeProblem>,
 }
 
 impl Findings {
@@ -83,6 +91,12 @@ impl Findings {
         self.failed += applied.failed.len();
     }
 
+    /// The shape problem the Ready condition names: a source not copied at all first.
+    fn shape_problem(&self) -> Option<&ShapeProblem> {
+        let not_copied = |problem: &&ShapeProblem| matches!(problem, ShapeProblem::TypeNeedsKeys { .. });
+        self.shape_problems.iter().find(not_copied).or(self.shape_problems.first())
+    }
+
     /// The `Ready` condition's status, reason and message.
     pub(super) fn readiness(&self) -> (&'static str, &'static str, String) {
         if self.failed > 0 {
@@ -97,6 +111,13 @@ impl Findings {
                 "DestinationRefused",
                 refused_destinations_message(&self.refused_destinations, self.own_namespace.as_deref()),
             )
+        } else if let Some(problem) = self.shape_problem() {
+            let more = self.shape_problems.len() - 1;
+            let message = match more {
+                0 => problem.message(),
+                more => format!("{} ({more} more like it)", problem.message()),
+            };
+            ("False", problem.reason(), message)
         } else if let Some(source) = &self.missing_source {
             (
                 "False",
@@ -151,6 +172,8 @@ pub trait RuleObject:
     fn ready_reason(&self) -> Option<String>;
     /// The rule this object asks for, or why it is refused.
     fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal>;
+    /// What becomes of its copies when it is deleted.
+    fn deletion_policy(&self) -> DeletionPolicy;
     /// The status to write after a pass, given what the engine found (or why the spec is
     /// refused); `None` when the current status already says it.
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value>;
@@ -181,10 +204,36 @@ impl RuleObject for ReplicationRule {
             ReplicatedKind::ConfigMap => ObjectKind::ConfigMap,
             ReplicatedKind::Secret => ObjectKind::Secret,
         };
+        if kind == ObjectKind::ConfigMap && spec.secret_type.is_some() {
+            return Err(Refusal {
+                reason: "InvalidShape",
+                message: "spec.secretType applies to kind Secret only; remove it".to_owned(),
+            });
+        }
+        if let Some(credential) =
+            spec.secret_type.as_deref().filter(|kind| crate::tenancy::CREDENTIAL_SECRET_TYPES.contains(kind))
+        {
+            return Err(Refusal {
+                reason: "InvalidShape",
+                message: format!(
+                    "spec.secretType {credential} is a credential type of the cluster, which kopper never writes \
+                     from another type; remove it"
+                ),
+            });
+        }
+        let shape = shape(
+            &spec.keys,
+            spec.secret_type.as_deref(),
+            spec.copy_labels.as_ref(),
+            spec.copy_annotations.as_ref(),
+            &spec.keep_tool_marks,
+        )?;
         Ok(Rule {
             id: self.rule_id(),
             uid: self.meta().uid.clone().unwrap_or_default(),
             kind,
+            shape,
+            deletion_policy: spec.deletion_policy,
             sources: SourceMatch {
                 namespaces: spec.namespaces.clone(),
                 name: None,
@@ -203,6 +252,10 @@ impl RuleObject for ReplicationRule {
                 exclude: spec.exclude_namespaces.clone(),
             },
         })
+    }
+
+    fn deletion_policy(&self) -> DeletionPolicy {
+        self.spec.deletion_policy
     }
 
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
@@ -265,10 +318,19 @@ impl RuleObject for ConfigMapSync {
                 message: "set destinationNamespace, destinationNamespaces or destinationSelector".to_owned(),
             });
         }
+        let shape = shape(
+            &spec.keys,
+            None,
+            spec.copy_labels.as_ref(),
+            spec.copy_annotations.as_ref(),
+            &spec.keep_tool_marks,
+        )?;
         Ok(Rule {
             id: self.rule_id(),
             uid: self.meta().uid.clone().unwrap_or_default(),
             kind: ObjectKind::ConfigMap,
+            shape,
+            deletion_policy: spec.deletion_policy,
             sources: SourceMatch {
                 namespaces: vec![spec.source_namespace.clone()],
                 name: Some(spec.config_map_name.clone()),
@@ -286,6 +348,10 @@ impl RuleObject for ConfigMapSync {
                     .transpose()?,
             },
         })
+    }
+
+    fn deletion_policy(&self) -> DeletionPolicy {
+        self.spec.deletion_policy
     }
 
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
@@ -349,6 +415,73 @@ impl RuleObject for ConfigMapSync {
             .collect();
         findings
     }
+}
+
+/// Label keys as Kubernetes accepts them (see [`crate::crds::LABEL_KEY_PATTERN`]).
+static LABEL_KEY: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(crate::crds::LABEL_KEY_PATTERN).expect("a valid pattern"));
+/// Label values as Kubernetes accepts them.
+static LABEL_VALUE: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(crate::crds::LABEL_VALUE_PATTERN).expect("a valid pattern"));
+
+/// How a rule's spec shapes its copies. The schema bounds every field; what it checks only
+/// with CEL (kube-apiserver 1.25+; not kubesim) is checked again here: the added labels are
+/// valid and none is one of kopper's own marks.
+fn shape(
+    keys: &[String],
+    secret_type: Option<&str>,
+    labels: Option<&CopiedLabels>,
+    annotations: Option<&CopiedMetadata>,
+    keep_tool_marks: &[ToolMarks],
+) -> Result<Arc<Shape>, Refusal> {
+    let empty = BTreeMap::new();
+    let extra_labels = labels.map_or(&empty, |labels| &labels.add);
+    for (key, value) in extra_labels {
+        if key.starts_with("kopper.dev/") || key == MANAGED_BY_LABEL {
+            return Err(Refusal {
+                reason: "InvalidShape",
+                message: format!(
+                    "spec.copyLabels.add: {key} is one of kopper's own labels (kopper.dev/*, \
+                     {MANAGED_BY_LABEL}), which kopper sets on every copy; remove it"
+                ),
+            });
+        }
+        if key.len() > crate::crds::MAX_LABEL_KEY_LENGTH
+            || !LABEL_KEY.is_match(key)
+            || !LABEL_VALUE.is_match(value)
+        {
+            return Err(Refusal {
+                reason: "InvalidShape",
+                message: format!(
+                    "spec.copyLabels.add: {key}: {value} is not a valid Kubernetes label; fix it"
+                ),
+            });
+        }
+    }
+    let keep_tools = keep_tool_marks
+        .iter()
+        .map(|tool| match tool {
+            ToolMarks::Helm => Tool::Helm,
+            ToolMarks::ArgoCD => Tool::ArgoCd,
+            ToolMarks::Flux => Tool::Flux,
+            ToolMarks::Kapp => Tool::Kapp,
+        })
+        .collect::<BTreeSet<Tool>>();
+    let filter = |include: &[String], exclude: &[String]| MarkFilter {
+        include: include.to_vec(),
+        exclude: exclude.to_vec(),
+        keep_tools: keep_tools.clone(),
+    };
+    Ok(Arc::new(Shape {
+        keys: (!keys.is_empty()).then(|| keys.iter().cloned().collect()),
+        secret_type: secret_type.map(str::to_owned),
+        labels: labels.map_or_else(|| filter(&[], &[]), |labels| filter(&labels.include, &labels.exclude)),
+        annotations: annotations.map_or_else(
+            || filter(&[], &[]),
+            |annotations| filter(&annotations.include, &annotations.exclude),
+        ),
+        extra_labels: extra_labels.clone(),
+    }))
 }
 
 fn selector(selector: &LabelSelector, field: &str) -> Result<Selector, Refusal> {
@@ -432,6 +565,11 @@ mod tests {
                 destination_namespaces: vec![],
                 destination_selector: None,
                 config_map_name: "cfg".into(),
+                keys: vec![],
+                copy_labels: None,
+                copy_annotations: None,
+                keep_tool_marks: vec![],
+                deletion_policy: DeletionPolicy::Delete,
             },
         );
         sync.metadata.namespace = Some(own_namespace.into());

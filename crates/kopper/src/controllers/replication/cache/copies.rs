@@ -235,6 +235,7 @@ fn place_of(meta: &ObjectMeta) -> (String, String) {
 /// What a copy holds once kopper's write of it lands.
 struct Written {
     content: u64,
+    shape: u64,
     marks: Arc<Marks>,
 }
 
@@ -263,7 +264,7 @@ impl CopyIndex {
 
     /// kopper is about to write `copy`.
     pub fn writing(&self, copy: &DesiredCopy) {
-        let written = Written { content: copy.content, marks: copy.marks.clone() };
+        let written = Written { content: copy.content, shape: copy.shape, marks: copy.marks.clone() };
         self.being_written().insert(place(&copy.key.namespace, &copy.key.name), written);
     }
 
@@ -280,8 +281,9 @@ impl CopyIndex {
             return false;
         }
         let key = place_of(meta);
-        let holds =
-            being_written.get(&key).is_some_and(|written| state.holds(written.content, &written.marks));
+        let holds = being_written
+            .get(&key)
+            .is_some_and(|written| state.holds(written.content, written.shape, &written.marks));
         if holds {
             being_written.remove(&key);
         }
@@ -349,10 +351,18 @@ impl CopyIndex {
 
     /// What the copy watch shows at this place, `None` where it holds nothing. An object
     /// with kopper's managed-by label but no rule's label (a Bucket's Secret, or a label a
-    /// tenant added) is not the engine's to rewrite: it reads as [`Found::Unmanaged`].
+    /// tenant added) is not the engine's to rewrite: it reads as [`Found::Unmanaged`], unless
+    /// it is a copy orphaned from its rule ([`Found::Orphan`]).
     pub fn found<'m>(map: &'m CopyMap, namespace: &str, name: &str) -> Option<Found<'m>> {
-        Self::get(map, namespace, name)
-            .map(|copy| if copy.rule.is_some() { Found::Copy(copy) } else { Found::Unmanaged })
+        Self::get(map, namespace, name).map(|copy| {
+            if copy.rule.is_some() {
+                Found::Copy(copy)
+            } else if copy.orphan_source.is_some() {
+                Found::Orphan(copy)
+            } else {
+                Found::Unmanaged
+            }
+        })
     }
 
     /// Every copy in `map`, with where it is.

@@ -270,6 +270,8 @@ mod tests {
             id: RuleId::replication_rule("gold"),
             uid: "uid".to_owned(),
             kind: ObjectKind::ConfigMap,
+            shape: Default::default(),
+            deletion_policy: Default::default(),
             sources: SourceMatch { namespaces: vec!["src".to_owned()], ..SourceMatch::default() },
             targets: TargetMatch::Matching {
                 selector: Some(kube::core::Selector::from_iter([("tier", "gold")])),

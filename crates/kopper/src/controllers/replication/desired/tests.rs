@@ -3,6 +3,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::{ObjectMeta, Selector};
 
+use crate::controllers::replication::shape::MarkFilter;
 use crate::tenancy::{Consent, DestinationPolicy, ProtectedNamespaces};
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -52,6 +53,8 @@ fn rule(name: &str, _age: i64) -> Rule {
         id: RuleId::replication_rule(name),
         uid: RULE_UID.to_owned(),
         kind: ObjectKind::ConfigMap,
+        shape: Default::default(),
+        deletion_policy: Default::default(),
         sources: SourceMatch {
             namespaces: vec!["src".to_owned()],
             name: None,
@@ -687,6 +690,8 @@ fn tenant_sync(tenant: &str, names: &[&str]) -> Rule {
         id: RuleId::config_map_sync(tenant, "sync"),
         uid: RULE_UID.to_owned(),
         kind: ObjectKind::ConfigMap,
+        shape: Default::default(),
+        deletion_policy: Default::default(),
         sources: SourceMatch {
             namespaces: vec![tenant.to_owned()],
             name: Some("cfg".into()),
@@ -1019,4 +1024,245 @@ fn a_copy_whose_only_owner_is_its_own_rule_that_cannot_copy_the_source_is_delete
     let plan = plan_rule(&broad, &world, &sources, &existing);
     assert!(plan.hand_over.is_empty(), "no hand-over to itself: {plan:?}");
     assert!(matches!(plan.changes.as_slice(), [Change::Delete { key, .. }] if *key == old.key), "{plan:?}");
+}
+
+/// `rule` with `shape`.
+fn shaped(rule: Rule, shape: Shape) -> Rule {
+    Rule { shape: Arc::new(shape), ..rule }
+}
+
+/// The copy kopper would have written for `copy`, orphaned from its rule afterwards.
+fn orphaned(copy: &DesiredCopy) -> Existing {
+    written_as(copy, |info, _| {
+        info.labels.remove(REPLICATED_BY_LABEL);
+        info.labels.insert(ORPHANED_LABEL.into(), "true".into());
+    })
+}
+
+/// A `kubernetes.io/tls` Secret source in `src` holding `ca.crt`, `tls.crt` and `tls.key`.
+fn tls_source() -> (ObjectInfo, Payload) {
+    let bytes = |value: &str| ByteString(value.as_bytes().to_vec());
+    let payload = Payload {
+        binary_data: [("ca.crt", "ca"), ("tls.crt", "cert"), ("tls.key", "key")]
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), bytes(value)))
+            .collect(),
+        secret_type: Some("kubernetes.io/tls".into()),
+        ..Payload::default()
+    };
+    (source("src", "tls", "u-tls", "1"), payload)
+}
+
+fn secret_rule(shape: Shape) -> Rule {
+    let mut rule = shaped(rule("ca", 1), shape);
+    rule.kind = ObjectKind::Secret;
+    rule.sources.credential_types = Some(Vec::new());
+    rule
+}
+
+#[test]
+fn a_tls_secret_s_ca_certificate_alone_is_written_as_the_type_the_rule_names() {
+    let rule = secret_rule(Shape {
+        keys: Some(["ca.crt".to_owned()].into()),
+        secret_type: Some("Opaque".into()),
+        ..Shape::default()
+    });
+    let (info, content) = tls_source();
+    let ns = namespaces(&["src", "a"]);
+    let objects = [info.clone()];
+    let rules = [rule.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let sources = [(info.uid.clone(), read(&info, content))].into();
+    let plan = plan_rule(&rule, &world, &sources, &BTreeMap::new());
+    let [Change::Create(copy)] = plan.changes.as_slice() else { panic!("{:?}", plan.changes) };
+    assert_eq!(copy.payload.binary_data.keys().collect::<Vec<_>>(), ["ca.crt"]);
+    assert_eq!(copy.payload.secret_type.as_deref(), Some("Opaque"));
+    assert!(plan.shape_problems.is_empty());
+
+    // Written as planned, it is in sync: the digest judges the shaped content.
+    let existing = [(copy.key.clone(), written(copy))].into();
+    let again = plan_rule(&rule, &world, &sources, &existing);
+    assert_eq!((again.writes().count(), again.in_sync), (0, 1));
+}
+
+#[test]
+fn keys_a_typed_secret_needs_left_out_without_a_type_are_reported_and_its_copies_kept() {
+    let rule = secret_rule(Shape {
+        keys: Some(["ca.crt".to_owned(), "extra".to_owned()].into()),
+        ..Shape::default()
+    });
+    let (info, content) = tls_source();
+    let ns = namespaces(&["src", "a"]);
+    let objects = [info.clone()];
+    let rules = [rule.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let sources = [(info.uid.clone(), read(&info, content.clone()))].into();
+    // A copy of the whole Secret, written before the rule narrowed its keys.
+    let full =
+        copy_template(&rule.id, RULE_UID, ObjectKind::Secret, &read(&info, content), &Shape::default())
+            .into_namespace("a");
+    let existing = [(full.key.clone(), written(&full))].into();
+    let plan = plan_rule(&rule, &world, &sources, &existing);
+    assert_eq!(plan.writes().count(), 0, "neither written (the API server would refuse it) nor deleted");
+    let reasons: Vec<&str> = plan.shape_problems.iter().map(ShapeProblem::reason).collect();
+    assert_eq!(reasons, ["SourceKeysMissing", "SecretTypeNeedsKeys"]);
+    let message = plan.shape_problems[1].message();
+    assert!(message.contains("tls.crt, tls.key") && message.contains("spec.secretType"), "{message}");
+    assert!(plan.shape_problems[0].message().contains("src/tls lacks extra"));
+}
+
+#[test]
+fn tool_marks_are_left_out_of_copies_and_a_change_of_shaping_rewrites_what_kopper_wrote() {
+    let mut info = source("src", "cfg", "u1", "1");
+    info.labels.insert("app.kubernetes.io/instance".into(), "web".into());
+    info.labels.insert("internal.example.com/cost".into(), "42".into());
+    info.annotations.insert("meta.helm.sh/release-name".into(), "web".into());
+    info.annotations.insert("notes".into(), "hi".into());
+    let ns = namespaces(&["src", "a"]);
+    let objects = [info.clone()];
+    let by_default = rule("r", 1);
+    let rules = [by_default.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let sources = payloads(&[&info], "v1");
+    let plan = plan_rule(&by_default, &world, &sources, &BTreeMap::new());
+    let [Change::Create(copy)] = plan.changes.as_slice() else { panic!("{:?}", plan.changes) };
+    assert!(!copy.labels.contains_key("app.kubernetes.io/instance"));
+    assert!(!copy.annotations.contains_key("meta.helm.sh/release-name"));
+    assert_eq!(copy.labels["internal.example.com/cost"], "42");
+    assert!(copy.annotations.contains_key(SHAPE_ANNOTATION), "what was left out is recorded");
+    let existing: BTreeMap<CopyKey, Existing> = [(copy.key.clone(), written(copy))].into();
+    assert_eq!(plan_rule(&by_default, &world, &sources, &existing).writes().count(), 0);
+
+    // Excluding a label kopper wrote: the copy carries every mark still wanted, and is
+    // rewritten all the same, so the excluded label goes.
+    let narrower = shaped(
+        rule("r", 1),
+        Shape {
+            labels: MarkFilter { exclude: vec!["internal.example.com/".into()], ..MarkFilter::default() },
+            ..Shape::default()
+        },
+    );
+    let rules = [narrower.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let plan = plan_rule(&narrower, &world, &sources, &existing);
+    let [Change::Update { copy: rewritten, .. }] = plan.changes.as_slice() else {
+        panic!("{:?}", plan.changes)
+    };
+    assert!(!rewritten.labels.contains_key("internal.example.com/cost"));
+
+    // Added labels go onto the copy; kopper's own marks cannot be overridden by them.
+    let extra = shaped(
+        rule("r", 1),
+        Shape {
+            extra_labels: [
+                ("team".to_owned(), "a".to_owned()),
+                (MANAGED_BY_LABEL.to_owned(), "me".to_owned()),
+            ]
+            .into(),
+            ..Shape::default()
+        },
+    );
+    let copy =
+        copy_template(&extra.id, RULE_UID, ObjectKind::ConfigMap, &read(&info, payload("v1")), &extra.shape)
+            .into_namespace("a");
+    assert_eq!(
+        (copy.labels["team"].as_str(), copy.labels[MANAGED_BY_LABEL].as_str()),
+        ("a", MANAGED_BY_VALUE)
+    );
+}
+
+#[test]
+fn copies_made_before_rules_could_shape_them_stay_in_sync_when_nothing_is_left_out() {
+    let rules = [rule("r", 1)];
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let world = World::new(&rules, &ns, &objects);
+    let copy =
+        desired_copy(&rules[0].id, RULE_UID, ObjectKind::ConfigMap, &read(&objects[0], payload("v1")), "a");
+    assert!(!copy.annotations.contains_key(SHAPE_ANNOTATION));
+    let existing = [(copy.key.clone(), written(&copy))].into();
+    assert_eq!(plan_rule(&rules[0], &world, &payloads(&[&objects[0]], "v1"), &existing).writes().count(), 0);
+}
+
+#[test]
+fn a_deleted_rule_s_copies_are_orphaned_or_deleted_as_its_policy_says() {
+    let rules = [rule("r", 1)];
+    let objects = [source("src", "cfg", "u1", "1")];
+    let copy =
+        desired_copy(&rules[0].id, RULE_UID, ObjectKind::ConfigMap, &read(&objects[0], payload("v1")), "a");
+    let Existing::Copy(state) = written(&copy) else { unreachable!() };
+    let own = || [("a", "cfg", &state)];
+    let label = rules[0].id.label_value();
+    assert!(matches!(
+        on_rule_deleted(ObjectKind::ConfigMap, &label, DeletionPolicy::Delete, own()).as_slice(),
+        [Change::Delete { .. }]
+    ));
+    match on_rule_deleted(ObjectKind::ConfigMap, &label, DeletionPolicy::Orphan, own()).as_slice() {
+        [Change::Orphan { key, uid, rule, .. }] => {
+            assert_eq!(
+                (key.namespace.as_str(), uid.as_str(), rule.as_str()),
+                ("a", "copy-a", label.as_str())
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_orphan_of_the_same_source_is_taken_over_with_a_metadata_patch_and_others_are_left_alone() {
+    let old = rule("old", 1);
+    let successor = rule("new", 1);
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let rules = [successor.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let sources = payloads(&[&objects[0]], "v1");
+    let left =
+        desired_copy(&old.id, "old-uid", ObjectKind::ConfigMap, &read(&objects[0], payload("v1")), "a");
+    let existing = [(left.key.clone(), orphaned(&left))].into();
+    let plan = plan_rule(&successor, &world, &sources, &existing);
+    match plan.changes.as_slice() {
+        [Change::Adopt { existing_uid, copy, .. }] => {
+            assert_eq!(existing_uid, "copy-a");
+            assert_eq!(copy.labels[REPLICATED_BY_LABEL], successor.id.label_value());
+        }
+        other => panic!("expected a takeover, got {other:?}"),
+    }
+
+    // The source changed since: taken over by an update, never deleted.
+    let plan = plan_rule(&successor, &world, &payloads(&[&objects[0]], "v2"), &existing);
+    assert!(matches!(plan.changes.as_slice(), [Change::Update { .. }]), "{:?}", plan.changes);
+
+    // An orphan of another source (same name) is left as it is and reported.
+    let other = source("elsewhere", "cfg", "u-other", "1");
+    let foreign = desired_copy(&old.id, "old-uid", ObjectKind::ConfigMap, &read(&other, payload("v1")), "a");
+    let existing = [(foreign.key.clone(), orphaned(&foreign))].into();
+    let plan = plan_rule(&successor, &world, &sources, &existing);
+    match plan.changes.as_slice() {
+        [Change::Conflict { reason: ConflictReason::OrphanedCopy, .. }] => {}
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // Nor does a rule count an orphan among its own copies to delete.
+    assert_eq!(own_copies(&old.id, "old-uid", ObjectKind::ConfigMap, &existing).count(), 0);
+}
+
+#[test]
+fn orphan_marks_on_another_controller_s_object_make_no_orphan() {
+    let meta = |labels: &[(&str, &str)]| ObjectMeta {
+        labels: Some(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+        annotations: Some([(SOURCE_UID_ANNOTATION.to_owned(), "u1".to_owned())].into()),
+        ..ObjectMeta::default()
+    };
+    let orphan = [(MANAGED_BY_LABEL, MANAGED_BY_VALUE), (ORPHANED_LABEL, "true")];
+    assert!(is_orphan_of(&meta(&orphan), "u1"));
+    assert!(!is_orphan_of(&meta(&orphan), "u2"), "another source's orphan");
+    assert!(!is_orphan_of(&meta(&[(ORPHANED_LABEL, "true")]), "u1"), "not made by kopper");
+    let bucket = [orphan[0], orphan[1], (BUCKET_SECRET_LABEL, "b")];
+    assert!(!is_orphan_of(&meta(&bucket), "u1"), "a Bucket's Secret");
+    let mut owned = meta(&orphan);
+    owned.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    assert!(!is_orphan_of(&owned, "u1"), "another controller's object");
 }

@@ -4,9 +4,11 @@
 
 pub mod config_map_sync;
 pub mod replication_rule;
+pub mod shaping;
 
 pub use self::config_map_sync::{ConfigMapSync, ConfigMapSyncSpec, ConfigMapSyncStatus};
 pub use self::replication_rule::{
     CopyConflict, CredentialSecretType, ReplicatedKind, ReplicationRule, ReplicationRuleSpec,
     ReplicationRuleStatus,
 };
+pub use self::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};

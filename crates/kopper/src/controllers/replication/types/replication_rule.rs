@@ -6,6 +6,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};
+
 /// Copies every ConfigMap or Secret that matches into every target namespace: copies are
 /// created when a source or a namespace appears, updated when the source changes, restored
 /// when edited or deleted, and removed when the source goes away, stops matching, or this
@@ -72,6 +74,47 @@ pub struct ReplicationRuleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 3))]
     pub credential_types: Vec<CredentialSecretType>,
+
+    /// Only these keys of each source are copied (`data` and `binaryData` of a ConfigMap,
+    /// `data` of a Secret); empty: every key. A listed key a source lacks is reported in the
+    /// Ready condition (reason `SourceKeysMissing`) and the copy holds the others. At most
+    /// 256 keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$")))]
+    pub keys: Vec<String>,
+
+    /// The `type` of the copies (kind Secret only); omitted: the source's. A
+    /// `kubernetes.io/tls` Secret copied with `keys: [ca.crt]` must be written as `Opaque`:
+    /// the API server refuses a TLS Secret without `tls.crt` and `tls.key`. When the keys
+    /// kept lack what the copy's type requires, the source is not copied and the rule is
+    /// Ready=False with reason `SecretTypeNeedsKeys`. Credential types (see
+    /// `credentialTypes`) can be neither copied nor written by naming them here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9/]+$"))]
+    pub secret_type: Option<String>,
+
+    /// Which labels of the source the copies carry, and labels added to every copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_labels: Option<CopiedLabels>,
+
+    /// Which annotations of the source the copies carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_annotations: Option<CopiedMetadata>,
+
+    /// Tools whose ownership and tracking marks the copies keep. By default copies carry
+    /// none of them: `meta.helm.sh/*` and `app.kubernetes.io/managed-by: Helm` (Helm),
+    /// `argocd.argoproj.io/*` and `app.kubernetes.io/instance` (ArgoCD),
+    /// `kustomize.toolkit.fluxcd.io/*` and `helm.toolkit.fluxcd.io/*` (Flux),
+    /// `kapp.k14s.io/*` (Kapp): each tool would take the copies for objects it manages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub keep_tool_marks: Vec<ToolMarks>,
+
+    /// What becomes of the copies when this rule is deleted: `Delete` (the default) or
+    /// `Orphan`: they stay, no longer updated, for a rule copying the same source into the
+    /// same place to take over without deleting or rewriting them.
+    #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
+    pub deletion_policy: DeletionPolicy,
 }
 
 /// A Secret type that is a credential of the cluster itself.
@@ -202,5 +245,36 @@ mod tests {
         let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
         assert_eq!(rule.spec.kind, ReplicatedKind::ConfigMap);
         assert_eq!(rule.spec.namespaces, vec!["default".to_owned()]);
+    }
+
+    #[test]
+    fn ca_bundle_sample_copies_only_the_ca_certificate_as_an_opaque_secret() {
+        let sample = include_str!("../../../../../../config/samples/replicationrule-ca-bundle.yaml");
+        let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
+        assert_eq!(rule.spec.kind, ReplicatedKind::Secret);
+        assert_eq!(rule.spec.keys, ["ca.crt"]);
+        assert_eq!(rule.spec.secret_type.as_deref(), Some("Opaque"));
+        assert_eq!(rule.spec.deletion_policy, DeletionPolicy::Orphan);
+        let source: k8s_openapi::api::core::v1::Secret = crate::samples::of_kind(sample, "Secret").unwrap();
+        assert_eq!(source.type_.as_deref(), Some("kubernetes.io/tls"));
+        let keys: Vec<&String> = source.string_data.iter().flatten().map(|(key, _)| key).collect();
+        assert_eq!(keys, ["ca.crt", "tls.crt", "tls.key"]);
+    }
+
+    #[test]
+    fn every_new_list_and_map_is_bounded_so_thousands_of_prefixes_are_refused() {
+        let spec = &schema()["properties"]["spec"]["properties"];
+        assert_eq!(spec["keys"]["maxItems"], 256);
+        assert_eq!(spec["keepToolMarks"]["maxItems"], 4);
+        for field in ["copyLabels", "copyAnnotations"] {
+            for list in ["include", "exclude"] {
+                assert_eq!(spec[field]["properties"][list]["maxItems"], 32, "{field}.{list}");
+                assert_eq!(spec[field]["properties"][list]["items"]["maxLength"], 317, "{field}.{list}");
+            }
+        }
+        let add = &spec["copyLabels"]["properties"]["add"];
+        assert_eq!(add["maxProperties"], 32);
+        let rules = add["x-kubernetes-validations"].to_string();
+        assert!(rules.contains("kopper.dev/") && rules.contains("app.kubernetes.io/managed-by"), "{rules}");
     }
 }

@@ -1,0 +1,110 @@
+//! What a copy carries of its source, and what becomes of copies when their rule goes:
+//! fields both ReplicationRule and ConfigMapSync have. Doc comments here are user
+//! documentation: they become the CRDs' descriptions and what `kubectl explain` prints.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which labels (or annotations) of the source its copies carry. Keys are matched by prefix
+/// (`example.com/` matches `example.com/team`; a whole key matches itself). kopper's own
+/// marks (`kopper.dev/*`, `app.kubernetes.io/managed-by`) are set by kopper whatever these
+/// say.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopiedMetadata {
+    /// Only keys that start with one of these prefixes are copied; empty: every key. At most
+    /// 32 prefixes of at most 317 characters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 317)))]
+    pub include: Vec<String>,
+
+    /// Keys that start with one of these prefixes are not copied, even if `include` matches
+    /// them. At most 32 prefixes of at most 317 characters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 317)))]
+    pub exclude: Vec<String>,
+}
+
+/// Which labels of the source its copies carry, and labels added to every copy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopiedLabels {
+    /// Only label keys that start with one of these prefixes are copied; empty: every key.
+    /// At most 32 prefixes of at most 317 characters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 317)))]
+    pub include: Vec<String>,
+
+    /// Label keys that start with one of these prefixes are not copied, even if `include`
+    /// matches them. At most 32 prefixes of at most 317 characters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 317)))]
+    pub exclude: Vec<String>,
+
+    /// Labels every copy carries besides those copied (they win over a source label of the
+    /// same key): at most 32, keys and values as Kubernetes accepts them. kopper's own
+    /// labels (`kopper.dev/*`, `app.kubernetes.io/managed-by`) cannot be set here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = 32,
+        "additionalProperties" = {
+            "type": "string",
+            "maxLength": 63,
+            "pattern": r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+        },
+        "x-kubernetes-validations" = [
+            {
+                "rule": r"self.all(key, size(key) <= 317 && key.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",
+                "message": "label keys must be valid Kubernetes label keys of at most 317 characters"
+            },
+            {
+                "rule": "self.all(key, !key.startsWith('kopper.dev/') && key != 'app.kubernetes.io/managed-by')",
+                "message": "kopper.dev/* and app.kubernetes.io/managed-by are kopper's own labels and cannot be added"
+            }
+        ]
+    ))]
+    pub add: BTreeMap<String, String>,
+}
+
+/// A tool whose ownership and tracking marks copies leave out unless `keepToolMarks` names
+/// it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub enum ToolMarks {
+    /// `meta.helm.sh/*` and `app.kubernetes.io/managed-by: Helm`: Helm's record that it owns
+    /// the object; on a copy, in a namespace Helm never installed into, it would mislead Helm
+    /// and anyone reading it.
+    Helm,
+    /// `argocd.argoproj.io/*` and `app.kubernetes.io/instance` (Argo CD's default tracking
+    /// label): Argo CD would count the copies as part of the application and prune them,
+    /// and kopper would make them again, for ever.
+    ArgoCD,
+    /// `kustomize.toolkit.fluxcd.io/*` and `helm.toolkit.fluxcd.io/*`: Flux's ownership
+    /// labels; Flux would garbage-collect copies it never applied.
+    Flux,
+    /// `kapp.k14s.io/*`: kapp's app and ownership labels; kapp would count the copies as
+    /// its own.
+    Kapp,
+}
+
+/// What becomes of a rule's copies when the rule is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// The copies are deleted.
+    #[default]
+    Delete,
+    /// The copies stay as they are, are no longer updated, and carry the label
+    /// `kopper.dev/orphaned: "true"` instead of the rule's. A rule that copies the same source
+    /// object into the same place takes such a copy over with one metadata patch, without
+    /// deleting or rewriting it; nothing else deletes it (delete it by hand once it is not
+    /// needed).
+    Orphan,
+}
+
+impl DeletionPolicy {
+    /// Whether `policy` is the default, for `skip_serializing_if`.
+    pub fn is_default(policy: &Self) -> bool {
+        *policy == Self::default()
+    }
+}
