@@ -679,6 +679,64 @@ mod tests {
     }
 
     #[test]
+    fn a_shape_that_would_override_kopper_s_marks_or_write_a_credential_type_is_refused() {
+        let rule_with = |spec: &str| -> ReplicationRule {
+            serde_yaml::from_str(&format!(
+                "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {{name: r}}\nspec: {{namespaces: \
+                 [src], selector: {{matchLabels: {{a: b}}}}, {spec}}}"
+            ))
+            .unwrap()
+        };
+        let refused = |spec: &str| rule_with(spec).to_rule(&Settings::default()).unwrap_err();
+        for spec in [
+            "kind: Secret, copyLabels: {add: {kopper.dev/replicated-by: r-1}}",
+            "kind: Secret, copyLabels: {add: {app.kubernetes.io/managed-by: me}}",
+            "kind: Secret, copyLabels: {add: {'not a key': x}}",
+            "kind: ConfigMap, secretType: Opaque",
+            "kind: Secret, secretType: kubernetes.io/service-account-token",
+        ] {
+            let refusal = refused(spec);
+            assert_eq!(refusal.reason, "InvalidShape", "{spec}");
+            assert!(refusal.message.contains("spec."), "names the field: {}", refusal.message);
+        }
+        let rule = rule_with(
+            "kind: Secret, keys: [ca.crt], secretType: Opaque, copyLabels: {exclude: [x/], add: {team: a}}, \
+             copyAnnotations: {include: [docs/]}, keepToolMarks: [ArgoCD], deletionPolicy: Orphan",
+        );
+        let shaped = rule.to_rule(&Settings::default()).unwrap();
+        assert_eq!(shaped.shape.keys, Some(["ca.crt".to_owned()].into()));
+        assert_eq!(shaped.shape.secret_type.as_deref(), Some("Opaque"));
+        assert_eq!(shaped.shape.extra_labels["team"], "a");
+        assert!(shaped.shape.labels.keep_tools.contains(&Tool::ArgoCd));
+        assert_eq!(shaped.shape.annotations.include, ["docs/"]);
+        assert_eq!(shaped.deletion_policy, DeletionPolicy::Orphan);
+    }
+
+    #[test]
+    fn a_source_copied_otherwise_than_asked_makes_the_rule_not_ready_and_names_the_fix() {
+        let problem = ShapeProblem::TypeNeedsKeys {
+            source: "src/tls".into(),
+            secret_type: "kubernetes.io/tls".into(),
+            keys: vec!["tls.crt", "tls.key"],
+        };
+        let missing = ShapeProblem::KeysMissing { source: "src/tls".into(), keys: vec!["x".into()] };
+        let findings = Findings {
+            sources_matched: 1,
+            wanted: 1,
+            copies_in_sync: 1,
+            shape_problems: vec![missing, problem],
+            ..Findings::default()
+        };
+        let (status, reason, message) = findings.readiness();
+        assert_eq!(
+            (status, reason),
+            ("False", "SecretTypeNeedsKeys"),
+            "a source not copied at all comes first"
+        );
+        assert!(message.contains("spec.secretType") && message.ends_with("(1 more like it)"), "{message}");
+    }
+
+    #[test]
     fn invalid_selector_is_refused() {
         let rule: ReplicationRule = serde_yaml::from_str(
             "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: r}\nspec: {kind: ConfigMap, \

@@ -135,7 +135,9 @@ pub struct ConfigMapSyncStatus {
     /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own;
     /// `DestinationRefused` that a named destination does not accept copies from here;
     /// `Progressing` that copies are still being written; `CopyBeingDeleted` that copies are
-    /// held in deletion by another controller's finalizer.
+    /// held in deletion by another controller's finalizer; `SourceKeysMissing` that the
+    /// ConfigMap lacks keys `keys` lists (the copies hold the others); `InvalidShape` that a
+    /// shaping field asks for what kopper never writes (the message names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

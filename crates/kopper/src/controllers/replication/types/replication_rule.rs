@@ -182,7 +182,10 @@ pub struct ReplicationRuleStatus {
     /// place; `WriteFailed`: writes fail and are retried; `Progressing`: copies are still
     /// being written (after a write met another writer, say); `CopyBeingDeleted`: copies are
     /// being deleted but held by another controller's finalizer, and are made again once
-    /// gone.
+    /// gone; `SourceKeysMissing`: a source lacks keys `keys` lists (its copies hold the
+    /// others); `SecretTypeNeedsKeys`: the keys kept lack what the copies' type requires, so
+    /// that source is not copied (set `secretType`); `InvalidShape`: a shaping field asks for
+    /// what kopper never writes (the message names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -196,7 +199,8 @@ pub struct CopyConflict {
     pub namespace: String,
     /// Name of the copy.
     pub name: String,
-    /// NotManagedByKopper or ClaimedByOtherRule.
+    /// NotManagedByKopper, ClaimedByOtherRule, or OrphanedCopy (a copy of another source
+    /// left by a rule deleted with `deletionPolicy: Orphan`).
     pub reason: String,
     /// Who holds the name.
     pub message: String,
