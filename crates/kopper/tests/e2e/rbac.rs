@@ -333,7 +333,39 @@ async fn expect_cleanups(admin: &Client) {
     })
     .await;
 
+    // A rule deleted with deletionPolicy Orphan leaves its copy (a patch of its labels), and
+    // the rule that replaces it takes the copy over (another patch).
     let rules: Api<ReplicationRule> = Api::all(admin.clone());
+    let orphan = json!({"spec": {"deletionPolicy": "Orphan"}});
+    rules.patch("secret-rule", &PatchParams::default(), &Patch::Merge(&orphan)).await.unwrap();
+    let mut successor = rules.get("secret-rule").await.unwrap();
+    rules.delete("secret-rule", &DeleteParams::default()).await.unwrap();
+    let secrets = Api::<Secret>::namespaced(admin.clone(), "team-a");
+    let labelled = |key: &'static str, value: &'static str| {
+        let secrets = secrets.clone();
+        move || {
+            let secrets = secrets.clone();
+            async move {
+                let copy = secrets.get_opt("shared-secret").await.unwrap()?;
+                let marks = copy.metadata.labels.unwrap_or_default().into_iter();
+                marks
+                    .chain(copy.metadata.annotations.unwrap_or_default())
+                    .any(|(k, v)| k == key && v == value)
+                    .then_some(())
+            }
+        }
+    };
+    eventually("secret-rule's copy left as an orphan", labelled("kopper.dev/orphaned", "true")).await;
+    successor.metadata =
+        kube::core::ObjectMeta { name: Some("secret-successor".into()), ..Default::default() };
+    successor.status = None;
+    rules.create(&PostParams::default(), &successor).await.unwrap();
+    eventually(
+        "the orphan taken over by secret-successor",
+        labelled("kopper.dev/rule", "ReplicationRule.secret-successor"),
+    )
+    .await;
+
     rules.delete("main-rule", &DeleteParams::default()).await.unwrap();
     eventually("main-rule's copies removed and its finalizer released", || async {
         let gone = !config_map_exists(admin, "team-a", "shared-settings").await
