@@ -204,3 +204,45 @@ async fn a_rule_whose_destinations_refuse_it_or_whose_source_is_missing_is_a_fin
     assert!(unmet.iter().any(|line| line == "the source team-a/nowhere does not exist"), "{report:#}");
     assert_eq!(report["summary"]["unmet"], 1, "{report:#}");
 }
+
+/// The CA sample: plan shows each copy as its rule shapes it (the keys and type written, the
+/// labels carried, the source's marks left out), never a value.
+#[tokio::test]
+async fn plan_shows_the_copies_as_their_rule_shapes_them() {
+    const CA_SAMPLE: &str = include_str!("../../../../config/samples/replicationrule-ca-bundle.yaml");
+    let cluster = cluster().await;
+    let source: k8s_openapi::api::core::v1::Secret = kopper::samples::of_kind(CA_SAMPLE, "Secret").unwrap();
+    Api::namespaced(cluster.client.clone(), "default").create(&PostParams::default(), &source).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "ca.yaml", CA_SAMPLE);
+
+    let plan = kopper_plan(&cluster, &["-f", &file, "--files-only"]).await;
+    assert_eq!(plan.code, Some(0), "{}{}", plan.stdout, plan.stderr);
+    assert!(
+        plan.stdout.contains(
+            "+ create  Secret team-a/platform-ca (from default/platform-ca); keys: ca.crt; type: Opaque; left out: \
+             app.kubernetes.io/instance, meta.helm.sh/release-name, meta.helm.sh/release-namespace"
+        ),
+        "{}",
+        plan.stdout
+    );
+    assert!(!plan.stdout.contains("PRIVATE KEY") && !plan.stdout.contains("CERTIFICATE"), "no value shown");
+
+    let plan = kopper_plan(&cluster, &["-f", &file, "--files-only", "-o", "json"]).await;
+    let report: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    let shaped = &report["rules"][0]["changes"][0]["shaped"];
+    assert_eq!(shaped["keys"], json!(["ca.crt"]), "{report:#}");
+    assert_eq!(shaped["secretType"], "Opaque");
+    assert_eq!(shaped["labels"], json!({"distribute": "ca-only", "trust": "platform-ca"}));
+
+    // Without the type, the rule would not get what it asks for: a finding that names the fix.
+    let untyped = write_file(dir.path(), "untyped.yaml", &CA_SAMPLE.replace("  secretType: Opaque\n", ""));
+    let plan = kopper_plan(&cluster, &["-f", &untyped, "--files-only"]).await;
+    assert_eq!(plan.code, Some(3), "{}{}", plan.stdout, plan.stderr);
+    assert!(
+        plan.stdout.contains("! unmet: default/platform-ca would be copied as a kubernetes.io/tls Secret"),
+        "{}",
+        plan.stdout
+    );
+    assert!(plan.stdout.contains("set spec.secretType"), "{}", plan.stdout);
+}
