@@ -133,10 +133,10 @@ pub fn copy_template<'a>(
 }
 
 /// The entries of `marks` that `copies` keeps, and the keys it leaves out.
-fn shaped_marks<'m>(
-    marks: &'m BTreeMap<String, String>,
+fn shaped_marks(
+    marks: &BTreeMap<String, String>,
     copies: impl Fn(&str, &str) -> bool,
-) -> (BTreeMap<String, String>, Vec<&'m str>) {
+) -> (BTreeMap<String, String>, Vec<&str>) {
     let mut kept = BTreeMap::new();
     let mut dropped = Vec::new();
     for (key, value) in marks {

@@ -546,10 +546,11 @@ pub struct CopyState {
     pub content: u64,
     /// [`shape_digest`] of its [`SHAPE_ANNOTATION`].
     pub shape: u64,
-    /// The uid of its source ([`SOURCE_UID_ANNOTATION`]) when it is a copy orphaned from its
-    /// rule ([`ORPHANED_LABEL`], kopper's managed-by label, no rule's label, no other
-    /// controller's mark): no rule's to delete, but a rule copying that source takes it over.
-    pub orphan_source: Option<Box<str>>,
+    /// A digest of the uid of its source ([`SOURCE_UID_ANNOTATION`]) when it is a copy
+    /// orphaned from its rule ([`ORPHANED_LABEL`], kopper's managed-by label, no rule's label,
+    /// no other controller's mark): no rule's to delete, but a rule copying that source takes
+    /// it over. A digest, as every copy holds the field.
+    pub orphan_source: Option<NonZeroU64>,
     pub immutable: bool,
     pub secret_type: Option<Arc<str>>,
     /// Has a deletion timestamp.
@@ -576,7 +577,7 @@ impl CopyState {
 
     /// Whether this is a copy orphaned from its rule, made from the source of uid `source`.
     pub fn orphan_of(&self, source: &str) -> bool {
-        self.orphan_source.as_deref() == Some(source)
+        self.orphan_source == Some(source_digest(source))
     }
 
     /// The state of a copy with this metadata and content.
@@ -623,7 +624,7 @@ impl CopyState {
             orphan_source: annotations
                 .get(SOURCE_UID_ANNOTATION)
                 .filter(|_| orphan)
-                .map(|uid| Box::from(uid.as_str())),
+                .map(|uid| source_digest(uid)),
             rule_uid: annotations.get(RULE_UID_ANNOTATION).map(|uid| Box::from(uid.as_str())),
             marks: Marks::new(labels, annotations),
             content: payload.digest(),
@@ -645,6 +646,11 @@ impl CopyState {
     pub fn deletable_by(&self, uid: &str) -> bool {
         self.rule_uid.as_deref().is_none_or(|own| own == uid)
     }
+}
+
+/// A digest of a source's uid, never zero.
+fn source_digest(uid: &str) -> NonZeroU64 {
+    NonZeroU64::new(digest(&(SOURCE_UID_ANNOTATION, uid))).unwrap_or(NonZeroU64::MIN)
 }
 
 /// A digest of a copy's [`SHAPE_ANNOTATION`] value (`None`: absent), to compare the shaping a

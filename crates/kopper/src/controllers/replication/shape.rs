@@ -117,8 +117,8 @@ impl Shape {
         }
         // Lists apart by a byte no key holds, keys apart by another.
         let mut input = String::new();
-        for list in [dropped_labels.iter().copied().collect::<Vec<_>>(), dropped_annotations.to_vec()] {
-            for key in list {
+        for list in [dropped_labels, dropped_annotations] {
+            for key in list.iter() {
                 input.push_str(key);
                 input.push('\n');
             }
