@@ -276,3 +276,39 @@ async fn a_rule_deleted_with_orphan_leaves_its_copies_for_the_rule_that_replaces
         cluster.copy_absent(namespace, "app-config").await;
     }
 }
+
+#[tokio::test]
+async fn a_config_map_sync_copies_only_the_keys_and_labels_it_asks_for() {
+    let cluster = Cluster::start().await;
+    cluster.namespace("team-a", json!({})).await;
+    let labels = json!({"app.kubernetes.io/instance": "web", "tier": "backend"});
+    let config_map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "settings", "labels": labels},
+        "data": {"public": "1", "internal": "2"},
+    }))
+    .unwrap();
+    cluster.config_maps("default").create(&PostParams::default(), &config_map).await.unwrap();
+    let sync: kopper::controllers::replication::types::ConfigMapSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ConfigMapSync",
+        "metadata": {"name": "public", "namespace": "default"},
+        "spec": {"sourceNamespace": "default", "destinationNamespace": "team-a", "configMapName": "settings",
+                 "keys": ["public", "absent"], "copyLabels": {"add": {"shared-by": "default"}}},
+    }))
+    .unwrap();
+    let syncs = Api::<kopper::controllers::replication::types::ConfigMapSync>::namespaced(
+        cluster.client.clone(),
+        "default",
+    );
+    syncs.create(&PostParams::default(), &sync).await.unwrap();
+
+    let copy = cluster.config_map_when("team-a", "settings", |_| true).await;
+    assert_eq!(keys(copy.data.as_ref()), ["public"]);
+    assert_eq!((copy.labels()["tier"].as_str(), copy.labels()["shared-by"].as_str()), ("backend", "default"));
+    assert!(!copy.labels().contains_key("app.kubernetes.io/instance"));
+    let status = eventually("the sync's status", || async {
+        let status = serde_json::to_value(syncs.get("public").await.unwrap().status?).unwrap();
+        (status["conditions"][0]["reason"] == "SourceKeysMissing").then_some(status)
+    })
+    .await;
+    assert!(status.to_string().contains("default/settings lacks absent"), "{status}");
+}
