@@ -152,14 +152,19 @@ impl Engine {
             Ok(rule) => rule,
             Err(refusal) => {
                 // A refused rule holds no copies: whatever it was allowed before (a source
-                // kopper no longer lets it read, say) is revoked.
+                // kopper no longer lets it read, say) is revoked; a shape it cannot write
+                // leaves its copies as they are (see `Refusal::revokes_copies`).
                 let id = object.rule_id();
                 let uid = object.meta().uid.clone().unwrap_or_default();
                 // The server is asked for copies the cache may have missed once, when the
                 // refusal is new; a rule that stays refused is woken often, and its copies
                 // are long gone.
-                let listing = refusal_listing(object.ready_reason().as_deref(), &refusal);
-                let removed = self.cleanup_with(ctx, &id, &uid, listing, DeletionPolicy::Delete).await;
+                let removed = if refusal.revokes_copies() {
+                    let listing = refusal_listing(object.ready_reason().as_deref(), &refusal);
+                    self.cleanup_with(ctx, &id, &uid, listing, DeletionPolicy::Delete).await
+                } else {
+                    Ok(Action::await_change())
+                };
                 let refused = RuleGauges { not_ready: true, ..RuleGauges::default() };
                 ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), Some(refused));
                 self.report(ctx, object, Err(refusal)).await?;

@@ -40,6 +40,17 @@ pub struct Refusal {
     pub message: String,
 }
 
+impl Refusal {
+    /// Whether the rule loses the copies it made. A spec asking for a shape kopper cannot
+    /// write (`InvalidShape`) revokes nothing: its copies stay as they are, not updated,
+    /// until the spec is fixed, whatever its `deletionPolicy` (a typo in an edit must not
+    /// empty every namespace). Any other refusal (a source kopper no longer lets the rule
+    /// read, say) revokes what the rule was allowed before.
+    pub fn revokes_copies(&self) -> bool {
+        self.reason != "InvalidShape"
+    }
+}
+
 /// What the engine found for one rule, for its status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Findings {
