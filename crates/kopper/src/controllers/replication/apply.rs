@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::desired::{Change, DesiredCopy};
 use super::model::{
     CopyKey, ORPHANED_LABEL, ObjectKind, REPLICATED_BY_LABEL, RULE_ANNOTATION, RULE_UID_ANNOTATION, is_copy,
-    is_orphan_of,
+    is_orphan_for, is_orphan_of,
 };
 
 /// Writes in flight at once for one rule.
@@ -287,8 +287,9 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     if current.uid.as_deref() != Some(existing_uid) {
         return Outcome::Raced(key.clone());
     }
-    // A copy orphaned from this very source is taken over by this write.
-    if !is_copy(&current) && !is_orphan_of(&current, &copy.source.uid) {
+    // A copy orphaned from this very source, or by a rule this one outranks, is taken over
+    // by this write.
+    if !is_copy(&current) && !is_orphan_for(&current, &copy.source.uid, copy.rule.kind) {
         return Outcome::Unmanaged(key.clone());
     }
     match rewrite(client, field_manager, copy, &current).await {

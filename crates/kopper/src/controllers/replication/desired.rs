@@ -711,13 +711,20 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
             plan.being_deleted += 1;
             return;
         }
-        Found::Orphan(state) if !state.orphan_of(&template.source.info.uid) => {
+        // Left by a rule of a kind this one outranks, of another source: replaced as any of
+        // this rule's copies would be.
+        Found::Orphan(state)
+            if !state.orphan_of(&template.source.info.uid) && !state.outranked_by(template.rule.kind) =>
+        {
             let key = template.key(namespace);
             return plan.changes.push(Change::Conflict { key, reason: ConflictReason::OrphanedCopy });
         }
         // Left by a rule that copied this very source here: taken over as it is when it holds
         // what this rule would write, apart from the rule's own marks.
-        Found::Orphan(state) if state.holds(template.content, template.shape, &template.adoptable) => {
+        Found::Orphan(state)
+            if state.orphan_of(&template.source.info.uid)
+                && state.holds(template.content, template.shape, &template.adoptable) =>
+        {
             let existing_uid = state.uid.to_string();
             let seen_version = state.seen_version();
             let copy = template.into_namespace(namespace);
@@ -819,6 +826,27 @@ pub fn cleanup<'c>(
             seen_version: copy.seen_version(),
         })
         .collect()
+}
+
+/// Deletions of the orphans a ConfigMapSync left (of `copies`, every copy of `kind`) in
+/// namespaces that no longer accept copies from its tenant, or have been protected since,
+/// as `policy` judges `namespaces` now: kopper's copies, made under a consent that is gone.
+/// A namespace being deleted takes its copies with it.
+pub fn orphans_without_consent<'c>(
+    kind: ObjectKind,
+    copies: impl IntoIterator<Item = (&'c str, &'c str, &'c CopyState)>,
+    namespaces: &BTreeMap<String, NamespaceInfo>,
+    policy: &crate::tenancy::DestinationPolicy,
+) -> Vec<Change> {
+    cleanup(
+        kind,
+        copies.into_iter().filter(|(namespace, _, copy)| {
+            namespaces.get(*namespace).is_some_and(|info| {
+                info.active
+                    && copy.orphaned_without_consent(|tenant| policy.allows(tenant, namespace, &info.consent))
+            })
+        }),
+    )
 }
 
 /// The rules an event on `object` concerns: those it is a source of, the one whose copy it

@@ -338,14 +338,15 @@ async fn an_edit_asking_for_a_shape_kopper_cannot_write_keeps_every_copy_as_it_i
             "  kind: ConfigMap\n  copyLabels:\n    add:\n      \"not a key!\": x\n",
         ),
     ] {
-        cluster.apply_rule(&invalid).await;
+        let generation = cluster.apply_rule(&invalid).await.metadata.generation;
+        // The refusal is reported after what it revokes is done.
         let status = cluster
             .rule_status("main-rule", |s| {
-                s["conditions"][0]["reason"] == "InvalidShape" && s["conditions"][0]["status"] == "False"
+                s["observedGeneration"] == json!(generation) && s["conditions"][0]["reason"] == "InvalidShape"
             })
             .await;
+        assert_eq!(status["conditions"][0]["status"], "False");
         assert!(status["conditions"][0]["message"].as_str().unwrap().contains("spec."), "{status}");
-        cluster.idle_pass().await;
         for (namespace, uid) in namespaces.iter().zip(&uids) {
             let copy = cluster.config_maps(namespace).get("app-config").await.unwrap();
             assert_eq!(copy.uid().as_ref(), Some(uid), "the copy in {namespace} stays");
