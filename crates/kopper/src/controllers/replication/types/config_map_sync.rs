@@ -90,8 +90,12 @@ pub struct ConfigMapSyncSpec {
     pub keep_tool_marks: Vec<ToolMarks>,
 
     /// What becomes of the copies when this object is deleted: `Delete` (the default) or
-    /// `Orphan`: they stay, no longer updated, for a rule copying the same source into the
-    /// same place to take over without deleting or rewriting them.
+    /// `Orphan`: they stay, no longer updated, labelled `kopper.dev/orphaned: "true"`, for a
+    /// rule copying the same source into the same place to take over (with one metadata patch
+    /// if the source did not change meanwhile; rewritten otherwise, deleted and created again
+    /// if immutable or of another Secret type). Nothing deletes a ReplicationRule's orphans
+    /// automatically (`kubectl get cm,secret -A -l kopper.dev/orphaned=true` lists them); a
+    /// ConfigMapSync's go when their namespace no longer accepts copies from its namespace.
     #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
     pub deletion_policy: DeletionPolicy,
 }

@@ -31,6 +31,13 @@ use super::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.secretType) || self.kind == 'Secret'",
+        "message": "secretType applies to kind Secret only; remove it",
+        "fieldPath": ".secretType"
+    }
+]))]
 pub struct ReplicationRuleSpec {
     /// What to copy: ConfigMap or Secret.
     pub kind: ReplicatedKind,
@@ -90,7 +97,14 @@ pub struct ReplicationRuleSpec {
     /// Ready=False with reason `SecretTypeNeedsKeys`. Credential types (see
     /// `credentialTypes`) can be neither copied nor written by naming them here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9/]+$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[-._a-zA-Z0-9/]+$"),
+        extend("x-kubernetes-validations" = [{
+            "rule": "!(self in ['kubernetes.io/service-account-token', 'bootstrap.kubernetes.io/token', 'helm.sh/release.v1'])",
+            "message": "a credential type of the cluster, which kopper never writes from another type; remove it"
+        }])
+    )]
     pub secret_type: Option<String>,
 
     /// Which labels of the source the copies carry, and labels added to every copy.
@@ -111,8 +125,12 @@ pub struct ReplicationRuleSpec {
     pub keep_tool_marks: Vec<ToolMarks>,
 
     /// What becomes of the copies when this rule is deleted: `Delete` (the default) or
-    /// `Orphan`: they stay, no longer updated, for a rule copying the same source into the
-    /// same place to take over without deleting or rewriting them.
+    /// `Orphan`: they stay, no longer updated, labelled `kopper.dev/orphaned: "true"`, for a
+    /// rule copying the same source into the same place to take over (with one metadata patch
+    /// if the source did not change meanwhile; rewritten otherwise, deleted and created again
+    /// if immutable or of another Secret type). Nothing deletes a ReplicationRule's orphans
+    /// automatically (`kubectl get cm,secret -A -l kopper.dev/orphaned=true` lists them); a
+    /// ConfigMapSync's go when their namespace no longer accepts copies from its namespace.
     #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
     pub deletion_policy: DeletionPolicy,
 }
@@ -280,5 +298,22 @@ mod tests {
         assert_eq!(add["maxProperties"], 32);
         let rules = add["x-kubernetes-validations"].to_string();
         assert!(rules.contains("kopper.dev/") && rules.contains("app.kubernetes.io/managed-by"), "{rules}");
+    }
+
+    #[test]
+    fn schema_refuses_what_kopper_would_refuse_as_an_invalid_shape() {
+        let spec = &schema()["properties"]["spec"];
+        let rules = spec["x-kubernetes-validations"].to_string();
+        assert!(rules.contains("!has(self.secretType) || self.kind == 'Secret'"), "{rules}");
+        let credential = spec["properties"]["secretType"]["x-kubernetes-validations"].to_string();
+        for kind in crate::tenancy::CREDENTIAL_SECRET_TYPES {
+            assert!(credential.contains(&format!("'{kind}'")), "{credential}");
+        }
+        let add = &spec["properties"]["copyLabels"]["properties"]["add"]["x-kubernetes-validations"];
+        // The pattern kopper checks with, as a CEL string literal.
+        let matches = format!("key.matches('{}')", crate::crds::LABEL_KEY_PATTERN.replace('\\', "\\\\"));
+        let rules: Vec<&str> =
+            add.as_array().unwrap().iter().filter_map(|rule| rule["rule"].as_str()).collect();
+        assert!(rules.iter().any(|rule| rule.contains(&matches)), "{rules:?}");
     }
 }
