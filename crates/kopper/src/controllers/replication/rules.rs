@@ -104,8 +104,7 @@ impl Findings {
 
     /// The shape problem the Ready condition names: a source not copied at all first.
     fn shape_problem(&self) -> Option<&ShapeProblem> {
-        let not_copied = |problem: &&ShapeProblem| matches!(problem, ShapeProblem::TypeNeedsKeys { .. });
-        self.shape_problems.iter().find(not_copied).or(self.shape_problems.first())
+        self.shape_problems.iter().find(|problem| problem.refuses_copy()).or(self.shape_problems.first())
     }
 
     /// The `Ready` condition's status, reason and message.

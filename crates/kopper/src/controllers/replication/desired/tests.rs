@@ -1346,3 +1346,38 @@ fn a_sync_s_orphans_go_where_consent_is_withdrawn_or_the_namespace_is_protected(
         .collect();
     assert_eq!(deleted, ["withdrawn", "kopper-system"], "a ReplicationRule's orphan is no tenant's");
 }
+
+#[test]
+fn a_source_holding_none_of_the_listed_keys_is_not_copied_and_its_copies_are_kept() {
+    let keys: BTreeSet<String> = (0..256).map(|n| format!("key-{n:03}")).collect();
+    let rule = shaped(rule("r", 1), Shape { keys: Some(keys), ..Shape::default() });
+    let info = source("src", "cfg", "u1", "1");
+    let ns = namespaces(&["src", "a", "b"]);
+    let objects = [info.clone()];
+    let rules = [rule.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let sources = payloads(&[&objects[0]], "v1");
+    // A copy of the whole ConfigMap, written before the rule listed its keys; none in b.
+    let full = copy_template(
+        &rule.id,
+        RULE_UID,
+        ObjectKind::ConfigMap,
+        &read(&info, payload("v1")),
+        &Shape::default(),
+    )
+    .into_namespace("a");
+    let existing = [(full.key.clone(), written(&full))].into();
+
+    let plan = plan_rule(&rule, &world, &sources, &existing);
+
+    assert_eq!(plan.writes().count(), 0, "no empty copy written, none deleted: {:?}", plan.changes);
+    let [problem] = plan.shape_problems.as_slice() else { panic!("{:?}", plan.shape_problems) };
+    assert_eq!(problem.reason(), "SourceKeysMissing");
+    let message = problem.message();
+    assert!(
+        message.contains("src/cfg holds none of the keys") && message.contains("not copied"),
+        "{message}"
+    );
+    assert!(message.contains("key-000, key-001, key-002, key-003, key-004 and 251 more"), "{message}");
+    assert!(message.len() < 300, "a bounded message: {} characters", message.len());
+}

@@ -84,8 +84,11 @@ pub struct ReplicationRuleSpec {
 
     /// Only these keys of each source are copied (`data` and `binaryData` of a ConfigMap,
     /// `data` of a Secret); empty: every key. A listed key a source lacks is reported in the
-    /// Ready condition (reason `SourceKeysMissing`) and the copy holds the others. At most
-    /// 256 keys.
+    /// Ready condition (reason `SourceKeysMissing`) and the copy holds the others; a source
+    /// holding none of them is not copied (its copies are left as they are). Only data is
+    /// filtered: labels and annotations follow `copyLabels` and `copyAnnotations`, and an
+    /// annotation that embeds the whole object (kapp's `kapp.k14s.io/original`, kept only
+    /// with `keepToolMarks: [Kapp]`) would carry every key. At most 256 keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256), inner(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$")))]
     pub keys: Vec<String>,
@@ -201,7 +204,7 @@ pub struct ReplicationRuleStatus {
     /// being written (after a write met another writer, say); `CopyBeingDeleted`: copies are
     /// being deleted but held by another controller's finalizer, and are made again once
     /// gone; `SourceKeysMissing`: a source lacks keys `keys` lists (its copies hold the
-    /// others); `SecretTypeNeedsKeys`: the keys kept lack what the copies' type requires, so
+    /// others; one lacking them all is not copied); `SecretTypeNeedsKeys`: the keys kept lack what the copies' type requires, so
     /// that source is not copied (set `secretType`); `InvalidShape`: a shaping field asks for
     /// what kopper never writes (the message names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
