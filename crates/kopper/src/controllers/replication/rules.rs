@@ -755,4 +755,25 @@ mod tests {
         .unwrap();
         assert_eq!(rule.to_rule(&Settings::default()).unwrap_err().reason, "InvalidSelector");
     }
+
+    /// What kopper refuses as `InvalidShape` (and checks again here, for servers without CEL)
+    /// the schema refuses first on kube-apiserver 1.25+.
+    #[test]
+    fn schema_refuses_what_kopper_would_refuse_as_an_invalid_shape() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(ReplicationRule::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let rules = spec["x-kubernetes-validations"].to_string();
+        assert!(rules.contains("!has(self.secretType) || self.kind == 'Secret'"), "{rules}");
+        let credential = spec["properties"]["secretType"]["x-kubernetes-validations"].to_string();
+        for kind in crate::tenancy::CREDENTIAL_SECRET_TYPES {
+            assert!(credential.contains(&format!("'{kind}'")), "{credential}");
+        }
+        let add = &spec["properties"]["copyLabels"]["properties"]["add"]["x-kubernetes-validations"];
+        // The pattern kopper checks with, as a CEL string literal.
+        let matches = format!("key.matches('{}')", crate::crds::LABEL_KEY_PATTERN.replace('\\', "\\\\"));
+        let rules: Vec<&str> =
+            add.as_array().unwrap().iter().filter_map(|rule| rule["rule"].as_str()).collect();
+        assert!(rules.iter().any(|rule| rule.contains(&matches)), "{rules:?}");
+    }
 }
