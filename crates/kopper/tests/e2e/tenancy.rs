@@ -874,3 +874,83 @@ async fn a_tenant_s_orphaned_copy_is_neither_taken_over_nor_deleted_by_another_t
     .await;
     tenancy.stop().await;
 }
+
+/// alice shares `trusted-ca` into tenant-b (and tenant-c) with `deletionPolicy: Orphan`, then
+/// deletes her ConfigMapSync: the copies stay, as orphans, until it is gone.
+async fn alice_s_orphans(tenancy: &Tenancy) {
+    tenancy.consent("tenant-b", Some("tenant-a")).await;
+    namespace(&tenancy.admin, "tenant-c", json!({"annotations": {CONSENT: "tenant-a"}})).await;
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "trusted-ca", json!({"ca": "alice's"}))
+        .await;
+    tenancy
+        .alice_syncs(
+            "share",
+            json!({"sourceNamespace": "tenant-a", "destinationNamespaces": ["tenant-b", "tenant-c"],
+                   "configMapName": "trusted-ca", "deletionPolicy": "Orphan"}),
+        )
+        .await;
+    tenancy.sync_status("share", |s| s["syncedCount"] == 2).await;
+    let syncs = Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a");
+    syncs.delete("share", &Default::default()).await.unwrap();
+    eventually("the ConfigMapSync gone", || async {
+        syncs.get_opt("share").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    for namespace in ["tenant-b", "tenant-c"] {
+        let copy = tenancy.config_maps(&tenancy.admin, namespace).get("trusted-ca").await.unwrap();
+        assert_eq!(copy.labels().get("kopper.dev/orphaned").map(String::as_str), Some("true"), "{namespace}");
+    }
+}
+
+/// An orphan ranks no higher than the rule that left it: a tenant cannot keep a copy the
+/// admin's rule provides by deleting their ConfigMapSync with `deletionPolicy: Orphan` first.
+#[tokio::test]
+async fn an_admin_rule_replaces_what_a_tenant_s_deleted_sync_left_behind() {
+    let tenancy = Tenancy::start().await;
+    alice_s_orphans(&tenancy).await;
+    namespace(&tenancy.admin, "platform", json!({})).await;
+    let ca: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "trusted-ca", "labels": {"trust": "yes"}}, "data": {"ca": "the cluster's"}}),
+    )
+    .unwrap();
+    tenancy.config_maps(&tenancy.admin, "platform").create(&PostParams::default(), &ca).await.unwrap();
+    admin_rule(
+        &tenancy.admin,
+        "trusted-ca",
+        json!({"kind": "ConfigMap", "namespaces": ["platform"], "selector": {"matchLabels": {"trust": "yes"}},
+               "includeNamespaces": ["tenant-b"]}),
+    )
+    .await;
+
+    let copies = tenancy.config_maps(&tenancy.bob, "tenant-b");
+    eventually("the admin's copy in place of alice's orphan", || async {
+        let copy = copies.get("trusted-ca").await.unwrap();
+        (copy.data?["ca"] == "the cluster's").then_some(())
+    })
+    .await;
+    let status = rule_status(&tenancy.admin, "trusted-ca", |s| s["copiesInSync"] == 1).await;
+    assert_eq!(status["conflictCount"], 0, "{status}");
+    let copy = copies.get("trusted-ca").await.unwrap();
+    assert!(!copy.labels().contains_key("kopper.dev/orphaned"));
+    tenancy.stop().await;
+}
+
+/// An orphan a ConfigMapSync left is kopper's copy made under the destination's consent:
+/// withdrawing it removes the orphan too (the sweep runs at start and every minute), while
+/// an orphan where consent stands is left alone.
+#[tokio::test]
+async fn withdrawing_consent_removes_what_a_deleted_sync_left_behind() {
+    let mut tenancy = Tenancy::start().await;
+    alice_s_orphans(&tenancy).await;
+
+    tenancy.consent("tenant-b", None).await;
+    tenancy.restart_kopper(&[]).await;
+
+    eventually("alice's orphan gone from tenant-b", || async {
+        (tenancy.holders("trusted-ca").await == ["tenant-a", "tenant-c"]).then_some(())
+    })
+    .await;
+    let kept = tenancy.config_maps(&tenancy.admin, "tenant-c").get("trusted-ca").await.unwrap();
+    assert_eq!(kept.data.unwrap()["ca"], "alice's", "consent stands in tenant-c: its orphan stays");
+    tenancy.stop().await;
+}

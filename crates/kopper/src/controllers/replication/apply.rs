@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::desired::{Change, DesiredCopy};
 use super::model::{
     CopyKey, ORPHANED_LABEL, ObjectKind, REPLICATED_BY_LABEL, RULE_ANNOTATION, RULE_UID_ANNOTATION, is_copy,
-    is_orphan_of,
+    is_orphan_for, is_orphan_of,
 };
 
 /// Writes in flight at once for one rule.
@@ -38,6 +38,10 @@ pub enum WriteError {
         #[source]
         source: kube::Error,
     },
+    /// Changed by someone else each time kopper tried to mark it an orphan, and still its
+    /// rule's copy: the rule's finalizer is kept, and the orphaning tried again.
+    #[error("leaving {key} as an orphan: it changed while kopper marked it; trying again")]
+    OrphanRaced { key: CopyKey },
 }
 
 /// What a plan's execution did.
@@ -152,10 +156,36 @@ async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> 
                 .await
             {
                 Ok(version) => Outcome::Orphaned(key.clone(), version),
+                // Lost a race: done only if the copy is no longer the rule's, as read now;
+                // otherwise the rule's cleanup fails and keeps its finalizer, so the orphan
+                // sweep never finds the copy still labelled for a rule that is gone.
+                Err(Outcome::Raced(_)) => match look(client, key).await {
+                    Ok(current) => after_lost_orphaning(key, current.as_ref(), rule),
+                    Err(source) => Outcome::Failed(WriteError::Write { key: key.clone(), source }),
+                },
                 Err(outcome) => outcome,
             }
         }
         Change::Conflict { .. } => Outcome::Skipped,
+    }
+}
+
+/// What came of an orphaning of the copy at `key` (of the rule labelled `rule`) that lost a
+/// race, given the object there as read after it (`current`): orphaned after all (by a
+/// concurrent attempt), gone or no longer the rule's (nothing left to orphan), or still the
+/// rule's copy, which is a failure to retry.
+fn after_lost_orphaning(key: &CopyKey, current: Option<&ObjectMeta>, rule: &str) -> Outcome {
+    let Some(meta) = current else { return Outcome::Skipped };
+    let labels = meta.labels.as_ref();
+    let label = |name: &str| labels.and_then(|labels| labels.get(name)).map(String::as_str);
+    if is_copy(meta) && label(REPLICATED_BY_LABEL) == Some(rule) {
+        return Outcome::Failed(WriteError::OrphanRaced { key: key.clone() });
+    }
+    match (label(ORPHANED_LABEL), &meta.resource_version) {
+        (Some("true"), Some(version)) if label(REPLICATED_BY_LABEL).is_none() => {
+            Outcome::Orphaned(key.clone(), version.clone())
+        }
+        _ => Outcome::Skipped,
     }
 }
 
@@ -257,8 +287,9 @@ async fn update(client: &Client, field_manager: &str, copy: &DesiredCopy, existi
     if current.uid.as_deref() != Some(existing_uid) {
         return Outcome::Raced(key.clone());
     }
-    // A copy orphaned from this very source is taken over by this write.
-    if !is_copy(&current) && !is_orphan_of(&current, &copy.source.uid) {
+    // A copy orphaned from this very source, or by a rule this one outranks, is taken over
+    // by this write.
+    if !is_copy(&current) && !is_orphan_for(&current, &copy.source.uid, copy.rule.kind) {
         return Outcome::Unmanaged(key.clone());
     }
     match rewrite(client, field_manager, copy, &current).await {

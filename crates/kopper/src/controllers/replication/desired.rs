@@ -173,6 +173,9 @@ pub fn shaped_payload(shape: &Shape, kind: ObjectKind, payload: &Payload) -> Pay
 pub enum ShapeProblem {
     /// The source (`namespace/name`) lacks keys the rule lists; its copies hold the others.
     KeysMissing { source: String, keys: Vec<String> },
+    /// The source lacks every key the rule lists: an empty copy would serve no one, so the
+    /// source is not copied and its copies are left as they are.
+    NoListedKey { source: String, keys: Vec<String> },
     /// The copy's type requires keys the rule leaves out: the API server would refuse it, so
     /// the source is not copied and its copies are left as they are.
     TypeNeedsKeys { source: String, secret_type: String, keys: Vec<&'static str> },
@@ -181,7 +184,7 @@ pub enum ShapeProblem {
 impl ShapeProblem {
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::KeysMissing { .. } => "SourceKeysMissing",
+            Self::KeysMissing { .. } | Self::NoListedKey { .. } => "SourceKeysMissing",
             Self::TypeNeedsKeys { .. } => "SecretTypeNeedsKeys",
         }
     }
@@ -190,15 +193,38 @@ impl ShapeProblem {
         match self {
             Self::KeysMissing { source, keys } => format!(
                 "{source} lacks {} listed in spec.keys; its copies hold the other listed keys",
-                keys.join(", ")
+                listed(keys)
+            ),
+            Self::NoListedKey { source, keys } => format!(
+                "{source} holds none of the keys spec.keys lists ({}), so it is not copied; its copies are left \
+                 as they are meanwhile",
+                listed(keys)
             ),
             Self::TypeNeedsKeys { source, secret_type, keys } => format!(
                 "{source} would be copied as a {secret_type} Secret without {}, which that type requires and \
                  spec.keys leaves out; set spec.secretType (Opaque, say) or list those keys in spec.keys. \
                  Its copies are left as they are meanwhile",
-                keys.join(", ")
+                listed(keys)
             ),
         }
+    }
+
+    /// Whether the source is not copied at all (its copies are left as they are).
+    pub fn refuses_copy(&self) -> bool {
+        matches!(self, Self::NoListedKey { .. } | Self::TypeNeedsKeys { .. })
+    }
+}
+
+/// Keys named in a status message and an Event: a few, and how many more (a rule may list
+/// 256 keys of 253 characters).
+const NAMED_KEYS: usize = 5;
+
+/// `keys` for a message: the first [`NAMED_KEYS`], then a count of the others.
+fn listed(keys: &[impl AsRef<str>]) -> String {
+    let named: Vec<&str> = keys.iter().take(NAMED_KEYS).map(AsRef::as_ref).collect();
+    match keys.len().saturating_sub(NAMED_KEYS) {
+        0 => named.join(", "),
+        more => format!("{} and {more} more", named.join(", ")),
     }
 }
 
@@ -211,6 +237,11 @@ pub fn shape_problems_of(shape: &Shape, kind: ObjectKind, source: &Source) -> Ve
     let name = || format!("{}/{}", source.info.namespace, source.info.name);
     let mut problems = Vec::new();
     let missing = shape.missing_keys(&present);
+    let listed = shape.keys.as_ref().map_or(0, BTreeSet::len);
+    if listed > 0 && missing.len() == listed {
+        let keys = missing.into_iter().map(str::to_owned).collect();
+        return vec![ShapeProblem::NoListedKey { source: name(), keys }];
+    }
     if !missing.is_empty() {
         problems.push(ShapeProblem::KeysMissing {
             source: name(),
@@ -591,8 +622,7 @@ impl<'a> RulePass<'a> {
             // wanted, not written.
             source_names.insert(source.info.name.as_str());
             let problems = shape_problems_of(&rule.shape, rule.kind, source);
-            let refused =
-                problems.iter().any(|problem| matches!(problem, ShapeProblem::TypeNeedsKeys { .. }));
+            let refused = problems.iter().any(ShapeProblem::refuses_copy);
             shape_problems.extend(problems);
             if !refused {
                 templates.push(copy_template(&rule.id, &rule.uid, rule.kind, source, &rule.shape));
@@ -711,13 +741,20 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
             plan.being_deleted += 1;
             return;
         }
-        Found::Orphan(state) if !state.orphan_of(&template.source.info.uid) => {
+        // Left by a rule of a kind this one outranks, of another source: replaced as any of
+        // this rule's copies would be.
+        Found::Orphan(state)
+            if !state.orphan_of(&template.source.info.uid) && !state.outranked_by(template.rule.kind) =>
+        {
             let key = template.key(namespace);
             return plan.changes.push(Change::Conflict { key, reason: ConflictReason::OrphanedCopy });
         }
         // Left by a rule that copied this very source here: taken over as it is when it holds
         // what this rule would write, apart from the rule's own marks.
-        Found::Orphan(state) if state.holds(template.content, template.shape, &template.adoptable) => {
+        Found::Orphan(state)
+            if state.orphan_of(&template.source.info.uid)
+                && state.holds(template.content, template.shape, &template.adoptable) =>
+        {
             let existing_uid = state.uid.to_string();
             let seen_version = state.seen_version();
             let copy = template.into_namespace(namespace);
@@ -819,6 +856,27 @@ pub fn cleanup<'c>(
             seen_version: copy.seen_version(),
         })
         .collect()
+}
+
+/// Deletions of the orphans a ConfigMapSync left (of `copies`, every copy of `kind`) in
+/// namespaces that no longer accept copies from its tenant, or have been protected since,
+/// as `policy` judges `namespaces` now: kopper's copies, made under a consent that is gone.
+/// A namespace being deleted takes its copies with it.
+pub fn orphans_without_consent<'c>(
+    kind: ObjectKind,
+    copies: impl IntoIterator<Item = (&'c str, &'c str, &'c CopyState)>,
+    namespaces: &BTreeMap<String, NamespaceInfo>,
+    policy: &crate::tenancy::DestinationPolicy,
+) -> Vec<Change> {
+    cleanup(
+        kind,
+        copies.into_iter().filter(|(namespace, _, copy)| {
+            namespaces.get(*namespace).is_some_and(|info| {
+                info.active
+                    && copy.orphaned_without_consent(|tenant| policy.allows(tenant, namespace, &info.consent))
+            })
+        }),
+    )
 }
 
 /// The rules an event on `object` concerns: those it is a source of, the one whose copy it

@@ -19,7 +19,8 @@ use super::cache::Caches;
 use super::cache::copies::CopyIndex;
 use super::cache::scoped::{METADATA_PAGE_SIZE, ScopeNotReady};
 use super::desired::{
-    Change, ConflictReason, RulePass, RulePlan, World, cleanup, on_rule_deleted, source_namespaces,
+    Change, ConflictReason, RulePass, RulePlan, World, cleanup, on_rule_deleted, orphans_without_consent,
+    source_namespaces,
 };
 use super::metrics::SOURCE_TO_COPY_SECONDS;
 use super::model::{
@@ -152,14 +153,19 @@ impl Engine {
             Ok(rule) => rule,
             Err(refusal) => {
                 // A refused rule holds no copies: whatever it was allowed before (a source
-                // kopper no longer lets it read, say) is revoked.
+                // kopper no longer lets it read, say) is revoked; a shape it cannot write
+                // leaves its copies as they are (see `Refusal::revokes_copies`).
                 let id = object.rule_id();
                 let uid = object.meta().uid.clone().unwrap_or_default();
                 // The server is asked for copies the cache may have missed once, when the
                 // refusal is new; a rule that stays refused is woken often, and its copies
                 // are long gone.
-                let listing = refusal_listing(object.ready_reason().as_deref(), &refusal);
-                let removed = self.cleanup_with(ctx, &id, &uid, listing, DeletionPolicy::Delete).await;
+                let removed = if refusal.revokes_copies() {
+                    let listing = refusal_listing(object.ready_reason().as_deref(), &refusal);
+                    self.cleanup_with(ctx, &id, &uid, listing, DeletionPolicy::Delete).await
+                } else {
+                    Ok(Action::await_change())
+                };
                 let refused = RuleGauges { not_ready: true, ..RuleGauges::default() };
                 ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), Some(refused));
                 self.report(ctx, object, Err(refusal)).await?;
@@ -296,18 +302,38 @@ impl Engine {
 
     /// Deletes copies whose rule no longer exists: left behind when a rule's finalizer
     /// was removed by hand, or kopper was uninstalled and reinstalled in between. Such a
-    /// rule's share of the rule gauges goes too, as its cleanup never ran.
+    /// rule's share of the rule gauges goes too, as its cleanup never ran. Deletes too the
+    /// orphans ConfigMapSyncs left where their tenant's consent is gone.
     pub async fn collect_orphans(&self, ctx: &Context) {
         let ids = self.router.rules.all_ids();
         let live: HashSet<(&str, String)> =
             ids.iter().map(|id| (controller_of(id.kind), id.to_string())).collect();
         ctx.metrics.retain_rule_gauges(|controller, rule| live.contains(&(controller, rule.to_owned())));
         let rules: HashSet<String> = ids.iter().map(RuleId::label_value).collect();
-        let changes = self.copies_where(|copy| is_orphan(copy, &rules));
-        if changes.is_empty() {
+        let mut changes = self.copies_where(|copy| is_orphan(copy, &rules));
+        let namespaces = self.namespaces();
+        let withdrawn: Vec<Change> = ObjectKind::ALL
+            .into_iter()
+            .flat_map(|kind| {
+                let copies = self.caches.copies(kind).read();
+                orphans_without_consent(
+                    kind,
+                    CopyIndex::all(&copies),
+                    &namespaces,
+                    &ctx.settings.destinations,
+                )
+            })
+            .collect();
+        if changes.is_empty() && withdrawn.is_empty() {
             return;
         }
-        tracing::info!(copies = changes.len(), "deleting copies whose rule no longer exists");
+        tracing::info!(
+            copies = changes.len(),
+            orphans = withdrawn.len(),
+            "deleting copies whose rule no longer exists, and orphans of ConfigMapSyncs whose destination no \
+             longer consents"
+        );
+        changes.extend(withdrawn);
         let applied =
             apply::execute(&ctx.client, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME), &changes).await;
         applied.removed.iter().for_each(|_| ctx.metrics.wrote(RULE_CONTROLLER));

@@ -236,7 +236,8 @@ fn pass_inputs<K: Resource>(object: &K) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Deletes copies whose rule is gone once the caches are ready, then every
+/// Deletes copies whose rule is gone (and a ConfigMapSync's orphans whose destination no
+/// longer consents) once the caches are ready, then every
 /// [`ORPHAN_SWEEP_INTERVAL`], until shutdown. The sweep reads only the caches.
 async fn collect_orphans(engine: Arc<Engine>, ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send) {
     let sweeps = async {

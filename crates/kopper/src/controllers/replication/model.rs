@@ -551,6 +551,11 @@ pub struct CopyState {
     /// no other controller's mark): no rule's to delete, but a rule copying that source takes
     /// it over. A digest, as every copy holds the field.
     pub orphan_source: Option<NonZeroU64>,
+    /// For such an orphan left by a ConfigMapSync (as its [`RULE_ANNOTATION`] says), the
+    /// tenant's namespace, whose consent it was made under: an orphan ranks no higher than
+    /// the kind of rule that left it ([`CopyState::outranked_by`]), and goes when that
+    /// consent does ([`CopyState::orphaned_without_consent`]).
+    pub orphan_tenant: Option<Arc<str>>,
     pub immutable: bool,
     pub secret_type: Option<Arc<str>>,
     /// Has a deletion timestamp.
@@ -580,6 +585,21 @@ impl CopyState {
         self.orphan_source == Some(source_digest(source))
     }
 
+    /// Whether a rule of `kind` writing its own copy here replaces this orphan of another
+    /// source: an orphan ranks as the kind of rule that left it, so the admin's
+    /// ReplicationRule replaces what a tenant's ConfigMapSync left, never the other way.
+    pub fn outranked_by(&self, kind: RuleKind) -> bool {
+        self.orphan_tenant.is_some() && kind == RuleKind::ReplicationRule
+    }
+
+    /// Whether this is an orphan a ConfigMapSync left in `namespace` that kopper would no
+    /// longer copy into there from that tenant (`allowed`: whether the destination policy
+    /// lets the tenant named write into the namespace now): kopper's copy made under a
+    /// consent that is gone (withdrawn, or the namespace protected since).
+    pub fn orphaned_without_consent(&self, allowed: impl FnOnce(&str) -> bool) -> bool {
+        self.orphan_tenant.as_deref().is_some_and(|tenant| !allowed(tenant))
+    }
+
     /// The state of a copy with this metadata and content.
     pub fn new(meta: &ObjectMeta, payload: &Payload) -> Self {
         let empty = BTreeMap::new();
@@ -595,6 +615,7 @@ impl CopyState {
         if has_controller_owner(meta) {
             state.rule = None;
             state.orphan_source = None;
+            state.orphan_tenant = None;
         }
         state
     }
@@ -625,6 +646,11 @@ impl CopyState {
                 .get(SOURCE_UID_ANNOTATION)
                 .filter(|_| orphan)
                 .map(|uid| source_digest(uid)),
+            orphan_tenant: annotations
+                .get(RULE_ANNOTATION)
+                .filter(|_| orphan)
+                .and_then(|rule| config_map_sync_namespace(rule))
+                .map(Arc::from),
             rule_uid: annotations.get(RULE_UID_ANNOTATION).map(|uid| Box::from(uid.as_str())),
             marks: Marks::new(labels, annotations),
             content: payload.digest(),
@@ -646,6 +672,13 @@ impl CopyState {
     pub fn deletable_by(&self, uid: &str) -> bool {
         self.rule_uid.as_deref().is_none_or(|own| own == uid)
     }
+}
+
+/// The namespace of the ConfigMapSync a [`RULE_ANNOTATION`] names (`ConfigMapSync.<name>.
+/// <namespace>`: a namespace holds no dot), if it names one.
+fn config_map_sync_namespace(rule: &str) -> Option<&str> {
+    let (_, namespace) = rule.strip_prefix("ConfigMapSync.")?.rsplit_once('.')?;
+    (!namespace.is_empty()).then_some(namespace)
 }
 
 /// A digest of a source's uid, never zero.
@@ -675,6 +708,14 @@ pub fn is_copy(meta: &ObjectMeta) -> bool {
 /// its rule and made from the source of uid `source` (see [`CopyState::orphan_source`]).
 pub fn is_orphan_of(meta: &ObjectMeta, source: &str) -> bool {
     CopyState::new(meta, &Payload::default()).orphan_of(source)
+}
+
+/// Whether the object `meta` describes, as a fresh read shows it, is a copy orphaned from
+/// its rule that a rule of `kind` copying the source of uid `source` may write over: an
+/// orphan of that source, or one left by a rule of a kind `kind` outranks.
+pub fn is_orphan_for(meta: &ObjectMeta, source: &str, kind: RuleKind) -> bool {
+    let state = CopyState::new(meta, &Payload::default());
+    state.orphan_of(source) || (state.orphan_source.is_some() && state.outranked_by(kind))
 }
 
 /// `version` as a number, if writing the number back gives `version` again (resourceVersions

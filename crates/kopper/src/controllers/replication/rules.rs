@@ -40,6 +40,17 @@ pub struct Refusal {
     pub message: String,
 }
 
+impl Refusal {
+    /// Whether the rule loses the copies it made. A spec asking for a shape kopper cannot
+    /// write (`InvalidShape`) revokes nothing: its copies stay as they are, not updated,
+    /// until the spec is fixed, whatever its `deletionPolicy` (a typo in an edit must not
+    /// empty every namespace). Any other refusal (a source kopper no longer lets the rule
+    /// read, say) revokes what the rule was allowed before.
+    pub fn revokes_copies(&self) -> bool {
+        self.reason != "InvalidShape"
+    }
+}
+
 /// What the engine found for one rule, for its status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Findings {
@@ -93,8 +104,7 @@ impl Findings {
 
     /// The shape problem the Ready condition names: a source not copied at all first.
     fn shape_problem(&self) -> Option<&ShapeProblem> {
-        let not_copied = |problem: &&ShapeProblem| matches!(problem, ShapeProblem::TypeNeedsKeys { .. });
-        self.shape_problems.iter().find(not_copied).or(self.shape_problems.first())
+        self.shape_problems.iter().find(|problem| problem.refuses_copy()).or(self.shape_problems.first())
     }
 
     /// The `Ready` condition's status, reason and message.
@@ -744,5 +754,26 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rule.to_rule(&Settings::default()).unwrap_err().reason, "InvalidSelector");
+    }
+
+    /// What kopper refuses as `InvalidShape` (and checks again here, for servers without CEL)
+    /// the schema refuses first on kube-apiserver 1.25+.
+    #[test]
+    fn schema_refuses_what_kopper_would_refuse_as_an_invalid_shape() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(ReplicationRule::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let rules = spec["x-kubernetes-validations"].to_string();
+        assert!(rules.contains("!has(self.secretType) || self.kind == 'Secret'"), "{rules}");
+        let credential = spec["properties"]["secretType"]["x-kubernetes-validations"].to_string();
+        for kind in crate::tenancy::CREDENTIAL_SECRET_TYPES {
+            assert!(credential.contains(&format!("'{kind}'")), "{credential}");
+        }
+        let add = &spec["properties"]["copyLabels"]["properties"]["add"]["x-kubernetes-validations"];
+        // The pattern kopper checks with, as a CEL string literal.
+        let matches = format!("key.matches('{}')", crate::crds::LABEL_KEY_PATTERN.replace('\\', "\\\\"));
+        let rules: Vec<&str> =
+            add.as_array().unwrap().iter().filter_map(|rule| rule["rule"].as_str()).collect();
+        assert!(rules.iter().any(|rule| rule.contains(&matches)), "{rules:?}");
     }
 }

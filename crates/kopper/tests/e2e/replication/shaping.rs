@@ -312,3 +312,53 @@ async fn a_config_map_sync_copies_only_the_keys_and_labels_it_asks_for() {
     .await;
     assert!(status.to_string().contains("default/settings lacks absent"), "{status}");
 }
+
+#[tokio::test]
+async fn an_edit_asking_for_a_shape_kopper_cannot_write_keeps_every_copy_as_it_is() {
+    let cluster = Cluster::start().await;
+    let namespaces = ["team-a", "team-b"];
+    for namespace in namespaces {
+        cluster.namespace(namespace, json!({})).await;
+    }
+    cluster.config_map("default", "app-config", copyrator(), json!({"k": "1"})).await;
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster.rule_status("main-rule", |s| s["copiesInSync"] == 2).await;
+    let mut uids = Vec::new();
+    for namespace in namespaces {
+        uids.push(cluster.config_maps(namespace).get("app-config").await.unwrap().uid().unwrap());
+    }
+    let deleted = cluster.count("delete", "configmaps");
+
+    // Refused by the schema's CEL rules on a real API server; kubesim runs no CEL, so
+    // kopper's own check answers. deletionPolicy is Delete (the default) all along.
+    for invalid in [
+        RULE_SAMPLE.replace("  kind: ConfigMap\n", "  kind: ConfigMap\n  secretType: Opaque\n"),
+        RULE_SAMPLE.replace(
+            "  kind: ConfigMap\n",
+            "  kind: ConfigMap\n  copyLabels:\n    add:\n      \"not a key!\": x\n",
+        ),
+    ] {
+        let generation = cluster.apply_rule(&invalid).await.metadata.generation;
+        // The refusal is reported after what it revokes is done.
+        let status = cluster
+            .rule_status("main-rule", |s| {
+                s["observedGeneration"] == json!(generation) && s["conditions"][0]["reason"] == "InvalidShape"
+            })
+            .await;
+        assert_eq!(status["conditions"][0]["status"], "False");
+        assert!(status["conditions"][0]["message"].as_str().unwrap().contains("spec."), "{status}");
+        for (namespace, uid) in namespaces.iter().zip(&uids) {
+            let copy = cluster.config_maps(namespace).get("app-config").await.unwrap();
+            assert_eq!(copy.uid().as_ref(), Some(uid), "the copy in {namespace} stays");
+            assert_eq!(copy.data.as_ref().unwrap()["k"], "1");
+        }
+        assert_eq!(cluster.count("delete", "configmaps"), deleted, "a refused shape revokes nothing");
+    }
+
+    // Fixed: the rule takes up its copies again, as they are.
+    cluster.apply_rule(RULE_SAMPLE).await;
+    cluster
+        .rule_status("main-rule", |s| s["copiesInSync"] == 2 && s["conditions"][0]["reason"] == "Synced")
+        .await;
+    assert_eq!(cluster.count("delete", "configmaps"), deleted);
+}

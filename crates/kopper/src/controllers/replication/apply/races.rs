@@ -280,3 +280,46 @@ async fn a_create_in_a_namespace_that_is_gone_is_no_error() {
 
     assert!(applied.written.is_empty() && applied.failed.is_empty() && applied.unmanaged.is_empty());
 }
+
+/// The orphaning of `copy`'s place, planned for the copy of uid `uid` at `seen_version`.
+fn orphaning(copy: &DesiredCopy, uid: &str, seen_version: Option<&str>) -> Change {
+    Change::Orphan {
+        key: copy.key.clone(),
+        uid: uid.to_owned(),
+        seen_version: seen_version.map(str::to_owned),
+        rule: copy.labels[REPLICATED_BY_LABEL].clone(),
+    }
+}
+
+#[tokio::test]
+async fn an_orphaning_that_loses_a_race_to_the_rule_s_own_copy_fails_and_leaves_it_labelled() {
+    let cluster = Cluster::start().await;
+    let copy = copy_holding(ObjectKind::ConfigMap, "v1");
+    cluster.write_copy(&copy).await;
+
+    // Planned for a copy that was replaced since (by a pass of the same rule, say).
+    let applied = cluster.execute(orphaning(&copy, "a-replaced-copy-uid", None)).await;
+
+    assert!(
+        matches!(applied.failed.as_slice(), [WriteError::OrphanRaced { key }] if *key == copy.key),
+        "{applied:?}"
+    );
+    assert!(applied.removed.is_empty() && applied.orphaned == 0, "not done: the finalizer stays");
+    let labels = cluster.config_maps().get(NAME).await.unwrap().labels().clone();
+    assert_eq!(labels.get(REPLICATED_BY_LABEL), copy.labels.get(REPLICATED_BY_LABEL));
+}
+
+#[tokio::test]
+async fn an_orphaning_that_loses_a_race_to_another_orphaning_of_the_copy_is_done() {
+    let cluster = Cluster::start().await;
+    let copy = copy_holding(ObjectKind::ConfigMap, "v1");
+    let (uid, version) = cluster.write_copy(&copy).await;
+    let first = cluster.execute(orphaning(&copy, &uid, Some(&version))).await;
+    assert_eq!(first.orphaned, 1, "{first:?}");
+
+    let again = cluster.execute(orphaning(&copy, &uid, Some(&version))).await;
+
+    assert!(again.failed.is_empty(), "{again:?}");
+    assert_eq!((again.orphaned, again.removed.len()), (1, 1));
+    assert_eq!(cluster.data_at_place().await, data("v1"));
+}

@@ -1266,3 +1266,118 @@ fn orphan_marks_on_another_controller_s_object_make_no_orphan() {
     }]);
     assert!(!is_orphan_of(&owned, "u1"), "another controller's object");
 }
+
+#[test]
+fn an_orphan_a_config_map_sync_left_ranks_as_one_an_admin_rule_replaces_it_another_sync_does_not() {
+    let admin = rule("new", 1);
+    let ns = namespaces(&["src", "a"]);
+    let objects = [source("src", "cfg", "u1", "1")];
+    let rules = [admin.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let sources = payloads(&[&objects[0]], "v1");
+    let tenants = source("tenant-a", "cfg", "u-tenant", "1");
+    let sync = RuleId::config_map_sync("tenant-a", "share.v1");
+    let left = desired_copy(&sync, "sync-uid", ObjectKind::ConfigMap, &read(&tenants, payload("v1")), "a");
+    let existing = [(left.key.clone(), orphaned(&left))].into();
+
+    let plan = plan_rule(&admin, &world, &sources, &existing);
+    match plan.changes.as_slice() {
+        [Change::Update { existing_uid, copy, .. }] => {
+            assert_eq!(existing_uid, "copy-a");
+            assert_eq!(copy.source.uid, "u1", "the admin's source, not the tenant's");
+        }
+        other => panic!("expected the orphan rewritten, got {other:?}"),
+    }
+
+    // A ConfigMapSync outranks no orphan of another source, whoever left it.
+    let other_sync = Rule { id: RuleId::config_map_sync("tenant-c", "0"), ..admin.clone() };
+    let rules = [other_sync.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let plan = plan_rule(&other_sync, &world, &sources, &existing);
+    assert!(
+        matches!(plan.changes.as_slice(), [Change::Conflict { reason: ConflictReason::OrphanedCopy, .. }]),
+        "{:?}",
+        plan.changes
+    );
+}
+
+#[test]
+fn a_sync_s_orphans_go_where_consent_is_withdrawn_or_the_namespace_is_protected() {
+    let tenants = source("tenant-a", "cfg", "u-tenant", "1");
+    let sync = RuleId::config_map_sync("tenant-a", "share");
+    let state = |namespace: &str, rule: &RuleId| {
+        let copy =
+            desired_copy(rule, "uid", ObjectKind::ConfigMap, &read(&tenants, payload("v1")), namespace);
+        match orphaned(&copy) {
+            Existing::Copy(state) => CopyState { uid: format!("copy-{namespace}").into(), ..state },
+            Existing::Unmanaged => unreachable!("an orphan is kopper's"),
+        }
+    };
+    let consenting = state("consenting", &sync);
+    let withdrawn = state("withdrawn", &sync);
+    let protected = state("kopper-system", &sync);
+    let own = state("tenant-a", &sync);
+    let admins = state("withdrawn-too", &RuleId::replication_rule("admin"));
+    let ns: BTreeMap<String, NamespaceInfo> = [
+        namespace_accepting("consenting", "tenant-a", false),
+        namespace_accepting("withdrawn", "tenant-x", false),
+        namespace_accepting("kopper-system", "*", false),
+        namespace_accepting("tenant-a", "", false),
+        namespace_accepting("withdrawn-too", "", false),
+    ]
+    .into_iter()
+    .map(|info| (info.name.clone(), info))
+    .collect();
+    let policy = DestinationPolicy {
+        protected: ProtectedNamespaces::new(Some("kopper-system"), &[]),
+        allow_unconsented: false,
+    };
+    let copies = [
+        ("consenting", "cfg", &consenting),
+        ("withdrawn", "cfg", &withdrawn),
+        ("kopper-system", "cfg", &protected),
+        ("tenant-a", "cfg", &own),
+        ("withdrawn-too", "cfg", &admins),
+        ("gone", "cfg", &withdrawn),
+    ];
+    let deleted: Vec<String> = orphans_without_consent(ObjectKind::ConfigMap, copies, &ns, &policy)
+        .iter()
+        .map(|change| change.key().namespace.clone())
+        .collect();
+    assert_eq!(deleted, ["withdrawn", "kopper-system"], "a ReplicationRule's orphan is no tenant's");
+}
+
+#[test]
+fn a_source_holding_none_of_the_listed_keys_is_not_copied_and_its_copies_are_kept() {
+    let keys: BTreeSet<String> = (0..256).map(|n| format!("key-{n:03}")).collect();
+    let rule = shaped(rule("r", 1), Shape { keys: Some(keys), ..Shape::default() });
+    let info = source("src", "cfg", "u1", "1");
+    let ns = namespaces(&["src", "a", "b"]);
+    let objects = [info.clone()];
+    let rules = [rule.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let sources = payloads(&[&objects[0]], "v1");
+    // A copy of the whole ConfigMap, written before the rule listed its keys; none in b.
+    let full = copy_template(
+        &rule.id,
+        RULE_UID,
+        ObjectKind::ConfigMap,
+        &read(&info, payload("v1")),
+        &Shape::default(),
+    )
+    .into_namespace("a");
+    let existing = [(full.key.clone(), written(&full))].into();
+
+    let plan = plan_rule(&rule, &world, &sources, &existing);
+
+    assert_eq!(plan.writes().count(), 0, "no empty copy written, none deleted: {:?}", plan.changes);
+    let [problem] = plan.shape_problems.as_slice() else { panic!("{:?}", plan.shape_problems) };
+    assert_eq!(problem.reason(), "SourceKeysMissing");
+    let message = problem.message();
+    assert!(
+        message.contains("src/cfg holds none of the keys") && message.contains("not copied"),
+        "{message}"
+    );
+    assert!(message.contains("key-000, key-001, key-002, key-003, key-004 and 251 more"), "{message}");
+    assert!(message.len() < 300, "a bounded message: {} characters", message.len());
+}

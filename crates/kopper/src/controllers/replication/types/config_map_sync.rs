@@ -67,7 +67,10 @@ pub struct ConfigMapSyncSpec {
 
     /// Only these keys of the ConfigMap are copied (of `data` and `binaryData`); empty: every
     /// key. A listed key the source lacks is reported in the Ready condition (reason
-    /// `SourceKeysMissing`) and the copies hold the others. At most 256 keys.
+    /// `SourceKeysMissing`) and the copies hold the others; a source holding none of them is
+    /// not copied (its copies are left as they are). Only data is filtered: an annotation
+    /// that embeds the whole object (kapp's `kapp.k14s.io/original`, kept only with
+    /// `keepToolMarks: [Kapp]`) would carry every key. At most 256 keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256), inner(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$")))]
     pub keys: Vec<String>,
@@ -90,8 +93,12 @@ pub struct ConfigMapSyncSpec {
     pub keep_tool_marks: Vec<ToolMarks>,
 
     /// What becomes of the copies when this object is deleted: `Delete` (the default) or
-    /// `Orphan`: they stay, no longer updated, for a rule copying the same source into the
-    /// same place to take over without deleting or rewriting them.
+    /// `Orphan`: they stay, no longer updated, labelled `kopper.dev/orphaned: "true"`, for a
+    /// rule copying the same source into the same place to take over (with one metadata patch
+    /// if the source did not change meanwhile; rewritten otherwise, deleted and created again
+    /// if immutable or of another Secret type). Nothing deletes a ReplicationRule's orphans
+    /// automatically (`kubectl get cm,secret -A -l kopper.dev/orphaned=true` lists them); a
+    /// ConfigMapSync's go when their namespace no longer accepts copies from its namespace.
     #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
     pub deletion_policy: DeletionPolicy,
 }
@@ -136,7 +143,8 @@ pub struct ConfigMapSyncStatus {
     /// `DestinationRefused` that a named destination does not accept copies from here;
     /// `Progressing` that copies are still being written; `CopyBeingDeleted` that copies are
     /// held in deletion by another controller's finalizer; `SourceKeysMissing` that the
-    /// ConfigMap lacks keys `keys` lists (the copies hold the others); `InvalidShape` that a
+    /// ConfigMap lacks keys `keys` lists (the copies hold the others; lacking them all, it
+    /// is not copied); `InvalidShape` that a
     /// shaping field asks for what kopper never writes (the message names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

@@ -31,6 +31,13 @@ use super::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.secretType) || self.kind == 'Secret'",
+        "message": "secretType applies to kind Secret only; remove it",
+        "fieldPath": ".secretType"
+    }
+]))]
 pub struct ReplicationRuleSpec {
     /// What to copy: ConfigMap or Secret.
     pub kind: ReplicatedKind,
@@ -77,8 +84,11 @@ pub struct ReplicationRuleSpec {
 
     /// Only these keys of each source are copied (`data` and `binaryData` of a ConfigMap,
     /// `data` of a Secret); empty: every key. A listed key a source lacks is reported in the
-    /// Ready condition (reason `SourceKeysMissing`) and the copy holds the others. At most
-    /// 256 keys.
+    /// Ready condition (reason `SourceKeysMissing`) and the copy holds the others; a source
+    /// holding none of them is not copied (its copies are left as they are). Only data is
+    /// filtered: labels and annotations follow `copyLabels` and `copyAnnotations`, and an
+    /// annotation that embeds the whole object (kapp's `kapp.k14s.io/original`, kept only
+    /// with `keepToolMarks: [Kapp]`) would carry every key. At most 256 keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256), inner(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$")))]
     pub keys: Vec<String>,
@@ -90,7 +100,14 @@ pub struct ReplicationRuleSpec {
     /// Ready=False with reason `SecretTypeNeedsKeys`. Credential types (see
     /// `credentialTypes`) can be neither copied nor written by naming them here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9/]+$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[-._a-zA-Z0-9/]+$"),
+        extend("x-kubernetes-validations" = [{
+            "rule": "!(self in ['kubernetes.io/service-account-token', 'bootstrap.kubernetes.io/token', 'helm.sh/release.v1'])",
+            "message": "a credential type of the cluster, which kopper never writes from another type; remove it"
+        }])
+    )]
     pub secret_type: Option<String>,
 
     /// Which labels of the source the copies carry, and labels added to every copy.
@@ -111,8 +128,12 @@ pub struct ReplicationRuleSpec {
     pub keep_tool_marks: Vec<ToolMarks>,
 
     /// What becomes of the copies when this rule is deleted: `Delete` (the default) or
-    /// `Orphan`: they stay, no longer updated, for a rule copying the same source into the
-    /// same place to take over without deleting or rewriting them.
+    /// `Orphan`: they stay, no longer updated, labelled `kopper.dev/orphaned: "true"`, for a
+    /// rule copying the same source into the same place to take over (with one metadata patch
+    /// if the source did not change meanwhile; rewritten otherwise, deleted and created again
+    /// if immutable or of another Secret type). Nothing deletes a ReplicationRule's orphans
+    /// automatically (`kubectl get cm,secret -A -l kopper.dev/orphaned=true` lists them); a
+    /// ConfigMapSync's go when their namespace no longer accepts copies from its namespace.
     #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
     pub deletion_policy: DeletionPolicy,
 }
@@ -183,7 +204,7 @@ pub struct ReplicationRuleStatus {
     /// being written (after a write met another writer, say); `CopyBeingDeleted`: copies are
     /// being deleted but held by another controller's finalizer, and are made again once
     /// gone; `SourceKeysMissing`: a source lacks keys `keys` lists (its copies hold the
-    /// others); `SecretTypeNeedsKeys`: the keys kept lack what the copies' type requires, so
+    /// others; one lacking them all is not copied); `SecretTypeNeedsKeys`: the keys kept lack what the copies' type requires, so
     /// that source is not copied (set `secretType`); `InvalidShape`: a shaping field asks for
     /// what kopper never writes (the message names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

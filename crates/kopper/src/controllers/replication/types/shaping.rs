@@ -61,6 +61,10 @@ pub struct CopiedLabels {
                 "message": "label keys must have at most 317 characters"
             },
             {
+                "rule": r"self.all(key, key.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",
+                "message": "label keys must be valid Kubernetes label keys: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' and '.', alphanumeric at both ends"
+            },
+            {
                 "rule": "self.all(key, !key.startsWith('kopper.dev/') && !(key.startsWith('app.kubernetes.io/') && key.endsWith('/managed-by')))",
                 "message": "kopper.dev/* and app.kubernetes.io/managed-by are kopper's own labels and cannot be added"
             }
@@ -97,9 +101,13 @@ pub enum DeletionPolicy {
     Delete,
     /// The copies stay as they are, are no longer updated, and carry the label
     /// `kopper.dev/orphaned: "true"` instead of the rule's. A rule that copies the same source
-    /// object into the same place takes such a copy over with one metadata patch, without
-    /// deleting or rewriting it; nothing else deletes it (delete it by hand once it is not
-    /// needed).
+    /// object into the same place takes such a copy over: with one metadata patch when it
+    /// holds what the rule would write, otherwise by rewriting it (deleting and creating it
+    /// when it cannot change in place). An admin's ReplicationRule also rewrites what a
+    /// ConfigMapSync left; a ConfigMapSync's orphans go once their namespace no longer
+    /// accepts copies from its namespace. Nothing else deletes an orphan: list them with
+    /// `kubectl get cm,secret -A -l kopper.dev/orphaned=true` and delete them once not needed
+    /// (an orphaned Secret keeps its data until then).
     Orphan,
 }
 
