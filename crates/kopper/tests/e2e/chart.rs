@@ -309,7 +309,7 @@ const MANIFEST_HEADER: &str = "\
 # kopper's plain install manifest: `kubectl apply --server-side -f deploy/kopper.yaml`.
 # Generated: the Helm chart (charts/kopper) rendered with its default values into the
 # kopper-system namespace, after that Namespace and the CRDs. Do not edit; change the chart and
-# run `KOPPER_REGENERATE=1 cargo test -p kopper --test chart` (tests/chart.rs checks it).
+# run `KOPPER_REGENERATE=1 cargo test -p kopper --test e2e chart::` (tests/chart.rs checks it).
 ";
 
 /// Renders the chart's default install by installing it with Helm onto a throwaway kubesim
@@ -332,7 +332,7 @@ async fn deploy_kopper_yaml_is_the_chart_rendered_with_its_defaults() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == rendered,
-        "deploy/kopper.yaml drifted from the chart; run `KOPPER_REGENERATE=1 cargo test -p kopper --test chart`"
+        "deploy/kopper.yaml drifted from the chart; run `KOPPER_REGENERATE=1 cargo test -p kopper --test e2e chart::`"
     );
 }
 

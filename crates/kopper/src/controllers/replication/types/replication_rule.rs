@@ -34,8 +34,7 @@ use super::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};
 #[schemars(extend("x-kubernetes-validations" = [
     {
         "rule": "!has(self.secretType) || self.kind == 'Secret'",
-        "message": "secretType applies to kind Secret only; remove it",
-        "fieldPath": ".secretType"
+        "message": "secretType applies to kind Secret only; remove it"
     }
 ]))]
 pub struct ReplicationRuleSpec {

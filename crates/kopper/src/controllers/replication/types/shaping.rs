@@ -61,10 +61,6 @@ pub struct CopiedLabels {
                 "message": "label keys must have at most 317 characters"
             },
             {
-                "rule": r"self.all(key, key.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",
-                "message": "label keys must be valid Kubernetes label keys: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' and '.', alphanumeric at both ends"
-            },
-            {
                 "rule": "self.all(key, !key.startsWith('kopper.dev/') && !(key.startsWith('app.kubernetes.io/') && key.endsWith('/managed-by')))",
                 "message": "kopper.dev/* and app.kubernetes.io/managed-by are kopper's own labels and cannot be added"
             }
