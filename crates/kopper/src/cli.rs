@@ -260,6 +260,13 @@ pub struct S3Args {
     /// (one ListUserTags each) and lists Buckets from the API server.
     #[arg(long, env = "KOPPER_ORPHAN_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub orphan_sweep_interval: Duration,
+
+    /// ARN of the cluster's IAM OIDC provider (`arn:aws:iam::<account>:oidc-provider/<issuer>`),
+    /// which turns on keyless access: a Bucket with `spec.access.mode: ServiceAccount` gets an
+    /// IAM role that only its ServiceAccount can assume through this provider (IRSA). Without
+    /// it such Buckets report KeylessNotConfigured and kopper watches no ServiceAccount.
+    #[arg(long, env = "KOPPER_OIDC_PROVIDER_ARN", value_parser = parse_oidc_provider)]
+    pub oidc_provider_arn: Option<crate::controllers::bucket::names::OidcProvider>,
 }
 
 impl S3Args {
@@ -279,8 +286,13 @@ impl S3Args {
             key_interval: self.bucket_key_interval,
             min_key_age: self.bucket_min_key_age,
             orphan_sweep_interval: self.orphan_sweep_interval,
+            oidc: self.oidc_provider_arn.clone(),
         }
     }
+}
+
+fn parse_oidc_provider(text: &str) -> Result<crate::controllers::bucket::names::OidcProvider, String> {
+    crate::controllers::bucket::names::OidcProvider::from_arn(text)
 }
 
 fn parse_cluster_id(text: &str) -> Result<String, String> {

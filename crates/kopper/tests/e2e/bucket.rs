@@ -5,6 +5,8 @@
 
 use crate::common;
 
+mod keyless;
+
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;

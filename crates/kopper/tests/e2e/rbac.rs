@@ -13,7 +13,7 @@ use crate::common::manifests::{create_document, kind_of, rbac_documents, yaml_do
 use crate::common::moto::Moto;
 use crate::common::{Operator, eventually, eventually_within, run_args};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding};
 use kopper::controllers::bucket::types::Bucket;
@@ -34,6 +34,9 @@ const REPLICATION_RULE_SAMPLE: &str =
 /// kopper's identity in the cluster, as config/rbac/ binds it.
 const KOPPER_NAMESPACE: &str = "kopper-system";
 const KOPPER_SERVICE_ACCOUNT: &str = "kopper";
+/// The OIDC provider kopper is given, so that keyless Buckets are part of every run.
+const OIDC_ARN: &str = "arn:aws:iam::123456789012:oidc-provider/oidc.example.test/id/RBAC";
+const ROLE_ARN_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 /// The pod labeler's default label.
 const POD_NAME_LABEL: &str = "kopper.dev/pod-name";
 /// How long a cut-down RBAC may take to get kopper refused. Refusals come within a second or
@@ -107,6 +110,8 @@ impl Installation {
         let s3_flags = common::moto::flags(&moto.endpoint, cluster_id);
         let mut flags: Vec<&str> = s3_flags.iter().map(String::as_str).collect();
         flags.extend([
+            "--oidc-provider-arn",
+            OIDC_ARN,
             // The Bucket's Secret is deleted and written again with a new key at once.
             "--bucket-key-interval",
             "1s",
@@ -221,6 +226,29 @@ async fn create_inputs(admin: &Client) {
     }))
     .unwrap();
     Api::<Bucket>::namespaced(admin.clone(), "team-a").create(&PostParams::default(), &bucket).await.unwrap();
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "app", "namespace": "team-a"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), "team-a")
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let keyless: Bucket = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "Bucket",
+        "metadata": {"name": "keyless", "namespace": "team-a"},
+        "spec": {"access": {"mode": "ServiceAccount", "serviceAccountName": "app"}},
+    }))
+    .unwrap();
+    Api::<Bucket>::namespaced(admin.clone(), "team-a")
+        .create(&PostParams::default(), &keyless)
+        .await
+        .unwrap();
+}
+
+/// The role ARN kopper put on ServiceAccount team-a/app, once there is one.
+async fn role_annotation(admin: &Client) -> Option<String> {
+    let account = Api::<ServiceAccount>::namespaced(admin.clone(), "team-a").get("app").await.unwrap();
+    account.metadata.annotations?.get(ROLE_ARN_ANNOTATION).cloned()
 }
 
 /// The access key id in the Bucket store's Secret, once there is one.
@@ -256,6 +284,10 @@ async fn expect_outputs(admin: &Client) {
     .await;
     eventually("Bucket store's credentials in Secret team-a/store-s3", || async { bucket_key(admin).await })
         .await;
+    eventually("Bucket keyless's role on ServiceAccount team-a/app", || async {
+        role_annotation(admin).await
+    })
+    .await;
 }
 
 async fn config_map_exists(admin: &Client, namespace: &str, name: &str) -> bool {
@@ -330,6 +362,13 @@ async fn expect_cleanups(admin: &Client) {
     buckets.delete("store", &DeleteParams::default()).await.unwrap();
     eventually("Bucket store's user and bucket deleted and its finalizer released", || async {
         buckets.get_opt("store").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    buckets.delete("keyless", &DeleteParams::default()).await.unwrap();
+    eventually("Bucket keyless's role and annotation removed and its finalizer released", || async {
+        let gone =
+            buckets.get_opt("keyless").await.unwrap().is_none() && role_annotation(admin).await.is_none();
+        gone.then_some(())
     })
     .await;
 
@@ -410,6 +449,38 @@ async fn kopper_does_every_controllers_job_as_its_service_account_and_is_never_r
     use_every_controller(&installation.admin).await;
     assert_eq!(installation.forbidden(), 0, "kubesim answered 403 to kopper");
     assert_eq!(installation.sim.counters().status(401), 0, "kubesim answered 401 to kopper");
+    installation.operator.take().unwrap().stop().await.unwrap();
+    installation.stop().await;
+}
+
+/// An install whose ClusterRole lacks the serviceaccounts rule (an older chart, an admin who
+/// cut it): kopper is refused its ServiceAccount watch, and Buckets in mode Key still get
+/// their credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_service_account_rule_key_buckets_still_get_credentials() {
+    let Some(moto) = Moto::start().await else { return };
+    let mut documents = rbac_documents();
+    let role = documents.iter_mut().find(|document| kind_of(document) == "ClusterRole").unwrap();
+    let rules = role["rules"].as_array_mut().unwrap();
+    let before = rules.len();
+    rules.retain(|rule| rule["resources"] != json!(["serviceaccounts"]));
+    assert_eq!(rules.len(), before - 1, "the serviceaccounts rule was there to remove");
+    let mut installation = Installation::start(documents, &moto, "no-sa-rule").await;
+    create_namespace(&installation.admin, "team-a").await;
+    let bucket: Bucket = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "Bucket",
+        "metadata": {"name": "store", "namespace": "team-a"},
+        "spec": {},
+    }))
+    .unwrap();
+    let buckets = Api::<Bucket>::namespaced(installation.admin.clone(), "team-a");
+    buckets.create(&PostParams::default(), &bucket).await.unwrap();
+    installation.first_refusal().await;
+    eventually("Bucket store's credentials in Secret team-a/store-s3", || async {
+        bucket_key(&installation.admin).await
+    })
+    .await;
     installation.operator.take().unwrap().stop().await.unwrap();
     installation.stop().await;
 }

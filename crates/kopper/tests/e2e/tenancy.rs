@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::common::manifests::{create_document, rbac_documents};
 use crate::common::{Operator, eventually, eventually_within, run_args};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kopper::controllers::bucket::types::Bucket;
 use kopper::controllers::replication::types::ConfigMapSync;
@@ -1049,5 +1049,73 @@ async fn a_copy_kept_by_an_invalid_shape_is_not_taken_by_another_tenant_s_rule()
         (alices.metadata.uid, alices.metadata.resource_version, "alice".to_owned()),
         "alice's copy is not touched"
     );
+    tenancy.stop().await;
+}
+
+/// A tenant's Bucket reaches only a ServiceAccount of its own namespace: a name that carries
+/// another namespace is refused by the schema, naming the field, and a name that exists only
+/// in bob's namespace is looked for in alice's own (ServiceAccountNotFound): bob's
+/// ServiceAccount is never annotated, and the role alice gets trusts only her namespace's.
+#[tokio::test]
+async fn a_tenant_cannot_have_another_namespace_s_service_account_given_its_role() {
+    let Some(moto) = crate::common::moto::Moto::start().await else { return };
+    let mut tenancy = Tenancy::start().await;
+    crate::common::moto::create_credentials_secret(&tenancy.admin).await;
+    tenancy.operator.take().unwrap().stop().await.unwrap();
+    let oidc = "arn:aws:iam::123456789012:oidc-provider/oidc.example.test/id/TENANCY";
+    let mut args =
+        vec!["--controllers", "bucket", "--namespace", KOPPER_NAMESPACE, "--oidc-provider-arn", oidc];
+    let s3_flags = crate::common::moto::flags(&moto.endpoint, "tenancy");
+    args.extend(s3_flags.iter().map(String::as_str));
+    tenancy.operator = Some(Operator::start(run_args(&tenancy.kubeconfig, &args)));
+    let bobs: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "deployer", "namespace": "tenant-b"}})).unwrap();
+    let bob_accounts = Api::<ServiceAccount>::namespaced(tenancy.admin.clone(), "tenant-b");
+    bob_accounts.create(&PostParams::default(), &bobs).await.unwrap();
+
+    let api = Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a");
+    let bucket = |name: &str, account: &str| {
+        json!({
+            "apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket",
+            "metadata": {"name": name, "namespace": "tenant-a"},
+            "spec": {"access": {"mode": "ServiceAccount", "serviceAccountName": account}},
+        })
+    };
+    for named in ["tenant-b/deployer", "system:serviceaccount:tenant-b:deployer"] {
+        let status = refused(&api, bucket("elsewhere", named)).await;
+        assert_eq!(status.code, 422, "{named}: {status:?}");
+        assert!(status.message.contains("spec.access.serviceAccountName"), "{named}: {}", status.message);
+    }
+
+    api.create(&PostParams::default(), &serde_json::from_value(bucket("steal", "deployer")).unwrap())
+        .await
+        .unwrap();
+    let reason = eventually("alice's Bucket to report the ServiceAccount missing in tenant-a", || async {
+        let bucket = api.get("steal").await.unwrap();
+        let ready = bucket.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+        (ready.reason == "ServiceAccountNotFound").then_some(ready.message)
+    })
+    .await;
+    assert!(reason.contains("namespace tenant-a"), "{reason}");
+    let untouched = bob_accounts.get("deployer").await.unwrap();
+    assert!(untouched.annotations().is_empty(), "bob's ServiceAccount was annotated: {untouched:?}");
+
+    // Her own ServiceAccount of that name gets the role; bob's still nothing.
+    let hers: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "deployer", "namespace": "tenant-a"}})).unwrap();
+    let her_accounts = Api::<ServiceAccount>::namespaced(tenancy.admin.clone(), "tenant-a");
+    her_accounts.create(&PostParams::default(), &hers).await.unwrap();
+    eventually("alice's ServiceAccount annotated with her role", || async {
+        let account = her_accounts.get("deployer").await.unwrap();
+        account.annotations().get("eks.amazonaws.com/role-arn").map(drop)
+    })
+    .await;
+    assert!(bob_accounts.get("deployer").await.unwrap().annotations().is_empty());
+    let s3 = moto.client().await;
+    let roles =
+        kopper::controllers::bucket::provider::Provider::roles(&s3, "/kopper/tenancy/").await.unwrap();
+    assert_eq!(roles.len(), 1, "{roles:?}");
+    let role = kopper::controllers::bucket::provider::Provider::role(&s3, &roles[0]).await.unwrap().unwrap();
+    assert!(role.trust.to_string().contains("system:serviceaccount:tenant-a:deployer"), "{}", role.trust);
     tenancy.stop().await;
 }

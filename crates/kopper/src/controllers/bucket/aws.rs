@@ -22,7 +22,7 @@ use futures::future::BoxFuture;
 
 use super::metrics::count_provider_call;
 use super::provider::{
-    AccessKey, BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult,
+    AccessKey, BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult, Role,
 };
 
 /// Largest batch S3's DeleteObjects accepts, and the default batch when emptying a bucket.
@@ -660,6 +660,180 @@ impl Provider for AwsProvider {
                 result
                     .map(|o| drop(succeeded("iam", "DeleteAccessKey", o)))
                     .map_err(|e| failed("iam", "DeleteAccessKey", e)),
+            )
+        }
+        .boxed()
+    }
+
+    fn roles<'a>(&'a self, path_prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+        async move {
+            let mut names = Vec::new();
+            let mut marker: Option<String> = None;
+            loop {
+                let request = self.iam.list_roles().path_prefix(path_prefix).set_marker(marker.clone());
+                let result = request.send().await;
+                let listed =
+                    succeeded("iam", "ListRoles", result.map_err(|e| failed("iam", "ListRoles", e))?);
+                // A service that ignores the path prefix lists every role: only ours count.
+                let page = listed.roles().iter().filter(|role| role.path().starts_with(path_prefix));
+                names.extend(page.map(|role| role.role_name().to_owned()));
+                match listed.marker() {
+                    Some(next) if marker.as_deref() == Some(next) => {
+                        return Err(ProviderError {
+                            service: "iam",
+                            operation: "ListRoles",
+                            kind: FailureKind::Other,
+                            message: "ListRoles returned the marker it was sent".into(),
+                        });
+                    }
+                    Some(next) if listed.is_truncated() && !next.is_empty() => marker = Some(next.to_owned()),
+                    _ => return Ok(names),
+                }
+            }
+        }
+        .boxed()
+    }
+
+    fn role_tags<'a>(
+        &'a self,
+        role: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<BTreeMap<String, String>>>> {
+        async move {
+            let result = self.iam.list_role_tags().role_name(role).send().await;
+            let result = result.map_err(|e| failed("iam", "ListRoleTags", e)).map(|output| {
+                succeeded("iam", "ListRoleTags", output)
+                    .tags()
+                    .iter()
+                    .map(|tag| (tag.key().to_owned(), tag.value().to_owned()))
+                    .collect()
+            });
+            found(result)
+        }
+        .boxed()
+    }
+
+    fn role<'a>(&'a self, role: &'a str) -> BoxFuture<'a, ProviderResult<Option<Role>>> {
+        async move {
+            let result = self.iam.get_role().role_name(role).send().await;
+            let result = result.map_err(|e| failed("iam", "GetRole", e)).and_then(|output| {
+                let output = succeeded("iam", "GetRole", output);
+                let role = output.role().ok_or_else(|| ProviderError {
+                    service: "iam",
+                    operation: "GetRole",
+                    kind: FailureKind::Other,
+                    message: "the answer held no role".into(),
+                })?;
+                let trust = role.assume_role_policy_document().map(parse_policy).unwrap_or_default();
+                Ok(Role { arn: role.arn().to_owned(), trust })
+            });
+            found(result)
+        }
+        .boxed()
+    }
+
+    fn create_role<'a>(
+        &'a self,
+        role: &'a str,
+        path: &'a str,
+        trust: &'a serde_json::Value,
+        tags: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, ProviderResult<String>> {
+        async move {
+            let request = self
+                .iam
+                .create_role()
+                .role_name(role)
+                .path(path)
+                .assume_role_policy_document(trust.to_string())
+                .set_tags(Some(iam_tags(tags)));
+            let output = succeeded(
+                "iam",
+                "CreateRole",
+                request.send().await.map_err(|e| failed("iam", "CreateRole", e))?,
+            );
+            output.role().map(|role| role.arn().to_owned()).ok_or_else(|| ProviderError {
+                service: "iam",
+                operation: "CreateRole",
+                kind: FailureKind::Other,
+                message: "the answer held no role".into(),
+            })
+        }
+        .boxed()
+    }
+
+    fn update_trust_policy<'a>(
+        &'a self,
+        role: &'a str,
+        trust: &'a serde_json::Value,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let request =
+                self.iam.update_assume_role_policy().role_name(role).policy_document(trust.to_string());
+            request
+                .send()
+                .await
+                .map(|o| drop(succeeded("iam", "UpdateAssumeRolePolicy", o)))
+                .map_err(|e| failed("iam", "UpdateAssumeRolePolicy", e))
+        }
+        .boxed()
+    }
+
+    fn delete_role<'a>(&'a self, role: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let result = self.iam.delete_role().role_name(role).send().await;
+            gone(
+                result
+                    .map(|o| drop(succeeded("iam", "DeleteRole", o)))
+                    .map_err(|e| failed("iam", "DeleteRole", e)),
+            )
+        }
+        .boxed()
+    }
+
+    fn role_policy<'a>(
+        &'a self,
+        role: &'a str,
+        policy: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<serde_json::Value>>> {
+        async move {
+            let result = self.iam.get_role_policy().role_name(role).policy_name(policy).send().await;
+            let result = result
+                .map_err(|e| failed("iam", "GetRolePolicy", e))
+                .map(|output| parse_policy(succeeded("iam", "GetRolePolicy", output).policy_document()));
+            found(result)
+        }
+        .boxed()
+    }
+
+    fn put_role_policy<'a>(
+        &'a self,
+        role: &'a str,
+        policy: &'a str,
+        document: &'a serde_json::Value,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let request = self
+                .iam
+                .put_role_policy()
+                .role_name(role)
+                .policy_name(policy)
+                .policy_document(document.to_string());
+            request
+                .send()
+                .await
+                .map(|o| drop(succeeded("iam", "PutRolePolicy", o)))
+                .map_err(|e| failed("iam", "PutRolePolicy", e))
+        }
+        .boxed()
+    }
+
+    fn delete_role_policy<'a>(&'a self, role: &'a str, policy: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let result = self.iam.delete_role_policy().role_name(role).policy_name(policy).send().await;
+            gone(
+                result
+                    .map(|o| drop(succeeded("iam", "DeleteRolePolicy", o)))
+                    .map_err(|e| failed("iam", "DeleteRolePolicy", e)),
             )
         }
         .boxed()

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::provider::{
-    AccessKey, BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult,
+    AccessKey, BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult, Role,
 };
 use crate::runtime::fence::WriteFence;
 
@@ -150,6 +150,64 @@ impl<P: Provider> Provider for Fenced<P> {
 
     fn delete_access_key<'a>(&'a self, user: &'a str, key_id: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
         self.write("iam", "DeleteAccessKey", self.inner.delete_access_key(user, key_id))
+    }
+
+    fn roles<'a>(&'a self, path_prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+        self.inner.roles(path_prefix)
+    }
+
+    fn role_tags<'a>(
+        &'a self,
+        role: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<BTreeMap<String, String>>>> {
+        self.inner.role_tags(role)
+    }
+
+    fn role<'a>(&'a self, role: &'a str) -> BoxFuture<'a, ProviderResult<Option<Role>>> {
+        self.inner.role(role)
+    }
+
+    fn create_role<'a>(
+        &'a self,
+        role: &'a str,
+        path: &'a str,
+        trust: &'a serde_json::Value,
+        tags: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, ProviderResult<String>> {
+        self.write("iam", "CreateRole", self.inner.create_role(role, path, trust, tags))
+    }
+
+    fn update_trust_policy<'a>(
+        &'a self,
+        role: &'a str,
+        trust: &'a serde_json::Value,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "UpdateAssumeRolePolicy", self.inner.update_trust_policy(role, trust))
+    }
+
+    fn delete_role<'a>(&'a self, role: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "DeleteRole", self.inner.delete_role(role))
+    }
+
+    fn role_policy<'a>(
+        &'a self,
+        role: &'a str,
+        policy: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<serde_json::Value>>> {
+        self.inner.role_policy(role, policy)
+    }
+
+    fn put_role_policy<'a>(
+        &'a self,
+        role: &'a str,
+        policy: &'a str,
+        document: &'a serde_json::Value,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "PutRolePolicy", self.inner.put_role_policy(role, policy, document))
+    }
+
+    fn delete_role_policy<'a>(&'a self, role: &'a str, policy: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("iam", "DeleteRolePolicy", self.inner.delete_role_policy(role, policy))
     }
 }
 

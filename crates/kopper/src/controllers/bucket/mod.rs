@@ -19,6 +19,7 @@
 
 pub mod aws;
 pub mod churn;
+pub mod config_map;
 pub mod decide;
 pub mod fenced;
 pub mod metrics;
@@ -28,6 +29,7 @@ pub mod policy;
 pub mod provider;
 pub mod rotation;
 pub mod secret;
+pub mod service_account;
 pub mod sweep;
 pub mod types;
 
@@ -37,9 +39,9 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::trim::keep_only_what_decisions_read;
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -53,9 +55,9 @@ use decide::{BucketStep, Recorded, UserStep};
 use k8s_openapi::jiff::Timestamp;
 pub use metrics::register_metrics;
 use name_locks::NameLocks;
-use names::Owner;
+use names::{OidcProvider, Owner};
 use provider::{BucketLookup, FailureKind, NewKey, Provider, ProviderError};
-use types::{Bucket, BucketStatus, DeletionPolicy};
+use types::{AccessMode, Bucket, BucketStatus, DeletionPolicy};
 
 use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory, run_controller};
@@ -212,6 +214,10 @@ pub struct BucketSettings {
     pub min_key_age: Duration,
     /// How often the leader looks for credentials of Buckets that no longer exist ([`sweep`]).
     pub orphan_sweep_interval: Duration,
+    /// The cluster's OIDC provider, which roles for ServiceAccounts trust; `None` when kopper
+    /// runs without it (`--oidc-provider-arn` not set): Buckets in mode `ServiceAccount` then
+    /// report KeylessNotConfigured, and kopper watches no ServiceAccount.
+    pub oidc: Option<OidcProvider>,
 }
 
 /// Runs the Bucket controller until `shutdown` resolves.
@@ -271,9 +277,12 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
-    let controller = Controller::for_stream(stream, reader.clone())
+    let mut controller = Controller::for_stream(stream, reader.clone())
         .owns_stream(secret_events)
         .with_config(crate::runtime::controller::config());
+    if settings.oidc.is_some() {
+        controller = watch_keyless_children(controller, &ctx, reader.clone());
+    }
     // Creating or adopting a bucket is serialised per bucket name, across every Bucket this
     // replica reconciles.
     let shared = Arc::new(Shared {
@@ -285,6 +294,7 @@ pub async fn run(
         min_key_age: settings.min_key_age,
         key_ages,
         cached: reader.clone(),
+        oidc: settings.oidc.clone(),
     });
     let sweeper = provider.clone().and_then(|provider| {
         if settings.cluster_id == DEFAULT_CLUSTER_ID {
@@ -296,7 +306,14 @@ pub async fn run(
             return None;
         }
         let interval = settings.orphan_sweep_interval.max(Duration::from_secs(1));
-        Some(tokio::spawn(sweep::run(ctx.client.clone(), provider, settings.cluster_id.clone(), interval)))
+        let keyless = settings.oidc.is_some();
+        Some(tokio::spawn(sweep::run(
+            ctx.client.clone(),
+            provider,
+            settings.cluster_id.clone(),
+            interval,
+            keyless,
+        )))
     });
     run_controller(NAME, controller, ctx, shutdown, move |bucket, ctx| {
         reconcile(bucket, ctx, shared.clone())
@@ -306,6 +323,45 @@ pub async fn run(
         sweeper.abort();
     }
     Ok(())
+}
+
+/// With keyless access on: the ConfigMaps Buckets own wake their Bucket, and a ServiceAccount
+/// wakes the Buckets that name it (or named it last), so a ServiceAccount created late, an
+/// annotation removed by hand, or a holder's release is seen at once. Neither watch holds up
+/// Buckets in mode Key: they read no ServiceAccount, and a watch refused by RBAC only logs
+/// (readiness follows the Bucket watch alone).
+fn watch_keyless_children(
+    controller: Controller<Bucket>,
+    ctx: &Context,
+    buckets: kube::runtime::reflector::Store<Bucket>,
+) -> Controller<Bucket> {
+    let config_maps = Api::<PartialObjectMeta<ConfigMap>>::all(ctx.client.clone());
+    let config_map_events = crate::runtime::watch::watcher(
+        config_maps,
+        crate::runtime::trim::tenant_objects_watch().labels(secret::BUCKET_LABEL),
+    )
+    .default_backoff()
+    .touched_objects();
+    let service_accounts = Api::<PartialObjectMeta<ServiceAccount>>::all(ctx.client.clone());
+    let service_account_events =
+        crate::runtime::watch::watcher(service_accounts, crate::runtime::trim::tenant_objects_watch())
+            .default_backoff()
+            .touched_objects();
+    controller.owns_stream(config_map_events).watches_stream(service_account_events, move |account| {
+        let namespace = account.namespace();
+        let name = account.name_any();
+        buckets
+            .state()
+            .into_iter()
+            .filter(|bucket| bucket.namespace() == namespace)
+            .filter(|bucket| {
+                bucket.service_account() == Some(name.as_str())
+                    || bucket.status.as_ref().and_then(|s| s.service_account_name.as_deref())
+                        == Some(name.as_str())
+            })
+            .map(|bucket| kube::runtime::reflector::ObjectRef::from_obj(bucket.as_ref()))
+            .collect::<Vec<_>>()
+    })
 }
 
 /// The longest rotation request kept as written; a longer one is kept as its digest.
@@ -350,6 +406,8 @@ struct Shared {
     key_ages: Arc<metrics::KeyAges>,
     /// The controller's cache of Buckets: a key is recorded only for a Bucket still in it.
     cached: kube::runtime::reflector::Store<Bucket>,
+    /// The cluster's OIDC provider, for roles of ServiceAccounts.
+    oidc: Option<OidcProvider>,
 }
 
 async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
@@ -375,6 +433,7 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         min_key_age: shared.min_key_age,
         key_ages: &shared.key_ages,
         cached: &shared.cached,
+        oidc: shared.oidc.as_ref(),
         wrote_condition: std::sync::atomic::AtomicBool::new(false),
     };
     if bucket.meta().deletion_timestamp.is_some() {
@@ -481,6 +540,8 @@ struct Pass<'a> {
     key_ages: &'a metrics::KeyAges,
     /// The controller's cache of Buckets.
     cached: &'a kube::runtime::reflector::Store<Bucket>,
+    /// The cluster's OIDC provider, for roles of ServiceAccounts.
+    oidc: Option<&'a OidcProvider>,
     /// Whether this pass wrote a Ready condition before its last (Provisioning, before
     /// creating a bucket; Emptying, before emptying one): the pass's snapshot then no longer shows what the API server
     /// holds, and its last condition is written even if the snapshot already had it.
@@ -504,11 +565,19 @@ impl Pass<'_> {
         if let Some(problem) = names::tags_problem(&bucket.spec.tags) {
             return Err(Error::blocked("InvalidTags", format!("spec.tags: {problem}")));
         }
+        if bucket.access_mode() == AccessMode::ServiceAccount {
+            return self.apply_keyless(bucket, &status).await;
+        }
         let schedule =
             schedule.transpose().map_err(|message| Error::blocked("InvalidKeyRotation", message))?;
         let name = self.bucket_name(bucket, &status)?;
         let region = self.region(bucket, &status)?;
         self.ensure_bucket(bucket, &status, &name, &region).await?;
+        if self.oidc.is_some() || status.role_arn.is_some() || status.service_account_name.is_some() {
+            // A Bucket switched from mode ServiceAccount, or a role left by a pass cut short:
+            // looked up by the derived name, whatever status says.
+            self.revoke_role(bucket, &status, Denial::Tolerated).await?;
+        }
         let user = self.ensure_user(&name).await?;
         let key = self.ensure_credentials(bucket, &name, &region, &user, schedule.as_ref()).await?;
         let key_id = key.id.clone();
@@ -525,6 +594,8 @@ impl Pass<'_> {
             status.access_key_id = Some(key_id.clone());
             status.key_created = key_created.map(Time);
             status.rotated_for = rotated_for.clone();
+            status.role_arn = None;
+            status.service_account_name = None;
             let message =
                 format!("bucket {name}, user {user} and Secret {} are in place", bucket.secret_name());
             set_ready(status, bucket, "True", "Ready", &message);
@@ -653,7 +724,7 @@ impl Pass<'_> {
                 info!(bucket = name, "adopted the bucket created before a restart");
             }
             BucketStep::OtherBucket | BucketStep::TagsLost | BucketStep::Taken => {
-                return Err(self.refuse(&step, name, false).await?);
+                return Err(self.refuse(bucket, status, &step, name, false).await?);
             }
         }
         if let Some(enabled) = bucket.spec.versioning {
@@ -698,9 +769,16 @@ impl Pass<'_> {
     /// The refusal of the bucket under `name` for `step` (`deleting`: in cleanup). A bucket
     /// that is another Bucket's, or another account's once this Bucket was Ready with it,
     /// first costs this Bucket its credentials.
-    async fn refuse(&self, step: &BucketStep, name: &str, deleting: bool) -> Result<Error, Error> {
+    async fn refuse(
+        &self,
+        bucket: &Bucket,
+        status: &BucketStatus,
+        step: &BucketStep,
+        name: &str,
+        deleting: bool,
+    ) -> Result<Error, Error> {
         if *step == BucketStep::OtherBucket {
-            self.delete_user().await?;
+            self.revoke_everything(bucket, status).await?;
         }
         Ok(refusal(step, name, &self.owner, deleting))
     }
@@ -719,6 +797,293 @@ impl Pass<'_> {
             info!(user, "deleted the IAM user, its policy and keys");
         }
         Ok(())
+    }
+
+    /// Every credential this Bucket may have: its user (keys, policy) and its role (policy,
+    /// the ServiceAccount's annotation), each looked up by its derived name and deleted only
+    /// when its tags say it is this Bucket's.
+    async fn revoke_everything(&self, bucket: &Bucket, status: &BucketStatus) -> Result<(), Error> {
+        self.delete_user().await?;
+        // A role kopper may have made: the OIDC provider is set, or status names one. Without
+        // either, a denied look (an install never given the role permissions) holds nothing up.
+        let denial =
+            if self.oidc.is_some() || status.role_arn.is_some() { Denial::Blocks } else { Denial::Tolerated };
+        self.revoke_role(bucket, status, denial).await
+    }
+
+    /// Removes what mode ServiceAccount made for this Bucket: kopper's annotation on the
+    /// ServiceAccounts it named (first, so no new pod gets a role about to go), then the role
+    /// with its policy, then the ConfigMap. A role is looked up by its derived name whatever
+    /// status says: a pass may have made it and stopped before status named it.
+    async fn revoke_role(&self, bucket: &Bucket, status: &BucketStatus, denial: Denial) -> Result<(), Error> {
+        let role = self.owner.role_name();
+        let mut accounts: Vec<&str> = status.service_account_name.iter().map(String::as_str).collect();
+        accounts.extend(bucket.service_account().filter(|name| !accounts.contains(name)));
+        if !accounts.is_empty() {
+            let api = Api::<ServiceAccount>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
+            let manager = self.ctx.settings.field_manager_for(NAME);
+            for account in accounts {
+                if service_account::release(&api, account, &role, &manager).await? {
+                    info!(service_account = account, "removed kopper's role annotation");
+                }
+            }
+        }
+        let tags = match self.provider.role_tags(&role).await {
+            Ok(tags) => tags,
+            Err(error) if error.kind == FailureKind::AccessDenied && denial == Denial::Tolerated => {
+                warn!(role, "could not look for the Bucket's IAM role, so none is deleted: {error}");
+                return Ok(());
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let deleted = match tags {
+            Some(tags) if self.owner.owns(&tags) => {
+                self.provider.delete_role_policy(&role, names::POLICY_NAME).await?;
+                self.provider.delete_role(&role).await?;
+                info!(role, "deleted the IAM role and its policy");
+                true
+            }
+            _ => false,
+        };
+        if deleted || status.role_arn.is_some() {
+            self.delete_own_config_map(bucket).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the ConfigMap of mode ServiceAccount if it is this Bucket's.
+    async fn delete_own_config_map(&self, bucket: &Bucket) -> Result<(), Error> {
+        let api = Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
+        let name = bucket.config_map_name();
+        let current = api.get_opt(&name).await.map_err(Error::kube(format!("reading ConfigMap {name}")))?;
+        if let Some(current) = current.filter(|map| secret::keeper(map, bucket) == secret::Keeper::ThisBucket)
+        {
+            delete_exactly(&api, &name, current.uid()).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the Secret of mode Key if it is this Bucket's: its key is gone.
+    async fn delete_own_secret(&self, bucket: &Bucket) -> Result<(), Error> {
+        let api = Api::<Secret>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
+        let name = bucket.secret_name();
+        let current = api.get_opt(&name).await.map_err(Error::kube(format!("reading Secret {name}")))?;
+        if let Some(current) =
+            current.filter(|secret| secret::keeper(secret, bucket) == secret::Keeper::ThisBucket)
+        {
+            delete_exactly(&api, &name, current.uid()).await?;
+        }
+        Ok(())
+    }
+
+    /// A pass of a Bucket in mode ServiceAccount: the bucket, no user and no key, a role only
+    /// the ServiceAccount can assume with the bucket's policy, the ConfigMap, and the
+    /// ServiceAccount's annotation.
+    async fn apply_keyless(&self, bucket: &Bucket, status: &BucketStatus) -> Result<Action, Error> {
+        self.record_key(bucket, None);
+        let Some(oidc) = self.oidc else {
+            return Err(Error::blocked(
+                "KeylessNotConfigured",
+                "spec.access.mode ServiceAccount needs the cluster's OIDC provider, which kopper is not                  given: a cluster admin must set --oidc-provider-arn (KOPPER_OIDC_PROVIDER_ARN; chart value                  bucket.oidcProviderArn), or use mode Key; nothing was created",
+            ));
+        };
+        let Some(account) = bucket.service_account() else {
+            return Err(Error::blocked(
+                "InvalidAccess",
+                "spec.access.serviceAccountName is required with mode ServiceAccount: name a ServiceAccount                  of this namespace",
+            ));
+        };
+        let name = self.bucket_name(bucket, status)?;
+        let region = self.region(bucket, status)?;
+        self.ensure_bucket(bucket, status, &name, &region).await?;
+        // Mode Key's credentials go: a Bucket switched from it keeps no user and no key.
+        self.delete_user().await?;
+        self.delete_own_secret(bucket).await?;
+        let role_arn = self.ensure_role(&name, oidc, account).await?;
+        self.ensure_config_map(bucket, &name, &region, &role_arn).await?;
+        self.ensure_service_account(bucket, status, account, &role_arn).await?;
+
+        let became_ready = ready_reason(bucket).is_none_or(|reason| reason != "Ready");
+        let config_map = bucket.config_map_name();
+        write_status(self.ctx, bucket, self.wrote_condition(), |status| {
+            status.bucket_name = Some(name.clone());
+            status.bucket_arn = Some(names::bucket_arn(&name));
+            status.region = Some(region.clone());
+            status.user_name = None;
+            status.access_key_id = None;
+            status.key_created = None;
+            status.rotated_for = None;
+            status.role_arn = Some(role_arn.clone());
+            status.service_account_name = Some(account.to_owned());
+            let message = format!(
+                "bucket {name}, its role for ServiceAccount {account} and ConfigMap {config_map} are in place"
+            );
+            set_ready(status, bucket, "True", "Ready", &message);
+        })
+        .await?;
+        if became_ready {
+            self.record_ready(bucket);
+            let note = format!(
+                "bucket {name} is ready for ServiceAccount {account}; the role's ARN is in ConfigMap {config_map}"
+            );
+            publish(self.ctx, bucket, EventType::Normal, "Ready", note).await;
+        }
+        Ok(Action::requeue(RESYNC))
+    }
+
+    /// The role for `account` with the bucket's policy; its ARN. Created with its tags and
+    /// trust policy in one call, so a crash leaves either no role or one kopper adopts; the
+    /// trust policy and the policy are written only when they differ after normalisation.
+    async fn ensure_role(
+        &self,
+        bucket_name: &str,
+        oidc: &OidcProvider,
+        account: &str,
+    ) -> Result<String, Error> {
+        let role = self.owner.role_name();
+        let trust = names::trust_policy(oidc, &self.owner.namespace, account);
+        let arn = match decide::user_step(self.provider.role_tags(&role).await?.as_ref(), &self.owner) {
+            UserStep::Create => {
+                let path = names::role_path(&self.owner.cluster);
+                let arn = self.provider.create_role(&role, &path, &trust, &self.owner.tags()).await?;
+                info!(role, "created the IAM role");
+                arn
+            }
+            UserStep::Keep => {
+                let Some(found) = self.provider.role(&role).await? else {
+                    return Err(Error::Wait {
+                        reason: "Provisioning",
+                        message: format!("the IAM role {role} went away while it was looked at"),
+                        retry_after: Duration::from_secs(1),
+                    });
+                };
+                if !policy::equivalent(&trust, &found.trust) {
+                    self.provider.update_trust_policy(&role, &trust).await?;
+                }
+                found.arn
+            }
+            UserStep::Taken => {
+                return Err(Error::blocked(
+                    "RoleNameTaken",
+                    format!("the IAM role {role} exists and is not this Bucket's; kopper leaves it alone"),
+                ));
+            }
+        };
+        let wanted = names::policy_document(bucket_name);
+        let found = self.provider.role_policy(&role, names::POLICY_NAME).await?;
+        if !found.is_some_and(|found| policy::equivalent(&wanted, &found)) {
+            self.provider.put_role_policy(&role, names::POLICY_NAME, &wanted).await?;
+        }
+        Ok(arn)
+    }
+
+    /// The ConfigMap with the role's ARN, unless its name is someone else's.
+    async fn ensure_config_map(
+        &self,
+        bucket: &Bucket,
+        bucket_name: &str,
+        region: &str,
+        role_arn: &str,
+    ) -> Result<(), Error> {
+        let api = Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
+        let name = bucket.config_map_name();
+        let current = api.get_opt(&name).await.map_err(Error::kube(format!("reading ConfigMap {name}")))?;
+        if let Some(current) = &current
+            && secret::keeper(current, bucket) != secret::Keeper::ThisBucket
+        {
+            return Err(Error::blocked(
+                "ConfigMapNameTaken",
+                format!(
+                    "ConfigMap {name} was not made by kopper for this Bucket; kopper never takes or overwrites                      it and writes the role's ARN nowhere else: rename or remove that ConfigMap, or give this                      Bucket another name"
+                ),
+            ));
+        }
+        let contents = secret::Contents { bucket: bucket_name, region, endpoint: self.provider.endpoint() };
+        let desired = config_map::desired(bucket, &contents, role_arn);
+        if current.as_ref().is_some_and(|current| config_map::up_to_date(current, &desired)) {
+            return Ok(());
+        }
+        config_map::write(&api, current.as_ref(), desired, &self.ctx.settings.field_manager_for(NAME)).await
+    }
+
+    /// The role's ARN on the ServiceAccount `account`, when this Bucket holds it
+    /// ([`service_account::holder`]). The name is recorded in status before the annotation is
+    /// written, so that whatever happens next, the annotation is found and removed again.
+    async fn ensure_service_account(
+        &self,
+        bucket: &Bucket,
+        status: &BucketStatus,
+        account: &str,
+        role_arn: &str,
+    ) -> Result<(), Error> {
+        let api = Api::<ServiceAccount>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
+        let manager = self.ctx.settings.field_manager_for(NAME);
+        let role = self.owner.role_name();
+        if let Some(previous) = status.service_account_name.as_deref().filter(|previous| *previous != account)
+        {
+            service_account::release(&api, previous, &role, &manager).await?;
+        }
+        let current =
+            api.get_opt(account).await.map_err(Error::kube(format!("reading ServiceAccount {account}")))?;
+        let annotation = current
+            .as_ref()
+            .and_then(|sa| sa.annotations().get(service_account::ROLE_ARN_ANNOTATION).cloned());
+        let claimants = self.claimants(bucket, account);
+        let holder = service_account::holder(annotation.as_deref(), &claimants);
+        if let Some(other) = holder.filter(|holder| holder.name != bucket.name_any()) {
+            let why = if annotation.as_deref().and_then(names::role_name_in_arn)
+                == Some(other.role_name.as_str())
+            {
+                format!("its role is in the ServiceAccount's {}", service_account::ROLE_ARN_ANNOTATION)
+            } else {
+                "it is the older Bucket naming it".to_owned()
+            };
+            return Err(Error::blocked(
+                "ServiceAccountTaken",
+                format!(
+                    "ServiceAccount {account} is given to Bucket {} ({why}); a ServiceAccount gets one Bucket's                      role: name another ServiceAccount in spec.access.serviceAccountName, or delete Bucket {}",
+                    other.name, other.name
+                ),
+            ));
+        }
+        let Some(current) = current else {
+            return Err(Error::blocked(
+                "ServiceAccountNotFound",
+                format!(
+                    "ServiceAccount {account} does not exist in namespace {}: create it, and kopper annotates it                      with the role (ConfigMap {} already holds the role's ARN)",
+                    self.owner.namespace,
+                    bucket.config_map_name()
+                ),
+            ));
+        };
+        if status.service_account_name.as_deref() != Some(account) {
+            write_status(self.ctx, bucket, false, |status| {
+                status.service_account_name = Some(account.to_owned());
+            })
+            .await?;
+        }
+        service_account::annotate(&api, &current, role_arn, &manager).await
+    }
+
+    /// The Buckets of this namespace that name `account`, this one among them, as the cache
+    /// holds them.
+    fn claimants(&self, bucket: &Bucket, account: &str) -> Vec<service_account::Claimant> {
+        let claimant = |other: &Bucket| service_account::Claimant {
+            name: other.name_any(),
+            created: other.meta().creation_timestamp.clone(),
+            role_name: owner_of(&self.owner.cluster, other).role_name(),
+            deleting: other.meta().deletion_timestamp.is_some(),
+        };
+        let mut claimants: Vec<_> = self
+            .cached
+            .state()
+            .iter()
+            .filter(|other| other.namespace().as_deref() == Some(self.owner.namespace.as_str()))
+            .filter(|other| other.service_account() == Some(account) && other.name_any() != bucket.name_any())
+            .map(|other| claimant(other))
+            .collect();
+        claimants.push(claimant(bucket));
+        claimants
     }
 
     /// The IAM user and its policy; the user's name.
@@ -872,7 +1237,7 @@ impl Pass<'_> {
         {
             return Ok(Cleanup::Emptying);
         }
-        self.delete_user().await?;
+        self.revoke_everything(bucket, &status).await?;
         Ok(Cleanup::Done)
     }
 
@@ -895,14 +1260,14 @@ impl Pass<'_> {
             // Not provably this Bucket's: kopper deletes nothing and keeps the finalizer.
             BucketStep::AdoptIfEmpty => return Err(refusal(&BucketStep::Taken, name, &self.owner, true)),
             BucketStep::OtherBucket | BucketStep::TagsLost | BucketStep::Taken => {
-                return Err(self.refuse(&step, name, true).await?);
+                return Err(self.refuse(bucket, status, &step, name, true).await?);
             }
         }
         if !self.provider.bucket_is_empty(name).await? {
             if bucket.spec.empty_on_delete {
                 // Nobody may write while kopper empties it, or a workload still running
                 // would keep it from ever being empty.
-                self.delete_user().await?;
+                self.revoke_everything(bucket, status).await?;
             } else {
                 return Err(Error::blocked(
                     "BucketNotEmpty",
@@ -956,6 +1321,33 @@ impl Pass<'_> {
                 return Ok((total, false));
             }
         }
+    }
+}
+
+/// Whether a denied look for a role stops the pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Denial {
+    /// Reported as the pass's error: kopper may have made a role and must not leave it.
+    Blocks,
+    /// Logged, and the pass goes on: kopper never made a role here (or a Bucket in mode Key
+    /// is not held up by a permission only mode ServiceAccount needs).
+    Tolerated,
+}
+
+/// Deletes `name` only while it is the object of `uid`, so that one made since under the name
+/// is not.
+async fn delete_exactly<K>(api: &Api<K>, name: &str, uid: Option<String>) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions { uid, resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Kube { what: format!("deleting {name}"), source }),
     }
 }
 

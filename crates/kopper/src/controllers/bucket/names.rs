@@ -80,6 +80,79 @@ impl Owner {
     pub fn user_name(&self) -> String {
         derived_name(&["kopper", &self.cluster, &self.namespace, &self.name], USER_NAME_MAX)
     }
+
+    /// The IAM role of a Bucket in mode `ServiceAccount`: the same name as its user would have
+    /// (IAM keeps users and roles apart), under the path [`role_path`] of this cluster.
+    pub fn role_name(&self) -> String {
+        self.user_name()
+    }
+}
+
+/// The IAM path of every role kopper makes for `cluster`: `/kopper/<cluster>/`. The sweep
+/// lists only these (ListRoles by path prefix), then proves each by its tags; the closing
+/// slash keeps another cluster whose id starts with this one's out of the listing.
+pub fn role_path(cluster: &str) -> String {
+    format!("/kopper/{cluster}/")
+}
+
+/// The role name an ARN ends with (`arn:aws:iam::123:role/kopper/c/name` gives `name`), for
+/// telling which Bucket's role a ServiceAccount's annotation names; `None` for what is not a
+/// role ARN.
+pub fn role_name_in_arn(arn: &str) -> Option<&str> {
+    let (_, resource) = arn.strip_prefix("arn:")?.split_once(":iam::")?;
+    let (_, path_and_name) = resource.split_once(":role/")?;
+    path_and_name.rsplit('/').next().filter(|name| !name.is_empty())
+}
+
+/// The cluster's OIDC provider, as the trust policy of a role for a ServiceAccount names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OidcProvider {
+    /// `arn:aws:iam::<account>:oidc-provider/<issuer>`.
+    pub arn: String,
+    /// The issuer without its scheme (`oidc.eks.<region>.amazonaws.com/id/<id>`), which the
+    /// trust policy's condition keys start with.
+    pub issuer: String,
+}
+
+impl OidcProvider {
+    /// Parses `--oidc-provider-arn`: the issuer is what follows `oidc-provider/`.
+    pub fn from_arn(arn: &str) -> Result<Self, String> {
+        let issuer = arn
+            .strip_prefix("arn:")
+            .and_then(|rest| rest.split_once(":oidc-provider/"))
+            .map(|(_, issuer)| issuer.trim_end_matches('/'))
+            .filter(|issuer| {
+                !issuer.is_empty() && !issuer.contains("://") && !issuer.contains(char::is_whitespace)
+            });
+        match issuer {
+            Some(issuer) if arn.split(':').count() >= 6 => {
+                Ok(Self { arn: arn.to_owned(), issuer: issuer.to_owned() })
+            }
+            _ => Err(format!(
+                "`{arn}` is not an IAM OIDC provider ARN: use arn:aws:iam::<account>:oidc-provider/<issuer                  without https://>, as `aws iam list-open-id-connect-providers` shows it"
+            )),
+        }
+    }
+}
+
+/// The audience the pod identity webhook puts in a ServiceAccount's projected token for STS.
+pub const STS_AUDIENCE: &str = "sts.amazonaws.com";
+
+/// The trust policy of a Bucket's role: exactly the ServiceAccount `namespace/name`, through
+/// the cluster's OIDC provider, with a token meant for STS.
+pub fn trust_policy(oidc: &OidcProvider, namespace: &str, service_account: &str) -> serde_json::Value {
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"Federated": oidc.arn},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {"StringEquals": {
+                format!("{}:sub", oidc.issuer): format!("system:serviceaccount:{namespace}:{service_account}"),
+                format!("{}:aud", oidc.issuer): STS_AUDIENCE,
+            }},
+        }],
+    })
 }
 
 /// What the name of every IAM user kopper derives for this cluster starts with: the sweep
@@ -287,6 +360,38 @@ mod tests {
         let policy = policy_document("data").to_string();
         assert!(policy.contains("\"arn:aws:s3:::data\"") && policy.contains("\"arn:aws:s3:::data/*\""));
         assert!(!policy.contains("\"*\"") && !policy.contains("s3:*"));
+    }
+
+    #[test]
+    fn the_trust_policy_names_exactly_one_service_account_and_sts() {
+        let oidc = OidcProvider::from_arn(
+            "arn:aws:iam::123456789012:oidc-provider/oidc.eks.eu-west-1.amazonaws.com/id/ABC",
+        )
+        .unwrap();
+        assert_eq!(oidc.issuer, "oidc.eks.eu-west-1.amazonaws.com/id/ABC");
+        let policy = trust_policy(&oidc, "team-a", "app");
+        let conditions = &policy["Statement"][0]["Condition"]["StringEquals"];
+        assert_eq!(
+            conditions["oidc.eks.eu-west-1.amazonaws.com/id/ABC:sub"],
+            "system:serviceaccount:team-a:app"
+        );
+        assert_eq!(conditions["oidc.eks.eu-west-1.amazonaws.com/id/ABC:aud"], "sts.amazonaws.com");
+        assert_eq!(policy["Statement"][0]["Principal"]["Federated"], oidc.arn);
+        for bad in ["", "arn:aws:iam::1:role/x", "arn:aws:iam::1:oidc-provider/", "https://oidc.example"] {
+            assert!(OidcProvider::from_arn(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_role_arn_names_its_role_whatever_its_path() {
+        assert_eq!(
+            role_name_in_arn("arn:aws:iam::123:role/kopper/c1/kopper-c1-a-b-1234"),
+            Some("kopper-c1-a-b-1234")
+        );
+        assert_eq!(role_name_in_arn("arn:aws:iam::123:role/plain"), Some("plain"));
+        assert_eq!(role_name_in_arn("arn:aws:iam::123:user/kopper/x"), None);
+        assert_eq!(role_name_in_arn("not an arn"), None);
+        assert_eq!(role_path("c1"), "/kopper/c1/");
     }
 
     #[test]

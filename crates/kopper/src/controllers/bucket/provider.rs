@@ -132,6 +132,52 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn access_keys<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<Vec<AccessKey>>>;
     fn create_access_key<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<NewAccessKey>>;
     fn delete_access_key<'a>(&'a self, user: &'a str, key_id: &'a str) -> BoxFuture<'a, ProviderResult<()>>;
+
+    /// The names of the account's IAM roles under `path_prefix`, every page.
+    fn roles<'a>(&'a self, path_prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>>;
+    /// The role's tags, or `None` when there is no such role.
+    fn role_tags<'a>(
+        &'a self,
+        role: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<BTreeMap<String, String>>>>;
+    /// The role's ARN and trust policy, or `None` when there is no such role.
+    fn role<'a>(&'a self, role: &'a str) -> BoxFuture<'a, ProviderResult<Option<Role>>>;
+    /// Creates the role under `path` with its trust policy and tags in one call, so no
+    /// untagged role can be left behind; its ARN.
+    fn create_role<'a>(
+        &'a self,
+        role: &'a str,
+        path: &'a str,
+        trust: &'a serde_json::Value,
+        tags: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, ProviderResult<String>>;
+    fn update_trust_policy<'a>(
+        &'a self,
+        role: &'a str,
+        trust: &'a serde_json::Value,
+    ) -> BoxFuture<'a, ProviderResult<()>>;
+    fn delete_role<'a>(&'a self, role: &'a str) -> BoxFuture<'a, ProviderResult<()>>;
+    /// The role's inline policy as JSON, or `None` when the role has no such policy.
+    fn role_policy<'a>(
+        &'a self,
+        role: &'a str,
+        policy: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Option<serde_json::Value>>>;
+    fn put_role_policy<'a>(
+        &'a self,
+        role: &'a str,
+        policy: &'a str,
+        document: &'a serde_json::Value,
+    ) -> BoxFuture<'a, ProviderResult<()>>;
+    fn delete_role_policy<'a>(&'a self, role: &'a str, policy: &'a str) -> BoxFuture<'a, ProviderResult<()>>;
+}
+
+/// An IAM role as GetRole describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Role {
+    pub arn: String,
+    /// The trust policy (`AssumeRolePolicyDocument`), decoded.
+    pub trust: serde_json::Value,
 }
 
 /// An access key as IAM lists it. `created` is `None` when the service does not say.

@@ -28,7 +28,7 @@ pub struct Contents<'a> {
 }
 
 impl Contents<'_> {
-    fn entries(&self) -> BTreeMap<String, String> {
+    pub fn entries(&self) -> BTreeMap<String, String> {
         let mut entries = BTreeMap::from([
             ("AWS_REGION".to_owned(), self.region.to_owned()),
             ("BUCKET_NAME".to_owned(), self.bucket.to_owned()),
@@ -64,7 +64,7 @@ pub enum Keeper {
 /// engine's marks is never this Bucket's, and a forged claim on a Secret nobody else keeps
 /// only hands the tenant's own Bucket a Secret the tenant could have written anyway. Whatever
 /// slips through, [`super::churn`] bounds the access keys a fight could cost.
-pub fn keeper(secret: &Secret, bucket: &Bucket) -> Keeper {
+pub fn keeper<K: Resource>(secret: &K, bucket: &Bucket) -> Keeper {
     let replicated = secret.labels().contains_key(REPLICATED_BY_LABEL)
         || secret.annotations().contains_key(RULE_UID_ANNOTATION);
     if replicated {
@@ -93,7 +93,7 @@ pub fn held_key_id(secret: &Secret) -> Option<String> {
 /// `blockOwnerDeletion`: setting it needs `update` on `buckets/finalizers` where the
 /// OwnerReferencesPermissionEnforcement admission plugin runs, and nothing here needs the
 /// Bucket's deletion to wait for the Secret's.
-fn owner_reference(
+pub fn owner_reference(
     bucket: &Bucket,
 ) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
     let mut owner = bucket.controller_owner_ref(&())?;

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::Error;
 use super::names::{self, POLICY_NAME, TAG_CLUSTER, TAG_UID};
@@ -39,6 +39,7 @@ use super::types::Bucket;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     User,
+    Role,
 }
 
 /// An identity found in the account with the tags it carries.
@@ -60,12 +61,21 @@ pub fn orphans<'a>(found: &'a [Found], cluster: &str, live: &HashSet<String>) ->
         .collect()
 }
 
-/// Sweeps at once and then every `interval`, until the task is aborted.
-pub async fn run(client: kube::Client, provider: Arc<dyn Provider>, cluster: String, interval: Duration) {
+/// Sweeps at once and then every `interval`, until the task is aborted. `keyless`: kopper
+/// makes roles (`--oidc-provider-arn`), so a denied ListRoles is worth a warning; without it
+/// roles are still looked for (left from when it was set), and a denial is only logged at
+/// debug level.
+pub async fn run(
+    client: kube::Client,
+    provider: Arc<dyn Provider>,
+    cluster: String,
+    interval: Duration,
+    keyless: bool,
+) {
     loop {
-        match sweep(&client, provider.as_ref(), &cluster).await {
+        match sweep(&client, provider.as_ref(), &cluster, keyless).await {
             Ok(0) => {}
-            Ok(deleted) => info!(deleted, "deleted the IAM users of Buckets that no longer exist"),
+            Ok(deleted) => info!(deleted, "deleted the IAM users and roles of Buckets that no longer exist"),
             Err(error) => {
                 warn!("the sweep for credentials of deleted Buckets failed, retried next time: {error}")
             }
@@ -74,8 +84,13 @@ pub async fn run(client: kube::Client, provider: Arc<dyn Provider>, cluster: Str
     }
 }
 
-/// One sweep; how many users it deleted.
-async fn sweep(client: &kube::Client, provider: &dyn Provider, cluster: &str) -> Result<usize, Error> {
+/// One sweep; how many users and roles it deleted.
+async fn sweep(
+    client: &kube::Client,
+    provider: &dyn Provider,
+    cluster: &str,
+    keyless: bool,
+) -> Result<usize, Error> {
     let mut found = Vec::new();
     for name in provider.users(&names::user_name_prefix(cluster)).await? {
         match provider.user_tags(&name).await {
@@ -85,6 +100,7 @@ async fn sweep(client: &kube::Client, provider: &dyn Provider, cluster: &str) ->
             Err(error) => warn!(user = name, "could not read the user's tags: {error}"),
         }
     }
+    found.extend(roles(provider, cluster, keyless).await);
     if found.is_empty() {
         return Ok(0);
     }
@@ -95,17 +111,48 @@ async fn sweep(client: &kube::Client, provider: &dyn Provider, cluster: &str) ->
         match delete(provider, orphan).await {
             Ok(()) => {
                 info!(
-                    user = orphan.name,
-                    "deleted the IAM user, policy and keys of a Bucket that no longer exists"
+                    kind = ?orphan.kind,
+                    name = orphan.name,
+                    "deleted the IAM identity (and its policy and keys) of a Bucket that no longer exists"
                 );
                 deleted += 1;
             }
             Err(error) => {
-                warn!(user = orphan.name, "could not delete an orphaned IAM user, retried next time: {error}")
+                warn!(
+                    name = orphan.name,
+                    "could not delete an orphaned IAM identity, retried next time: {error}"
+                )
             }
         }
     }
     Ok(deleted)
+}
+
+/// This cluster's roles with their tags. A denied ListRoles (an install that never gave kopper
+/// the role permissions, because it uses no keyless access) is logged and counted
+/// (`kopper_bucket_provider_calls_total{operation="ListRoles",outcome="access_denied"}`), and
+/// the sweep goes on with the users.
+async fn roles(provider: &dyn Provider, cluster: &str, keyless: bool) -> Vec<Found> {
+    let names = match provider.roles(&names::role_path(cluster)).await {
+        Ok(names) => names,
+        Err(error) if keyless => {
+            warn!("the sweep could not list IAM roles, so it looks at users only: {error}");
+            return Vec::new();
+        }
+        Err(error) => {
+            debug!("the sweep could not list IAM roles (keyless access is off): {error}");
+            return Vec::new();
+        }
+    };
+    let mut found = Vec::new();
+    for name in names {
+        match provider.role_tags(&name).await {
+            Ok(Some(tags)) => found.push(Found { kind: Kind::Role, name, tags }),
+            Ok(None) => {}
+            Err(error) => warn!(role = name, "could not read the role's tags: {error}"),
+        }
+    }
+    found
 }
 
 /// Every Bucket's uid, read from the API server page by page.
@@ -133,6 +180,10 @@ async fn delete(provider: &dyn Provider, found: &Found) -> Result<(), Error> {
             }
             provider.delete_user_policy(user, POLICY_NAME).await?;
             provider.delete_user(user).await?;
+        }
+        Kind::Role => {
+            provider.delete_role_policy(&found.name, POLICY_NAME).await?;
+            provider.delete_role(&found.name).await?;
         }
     }
     Ok(())

@@ -86,6 +86,48 @@ pub struct BucketSpec {
     /// for by the annotation `kopper.dev/rotate-credentials`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_rotation: Option<KeyRotation>,
+
+    /// How workloads reach the bucket: with an access key in a Secret (`mode: Key`, the
+    /// default), or with no key at all, as a ServiceAccount of this namespace (`mode:
+    /// ServiceAccount`, IRSA on EKS): kopper creates an IAM role that only that ServiceAccount
+    /// can assume, writes its ARN into a ConfigMap and annotates the ServiceAccount with it.
+    /// Switching modes removes the other mode's credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<Access>,
+}
+
+/// How workloads reach the bucket.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.mode) || self.mode != 'ServiceAccount' || has(self.serviceAccountName)", "message": "mode ServiceAccount needs serviceAccountName"},
+    {"rule": "(has(self.mode) && self.mode == 'ServiceAccount') || !has(self.serviceAccountName)", "message": "serviceAccountName is only for mode ServiceAccount"}
+]))]
+pub struct Access {
+    /// `Key` (the default): an IAM user and one access key, in the Secret `secretName`.
+    /// `ServiceAccount`: an IAM role for the ServiceAccount `serviceAccountName`, no user and no
+    /// key; the role's ARN goes into the ConfigMap `<name>-s3` (`AWS_ROLE_ARN`, `AWS_REGION`,
+    /// `BUCKET_NAME`) and into the ServiceAccount's annotation `eks.amazonaws.com/role-arn`.
+    /// Needs the cluster's OIDC provider set in kopper (`--oidc-provider-arn`).
+    #[serde(default)]
+    pub mode: AccessMode,
+
+    /// The ServiceAccount, in this Bucket's namespace, whose pods get the bucket (mode
+    /// `ServiceAccount` only). One Bucket per ServiceAccount: a second Bucket naming it is
+    /// refused. kopper never overwrites an `eks.amazonaws.com/role-arn` it did not write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    pub service_account_name: Option<String>,
+}
+
+/// How workloads reach the bucket.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum AccessMode {
+    /// An IAM user with one access key, in a Secret.
+    #[default]
+    Key,
+    /// An IAM role assumed by a ServiceAccount through the cluster's OIDC provider; no key.
+    ServiceAccount,
 }
 
 /// A schedule for the access key: a key is in the Secret until it is `maxKeyAge -
@@ -155,17 +197,45 @@ pub struct BucketStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotated_for: Option<String>,
 
+    /// ARN of the IAM role a ServiceAccount assumes (mode `ServiceAccount`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_arn: Option<String>,
+
+    /// The ServiceAccount kopper annotates with the role's ARN. Recorded before the
+    /// annotation is written, so that the annotation is removed again wherever a pass stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+
     /// `Ready` is True when the bucket, user, policy, one access key and the Secret are in
-    /// place. Reasons when it is not: `Provisioning`, `ProviderNotConfigured`,
-    /// `BucketNameTaken`, `BucketTagsMissing`, `UserNameTaken`, `SecretNameTaken`,
-    /// `BucketNameImmutable`, `InvalidKeyRotation`, `AccessDenied`, `ProviderUnavailable`,
-    /// `BucketNotEmpty`, `Deleting`.
+    /// place (mode `ServiceAccount`: the bucket, role, policy, ConfigMap and the
+    /// ServiceAccount's annotation). Reasons when it is not: `Provisioning`,
+    /// `ProviderNotConfigured`, `BucketNameTaken`, `BucketTagsMissing`, `UserNameTaken`,
+    /// `SecretNameTaken`, `BucketNameImmutable`, `InvalidKeyRotation`, `AccessDenied`,
+    /// `ProviderUnavailable`, `BucketNotEmpty`, `Deleting`, `KeylessNotConfigured`,
+    /// `RoleNameTaken`, `ConfigMapNameTaken`, `ServiceAccountTaken`,
+    /// `ServiceAccountAnnotated`, `ServiceAccountNotFound`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 
 impl Bucket {
+    /// How workloads reach the bucket.
+    pub fn access_mode(&self) -> AccessMode {
+        self.spec.access.as_ref().map(|access| access.mode).unwrap_or_default()
+    }
+
+    /// The ServiceAccount the Bucket names, in mode `ServiceAccount`.
+    pub fn service_account(&self) -> Option<&str> {
+        let access = self.spec.access.as_ref().filter(|access| access.mode == AccessMode::ServiceAccount)?;
+        access.service_account_name.as_deref()
+    }
+
+    /// The ConfigMap that receives the role's ARN in mode `ServiceAccount`.
+    pub fn config_map_name(&self) -> String {
+        format!("{}-s3", kube::ResourceExt::name_any(self))
+    }
+
     /// The Secret that receives the credentials.
     pub fn secret_name(&self) -> String {
         match &self.spec.secret_name {
