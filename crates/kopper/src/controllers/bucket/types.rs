@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
     group = "kopper.dev",
     version = "v1alpha1",
     kind = "Bucket",
-    doc = "An S3 bucket with its own IAM user, a policy that allows exactly that bucket, and one access key, whose credentials kopper writes into a Secret in this namespace. Deleting the Bucket removes the user, policy and key, and the bucket too with deletionPolicy Delete; with Retain (the default) the bucket and its data stay.",
+    doc = "An S3 bucket with its own IAM user, a policy that allows exactly that bucket, and one access key, whose credentials kopper writes into a Secret in this namespace. With access.mode ServiceAccount, an IAM role only a ServiceAccount of this namespace can assume replaces the user and key, its ARN in a ConfigMap. Deleting the Bucket removes the user, policy and key (or role), and the bucket too with deletionPolicy Delete; with Retain (the default) the bucket and its data stay.",
     plural = "buckets",
     namespaced,
     status = "BucketStatus",
