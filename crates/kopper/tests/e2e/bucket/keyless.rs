@@ -100,16 +100,7 @@ async fn workload_client(endpoint: &str, role_arn: &str) -> aws_sdk_s3::Client {
         None,
         "web-identity",
     );
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::new()
-            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .region(aws_sdk_s3::config::Region::new(REGION))
-            .endpoint_url(endpoint)
-            .credentials_provider(credentials)
-            .force_path_style(true)
-            .http_client(http())
-            .build(),
-    )
+    s3_client(endpoint, credentials)
 }
 
 /// A Bucket naming a ServiceAccount gets a bucket, a role whose trust policy names exactly
@@ -492,4 +483,53 @@ async fn roles_of_gone_buckets_are_swept_and_a_denied_role_listing_spares_the_us
         "the sweep was refused ListRoles: {calls:?}"
     );
     operator.stop().await.unwrap();
+}
+
+/// An S3 client with `credentials` (a session token for a role's).
+fn s3_client(endpoint: &str, credentials: aws_sdk_s3::config::Credentials) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::new()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new(REGION))
+            .endpoint_url(endpoint)
+            .credentials_provider(credentials)
+            .force_path_style(true)
+            .http_client(http())
+            .build(),
+    )
+}
+
+/// Where moto enforces IAM (off by default, which is why the other tests cannot show a
+/// refusal): a workload's credentials for the role write to the Bucket's bucket and are
+/// refused another bucket of the same account. The web identity call is the one moto lets
+/// through unsigned (it neither checks the token nor the trust policy, which the test above
+/// reads back instead); every S3 call after it is checked against the role's policy.
+#[tokio::test]
+async fn the_role_reaches_its_bucket_and_no_other_where_moto_enforces_iam() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let s3 = moto.client().await;
+    s3.create_bucket("someone-elses-bucket", REGION).await.unwrap();
+    let operator = start_operator_at(&cluster, &moto.endpoint, &keyless_flags(&[]));
+    create_service_account(&cluster, NAMESPACE, "app").await;
+    create_bucket(&cluster, "data", keyless("app")).await;
+    let ready = status(&wait_for_reason(&cluster, "data", "Ready").await);
+    let (name, arn) = (ready.bucket_name.unwrap(), ready.role_arn.unwrap());
+    // kopper's own key exists in no IAM: it must be stopped before moto checks keys.
+    operator.stop().await.unwrap();
+
+    moto.enforce_iam_after(1).await;
+    let workload = workload_client(&moto.endpoint, &arn).await;
+    let put = |bucket: &str| {
+        workload
+            .put_object()
+            .bucket(bucket)
+            .key("a.txt")
+            .body(aws_sdk_s3::primitives::ByteStream::from_static(b"data"))
+            .send()
+    };
+    put(&name).await.expect("the role writes to its bucket");
+    let refused = put("someone-elses-bucket").await.expect_err("the role is refused another bucket");
+    let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&refused).map(str::to_owned);
+    assert_eq!(code.as_deref(), Some("AccessDenied"), "{refused:?}");
 }

@@ -46,6 +46,25 @@ impl Moto {
         Some(Self { child, endpoint })
     }
 
+    /// From now on moto enforces IAM: after the next `open_calls` requests, every request must
+    /// be signed by an identity of moto's IAM whose policies allow it (moto's
+    /// `INITIAL_NO_AUTH_ACTION_COUNT`, reset through its `/moto-api/reset-auth`). The admin
+    /// credentials kopper and tests use exist in no IAM, so nothing else works after that.
+    pub async fn enforce_iam_after(&self, open_calls: u32) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let address = self.endpoint.trim_start_matches("http://");
+        let body = open_calls.to_string();
+        let request = format!(
+            "POST /moto-api/reset-auth HTTP/1.0\r\nHost: {address}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        assert!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+
     /// A provider as the test's own S3 and IAM client (moto accepts any credentials).
     pub async fn client(&self) -> AwsProvider {
         client_of(&self.endpoint).await
