@@ -1273,10 +1273,10 @@ impl Pass<'_> {
                     "BucketNotEmpty",
                     format!(
                         "bucket {name} still holds objects, so it was not deleted: empty it (the \
-                         credentials in Secret {} still work until it is deleted), set \
+                         {} still work until it is deleted), set \
                          spec.emptyOnDelete to true to have kopper delete every object, or set \
                          spec.deletionPolicy to Retain to keep it",
-                        bucket.secret_name()
+                        credentials_held(bucket)
                     ),
                 ));
             }
@@ -1321,6 +1321,14 @@ impl Pass<'_> {
                 return Ok((total, false));
             }
         }
+    }
+}
+
+/// What gives a workload the Bucket's bucket, in the Bucket's mode, for messages.
+fn credentials_held(bucket: &Bucket) -> String {
+    match bucket.service_account() {
+        Some(account) => format!("role of ServiceAccount {account}"),
+        None => format!("credentials in Secret {}", bucket.secret_name()),
     }
 }
 

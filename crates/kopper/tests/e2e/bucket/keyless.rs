@@ -279,7 +279,8 @@ async fn a_service_account_goes_to_one_bucket_and_a_foreign_annotation_is_never_
 
 /// Mode Key to mode ServiceAccount and back: each time exactly the credentials of the mode in
 /// the spec exist (a user with one key and its Secret, or a role, its ConfigMap and the
-/// annotation), and none of the other's.
+/// annotation), and none of the other's. Naming another ServiceAccount moves the annotation
+/// and rewrites the trust policy.
 #[tokio::test]
 async fn switching_between_key_and_keyless_leaves_exactly_the_right_credentials() {
     let Some(moto) = Moto::start().await else { return };
@@ -292,8 +293,7 @@ async fn switching_between_key_and_keyless_leaves_exactly_the_right_credentials(
     let keyed = status(&wait_for_reason(&cluster, "switch", "Ready").await);
     wait_for_one_key(&cluster, &s3, "switch").await;
 
-    let to_keyless =
-        Patch::Merge(keyless("app").as_object().cloned().map(|spec| json!({"spec": spec})).unwrap());
+    let to_keyless = Patch::Merge(json!({"spec": keyless("app")}));
     buckets(&cluster).patch("switch", &PatchParams::default(), &to_keyless).await.unwrap();
     let api = buckets(&cluster);
     let keyless_ready = eventually("the Bucket Ready in mode ServiceAccount", || async {
@@ -312,6 +312,19 @@ async fn switching_between_key_and_keyless_leaves_exactly_the_right_credentials(
     assert!(config_map(&cluster, "switch-s3").await.is_some());
     assert_eq!(keyless_ready.bucket_name, keyed.bucket_name, "the same bucket");
 
+    // Another ServiceAccount: the annotation moves, and the trust policy names the new one.
+    create_service_account(&cluster, NAMESPACE, "other").await;
+    let to_other = Patch::Merge(json!({"spec": keyless("other")}));
+    buckets(&cluster).patch("switch", &PatchParams::default(), &to_other).await.unwrap();
+    eventually("the annotation to move to ServiceAccount other", || async {
+        let moved = role_annotation(&cluster, NAMESPACE, "other").await == keyless_ready.role_arn
+            && role_annotation(&cluster, NAMESPACE, "app").await.is_none();
+        moved.then_some(())
+    })
+    .await;
+    let trust = s3.role(&role).await.unwrap().unwrap().trust;
+    assert!(policy::equivalent(&expected_trust(NAMESPACE, "other"), &trust), "{trust}");
+
     let to_key = Patch::Merge(json!({"spec": {"access": null}}));
     buckets(&cluster).patch("switch", &PatchParams::default(), &to_key).await.unwrap();
     let keyed_again = eventually("the Bucket Ready in mode Key", || async {
@@ -323,7 +336,7 @@ async fn switching_between_key_and_keyless_leaves_exactly_the_right_credentials(
     wait_for_one_key(&cluster, &s3, "switch").await;
     assert_eq!(keyed_again.role_arn, None);
     assert_eq!(s3.role_tags(&role).await.unwrap(), None, "the role and its policy are gone");
-    assert_eq!(role_annotation(&cluster, NAMESPACE, "app").await, None);
+    assert_eq!(role_annotation(&cluster, NAMESPACE, "other").await, None);
     assert!(config_map(&cluster, "switch-s3").await.is_none(), "the ConfigMap is gone");
     let (users, _) = account_contents(&moto.endpoint).await;
     assert_eq!(users, vec![user], "one user");
