@@ -20,7 +20,7 @@ use super::model::{MANAGED_BY_LABEL, ObjectKind, Rule, RuleId, SourceMatch, Targ
 use super::shape::{MarkFilter, Shape, Tool};
 use crate::controllers::replication::types::{ConfigMapSync, ConfigMapSyncStatus};
 use crate::controllers::replication::types::{
-    CopiedLabels, CopiedMetadata, CopyConflict, DeletionPolicy, ReplicatedKind, ReplicationRule,
+    CopyConflict, CopyShaping, DeletionPolicy, ReplicatedKind, ReplicationRule,
     ReplicationRuleStatus, ToolMarks,
 };
 use crate::runtime::Settings;
@@ -231,19 +231,13 @@ impl RuleObject for ReplicationRule {
                 ),
             });
         }
-        let shape = shape(
-            &spec.keys,
-            spec.secret_type.as_deref(),
-            spec.copy_labels.as_ref(),
-            spec.copy_annotations.as_ref(),
-            &spec.keep_tool_marks,
-        )?;
+        let shape = shape(&spec.shaping, spec.secret_type.as_deref())?;
         Ok(Rule {
             id: self.rule_id(),
             uid: self.meta().uid.clone().unwrap_or_default(),
             kind,
             shape,
-            deletion_policy: spec.deletion_policy,
+            deletion_policy: spec.shaping.deletion_policy,
             sources: SourceMatch {
                 namespaces: spec.namespaces.clone(),
                 name: None,
@@ -265,7 +259,7 @@ impl RuleObject for ReplicationRule {
     }
 
     fn deletion_policy(&self) -> DeletionPolicy {
-        self.spec.deletion_policy
+        self.spec.shaping.deletion_policy
     }
 
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
@@ -328,19 +322,13 @@ impl RuleObject for ConfigMapSync {
                 message: "set destinationNamespace, destinationNamespaces or destinationSelector".to_owned(),
             });
         }
-        let shape = shape(
-            &spec.keys,
-            None,
-            spec.copy_labels.as_ref(),
-            spec.copy_annotations.as_ref(),
-            &spec.keep_tool_marks,
-        )?;
+        let shape = shape(&spec.shaping, None)?;
         Ok(Rule {
             id: self.rule_id(),
             uid: self.meta().uid.clone().unwrap_or_default(),
             kind: ObjectKind::ConfigMap,
             shape,
-            deletion_policy: spec.deletion_policy,
+            deletion_policy: spec.shaping.deletion_policy,
             sources: SourceMatch {
                 namespaces: vec![spec.source_namespace.clone()],
                 name: Some(spec.config_map_name.clone()),
@@ -361,7 +349,7 @@ impl RuleObject for ConfigMapSync {
     }
 
     fn deletion_policy(&self) -> DeletionPolicy {
-        self.spec.deletion_policy
+        self.spec.shaping.deletion_policy
     }
 
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
@@ -437,13 +425,9 @@ static LABEL_VALUE: LazyLock<regex::Regex> =
 /// How a rule's spec shapes its copies. The schema bounds every field; what it checks only
 /// with CEL (kube-apiserver 1.25+; not kubesim) is checked again here: the added labels are
 /// valid and none is one of kopper's own marks.
-fn shape(
-    keys: &[String],
-    secret_type: Option<&str>,
-    labels: Option<&CopiedLabels>,
-    annotations: Option<&CopiedMetadata>,
-    keep_tool_marks: &[ToolMarks],
-) -> Result<Arc<Shape>, Refusal> {
+fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>, Refusal> {
+    let CopyShaping { keys, copy_labels: labels, copy_annotations: annotations, keep_tool_marks, .. } = shaping;
+    let (labels, annotations) = (labels.as_ref(), annotations.as_ref());
     let empty = BTreeMap::new();
     let extra_labels = labels.map_or(&empty, |labels| &labels.add);
     for (key, value) in extra_labels {
@@ -485,7 +469,7 @@ fn shape(
     Ok(Arc::new(Shape {
         keys: (!keys.is_empty()).then(|| keys.iter().cloned().collect()),
         secret_type: secret_type.map(str::to_owned),
-        labels: labels.map_or_else(|| filter(&[], &[]), |labels| filter(&labels.include, &labels.exclude)),
+        labels: labels.map_or_else(|| filter(&[], &[]), |labels| filter(&labels.copied.include, &labels.copied.exclude)),
         annotations: annotations.map_or_else(
             || filter(&[], &[]),
             |annotations| filter(&annotations.include, &annotations.exclude),
@@ -575,11 +559,7 @@ mod tests {
                 destination_namespaces: vec![],
                 destination_selector: None,
                 config_map_name: "cfg".into(),
-                keys: vec![],
-                copy_labels: None,
-                copy_annotations: None,
-                keep_tool_marks: vec![],
-                deletion_policy: DeletionPolicy::Delete,
+                shaping: CopyShaping::default(),
             },
         );
         sync.metadata.namespace = Some(own_namespace.into());

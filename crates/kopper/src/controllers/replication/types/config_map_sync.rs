@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::replication_rule::CopyConflict;
-use super::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};
+use super::shaping::CopyShaping;
 
 /// Keeps one ConfigMap copied into other namespaces: the copy is created when missing,
 /// updated when the source changes, restored when edited or deleted, and removed when the
@@ -65,42 +65,9 @@ pub struct ConfigMapSyncSpec {
     #[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
     pub config_map_name: String,
 
-    /// Only these keys of the ConfigMap are copied (of `data` and `binaryData`); empty: every
-    /// key. A listed key the source lacks is reported in the Ready condition (reason
-    /// `SourceKeysMissing`) and the copies hold the others; a source holding none of them is
-    /// not copied (its copies are left as they are). Only data is filtered: an annotation
-    /// that embeds the whole object (kapp's `kapp.k14s.io/original`, kept only with
-    /// `keepToolMarks: [Kapp]`) would carry every key. At most 256 keys.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 256), inner(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$")))]
-    pub keys: Vec<String>,
-
-    /// Which labels of the source the copies carry, and labels added to every copy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copy_labels: Option<CopiedLabels>,
-
-    /// Which annotations of the source the copies carry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copy_annotations: Option<CopiedMetadata>,
-
-    /// Tools whose ownership and tracking marks the copies keep. By default copies carry
-    /// none of them: `meta.helm.sh/*` and `app.kubernetes.io/managed-by: Helm` (Helm),
-    /// `argocd.argoproj.io/*` and `app.kubernetes.io/instance` (ArgoCD),
-    /// `kustomize.toolkit.fluxcd.io/*` and `helm.toolkit.fluxcd.io/*` (Flux),
-    /// `kapp.k14s.io/*` (Kapp): each tool would take the copies for objects it manages.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 4))]
-    pub keep_tool_marks: Vec<ToolMarks>,
-
-    /// What becomes of the copies when this object is deleted: `Delete` (the default) or
-    /// `Orphan`: they stay, no longer updated, labelled `kopper.dev/orphaned: "true"`, for a
-    /// rule copying the same source into the same place to take over (with one metadata patch
-    /// if the source did not change meanwhile; rewritten otherwise, deleted and created again
-    /// if immutable or of another Secret type). Nothing deletes a ReplicationRule's orphans
-    /// automatically (`kubectl get cm,secret -A -l kopper.dev/orphaned=true` lists them); a
-    /// ConfigMapSync's go when their namespace no longer accepts copies from its namespace.
-    #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
-    pub deletion_policy: DeletionPolicy,
+    /// How the copies are shaped, and what becomes of them when this object goes.
+    #[serde(flatten)]
+    pub shaping: CopyShaping,
 }
 
 /// What kopper last observed for this object.

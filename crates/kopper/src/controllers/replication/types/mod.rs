@@ -11,4 +11,4 @@ pub use self::replication_rule::{
     CopyConflict, CredentialSecretType, ReplicatedKind, ReplicationRule, ReplicationRuleSpec,
     ReplicationRuleStatus,
 };
-pub use self::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};
+pub use self::shaping::{CopiedLabels, CopiedMetadata, CopyShaping, DeletionPolicy, ToolMarks};
