@@ -19,8 +19,8 @@ use super::cache::Caches;
 use super::cache::copies::CopyIndex;
 use super::cache::scoped::{METADATA_PAGE_SIZE, ScopeNotReady};
 use super::desired::{
-    Change, ConflictReason, RulePass, RulePlan, World, cleanup, on_rule_deleted, orphans_without_consent,
-    source_namespaces,
+    Change, ConflictReason, RulePass, RulePlan, ShapeProblem, World, cleanup, on_rule_deleted,
+    orphans_without_consent, refused_named_source, source_namespaces,
 };
 use super::metrics::SOURCE_TO_COPY_SECONDS;
 use super::model::{
@@ -29,7 +29,7 @@ use super::model::{
     Source, controller_of,
 };
 use super::rules::{Findings, Refusal, RuleObject};
-use super::types::{ConfigMapSync, DeletionPolicy, ReplicationRule};
+use super::types::{ConfigMapSync, DeletionPolicy, ReplicationRule, SecretSync};
 use super::wake::Router;
 use crate::runtime::cache::CacheStopped;
 use crate::runtime::metrics::RuleGauges;
@@ -303,7 +303,7 @@ impl Engine {
     /// Deletes copies whose rule no longer exists: left behind when a rule's finalizer
     /// was removed by hand, or kopper was uninstalled and reinstalled in between. Such a
     /// rule's share of the rule gauges goes too, as its cleanup never ran. Deletes too the
-    /// orphans ConfigMapSyncs left where their tenant's consent is gone.
+    /// orphans tenants' syncs (ConfigMapSync, SecretSync) left where their consent is gone.
     pub async fn collect_orphans(&self, ctx: &Context) {
         let ids = self.router.rules.all_ids();
         let live: HashSet<(&str, String)> =
@@ -330,7 +330,7 @@ impl Engine {
         tracing::info!(
             copies = changes.len(),
             orphans = withdrawn.len(),
-            "deleting copies whose rule no longer exists, and orphans of ConfigMapSyncs whose destination no \
+            "deleting copies whose rule no longer exists, and orphans of tenants' syncs whose destination no \
              longer consents"
         );
         changes.extend(withdrawn);
@@ -387,6 +387,14 @@ impl Engine {
         tally.findings.refused_destinations = rule.refused_destinations(&namespaces);
         tally.findings.own_namespace = rule.id.namespace.clone();
         tally.findings.shape_problems = pass.shape_problems.clone();
+        if pass.sources_matched == 0 && !pass.shape_problems.iter().any(ShapeProblem::refuses_source) {
+            // The source watches leave out what kopper made; its copies watch holds it.
+            let made_by_kopper =
+                rule.sources.name.as_deref().zip(rule.sources.namespaces.first()).is_some_and(
+                    |(name, namespace)| CopyIndex::found(&copies.read(), namespace, name).is_some(),
+                );
+            tally.findings.shape_problems.extend(refused_named_source(rule, None, None, made_by_kopper));
+        }
         let batch = namespaces_per_batch(pass.copies_per_namespace());
         for targets in pass.targets().chunks(batch) {
             let mut plan = RulePlan::default();
@@ -715,7 +723,11 @@ async fn current_uid(client: &Client, rule: &RuleId) -> Result<Option<String>, k
             let api = Api::<ConfigMapSync>::namespaced(client.clone(), namespace);
             api.list_metadata(&by_name).await?.items.into_iter().map(|object| object.metadata.uid).collect()
         }
-        (RuleKind::ConfigMapSync, None) => Vec::new(),
+        (RuleKind::SecretSync, Some(namespace)) => {
+            let api = Api::<SecretSync>::namespaced(client.clone(), namespace);
+            api.list_metadata(&by_name).await?.items.into_iter().map(|object| object.metadata.uid).collect()
+        }
+        (RuleKind::ConfigMapSync | RuleKind::SecretSync, None) => Vec::new(),
     };
     Ok(uids.into_iter().flatten().next())
 }

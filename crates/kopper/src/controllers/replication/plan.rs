@@ -1,4 +1,4 @@
-//! `kopper plan` for ConfigMapSync and ReplicationRule: what the rules would create, update
+//! `kopper plan` for ReplicationRule, ConfigMapSync and SecretSync: what the rules would create, update
 //! and delete, from the same decision the engine makes, without writing anything.
 
 use std::collections::{BTreeMap, HashMap};
@@ -10,8 +10,7 @@ use super::model::{
     CopyKey, CopyState, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, Source,
 };
 use super::rules::{RuleObject, refused_destinations_message};
-use crate::controllers::replication::types::ConfigMapSync;
-use crate::controllers::replication::types::ReplicationRule;
+use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use crate::runtime::Settings;
 
 /// What the replication engine decides from: every namespace, ConfigMap and Secret.
@@ -59,6 +58,7 @@ pub struct RulePlan {
 pub fn plan_rules(
     replication_rules: &[ReplicationRule],
     config_map_syncs: &[ConfigMapSync],
+    secret_syncs: &[SecretSync],
     settings: &Settings,
     cluster: &ClusterObjects,
 ) -> Vec<RulePlan> {
@@ -68,6 +68,9 @@ pub fn plan_rules(
         collect(object, settings, &mut rules, &mut refused);
     }
     for object in config_map_syncs {
+        collect(object, settings, &mut rules, &mut refused);
+    }
+    for object in secret_syncs {
         collect(object, settings, &mut rules, &mut refused);
     }
     let mut plans: Vec<RulePlan> = refused
@@ -80,7 +83,8 @@ pub fn plan_rules(
             ObjectKind::Secret => &cluster.secrets,
         };
         let plan = plan_one(rule, &rules, &cluster.namespaces, objects);
-        let mut unmet = unmet(rule, &cluster.namespaces, plan.sources_matched);
+        let refused_source = plan.shape_problems.iter().any(ShapeProblem::refuses_source);
+        let mut unmet = unmet(rule, &cluster.namespaces, plan.sources_matched, refused_source);
         unmet.extend(plan.shape_problems.iter().map(ShapeProblem::message));
         let changes = plan.changes;
         plans.push(RulePlan { id: rule.id.clone(), refused: None, changes, unmet });
@@ -105,13 +109,19 @@ fn collect<R: RuleObject>(
 }
 
 /// What `rule` asks for and would not get besides conflicts, as its status would say it.
-fn unmet(rule: &Rule, namespaces: &BTreeMap<String, NamespaceInfo>, sources_matched: usize) -> Vec<String> {
+/// `refused_source`: the source it names exists but is refused (its problem says why).
+fn unmet(
+    rule: &Rule,
+    namespaces: &BTreeMap<String, NamespaceInfo>,
+    sources_matched: usize,
+    refused_source: bool,
+) -> Vec<String> {
     let mut unmet = Vec::new();
     let refused = rule.refused_destinations(namespaces);
     if !refused.is_empty() {
         unmet.push(refused_destinations_message(&refused, rule.id.namespace.as_deref()));
     }
-    if let Some(source) = rule.missing_named_source(sources_matched) {
+    if let Some(source) = rule.missing_named_source(sources_matched).filter(|_| !refused_source) {
         unmet.push(format!("the source {source} does not exist"));
     }
     unmet

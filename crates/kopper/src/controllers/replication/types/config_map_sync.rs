@@ -1,13 +1,16 @@
 //! The ConfigMapSync custom resource. Doc comments here are user documentation:
 //! they become the CRD's descriptions and what `kubectl explain configmapsync` prints.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use super::replication_rule::CopyConflict;
 use super::shaping::CopyShaping;
+use super::sync_status::TenantSyncStatus;
+
+/// What kopper last observed for a ConfigMapSync.
+pub type ConfigMapSyncStatus = TenantSyncStatus;
 
 /// Keeps one ConfigMap copied into other namespaces: the copy is created when missing,
 /// updated when the source changes, restored when edited or deleted, and removed when the
@@ -68,54 +71,6 @@ pub struct ConfigMapSyncSpec {
     /// How the copies are shaped, and what becomes of them when this object goes.
     #[serde(flatten)]
     pub shaping: CopyShaping,
-}
-
-/// What kopper last observed for this object.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConfigMapSyncStatus {
-    /// The generation of the spec this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-
-    /// When kopper last wrote or removed a copy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_sync_time: Option<Time>,
-
-    /// Namespaces named in this spec (or this object's own) that hold an up-to-date copy,
-    /// in name order; at most 100 are listed. Namespaces reached through the selector are
-    /// only counted.
-    #[serde(default)]
-    pub synced_namespaces: Vec<String>,
-
-    /// Number of namespaces holding an up-to-date copy, including those not listed.
-    #[serde(default)]
-    pub synced_count: i32,
-
-    /// Copies wanted but not written in namespaces named in this spec (or this object's
-    /// own), because the place is taken: by a ConfigMap kopper did not make, or by a rule
-    /// that takes precedence. At most 20 are listed; copies not written elsewhere are only
-    /// counted in the Ready condition.
-    #[serde(default)]
-    pub conflicts: Vec<CopyConflict>,
-
-    /// Namespaces named in this spec that receive no copy, because they are protected or
-    /// have not accepted copies from this object's namespace. The owner of such a namespace
-    /// can accept them with the annotation `kopper.dev/accept-replication-from`.
-    #[serde(default)]
-    pub refused_destinations: Vec<String>,
-
-    /// `Ready` is True when every destination holds an up-to-date copy. Reason
-    /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own;
-    /// `DestinationRefused` that a named destination does not accept copies from here;
-    /// `Progressing` that copies are still being written; `CopyBeingDeleted` that copies are
-    /// held in deletion by another controller's finalizer; `SourceKeysMissing` that the
-    /// ConfigMap lacks keys `keys` lists (the copies hold the others; lacking them all, it
-    /// is not copied); `InvalidShape` that a
-    /// shaping field asks for what kopper never writes (the message names it).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
 }
 
 #[cfg(test)]

@@ -46,7 +46,8 @@ pub struct CopyShaping {
     /// if the source did not change meanwhile; rewritten otherwise, deleted and created again
     /// if immutable or of another Secret type). Nothing deletes a ReplicationRule's orphans
     /// automatically (`kubectl get cm,secret -A -l kopper.dev/orphaned=true` lists them); a
-    /// ConfigMapSync's go when their namespace no longer accepts copies from its namespace.
+    /// ConfigMapSync's or SecretSync's go when their namespace no longer accepts copies from
+    /// its namespace.
     #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
     pub deletion_policy: DeletionPolicy,
 }
@@ -136,8 +137,8 @@ pub enum DeletionPolicy {
     /// object into the same place takes such a copy over: with one metadata patch when it
     /// holds what the rule would write, otherwise by rewriting it (deleting and creating it
     /// when it cannot change in place). An admin's ReplicationRule also rewrites what a
-    /// ConfigMapSync left; a ConfigMapSync's orphans go once their namespace no longer
-    /// accepts copies from its namespace. Nothing else deletes an orphan: list them with
+    /// tenant's ConfigMapSync or SecretSync left; those orphans go once their namespace no
+    /// longer accepts copies from the tenant's namespace. Nothing else deletes an orphan: list them with
     /// `kubectl get cm,secret -A -l kopper.dev/orphaned=true` and delete them once not needed
     /// (an orphaned Secret keeps its data until then).
     Orphan,
