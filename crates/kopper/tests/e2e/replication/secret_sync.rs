@@ -123,7 +123,7 @@ async fn a_shared_secret_follows_its_source_and_goes_when_consent_is_withdrawn()
         .patch("payments", &PatchParams::default(), &Patch::Merge(&withdrawn))
         .await
         .unwrap();
-    cluster.secret_when("payments", "db-password", Option::is_none).await;
+    cluster.secret_when("payments", "db-password", |secret| secret.is_none()).await;
     let status = cluster.share_status("shop", "db", |s| reason(s) == "DestinationRefused").await;
     assert_eq!(status["refusedDestinations"], json!(["payments"]));
     assert!(cluster.secret_api("shop").get_opt("db-password").await.unwrap().is_some(), "the source stays");
@@ -137,14 +137,14 @@ async fn a_tls_secret_s_ca_certificate_alone_is_shared_as_opaque_and_goes_with_i
     for document in kopper::samples::documents(SAMPLE).unwrap() {
         create_document(&cluster.client, document).await;
     }
-    let copy = cluster.secret_when("payments", "shop-ca", Option::is_some).await.unwrap();
+    let copy = cluster.secret_when("payments", "shop-ca", |secret| secret.is_some()).await.unwrap();
     assert_eq!(copy.type_.as_deref(), Some("Opaque"));
     let keys: Vec<&String> = copy.data.iter().flatten().map(|(key, _)| key).collect();
     assert_eq!(keys, ["ca.crt"], "never the private key");
     cluster.share_status("shop", "shop-ca", |s| reason(s) == "Synced").await;
 
     cluster.secret_syncs("shop").delete("shop-ca", &DeleteParams::default()).await.unwrap();
-    cluster.secret_when("payments", "shop-ca", Option::is_none).await;
+    cluster.secret_when("payments", "shop-ca", |secret| secret.is_none()).await;
     assert!(cluster.secret_api("shop").get_opt("shop-ca").await.unwrap().is_some(), "the source stays");
 }
 
