@@ -157,3 +157,57 @@ fn plan_one(
         .collect();
     plan_rule(rule, &world, &sources, &existing)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str, extra: serde_json::Value) -> Secret {
+        let mut object = serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
+            "data": {"k": "dg=="},
+        });
+        for (key, value) in extra.as_object().into_iter().flatten() {
+            object[key] = value.clone();
+        }
+        serde_json::from_value(object).unwrap()
+    }
+
+    fn share(name: &str, secret_name: &str) -> SecretSync {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopper.dev/v1alpha1", "kind": "SecretSync",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
+            "spec": {"sourceNamespace": "shop", "secretName": secret_name, "destinationNamespace": "payments"},
+        }))
+        .unwrap()
+    }
+
+    /// `kopper plan` shows a SecretSync's copy, and says why one of a credential writes none.
+    #[test]
+    fn plan_shows_a_secret_sync_s_copy_and_refuses_a_service_account_token() {
+        let namespaces: Vec<Namespace> = serde_json::from_value(serde_json::json!([
+            {"metadata": {"name": "shop"}},
+            {"metadata": {"name": "payments", "annotations": {"kopper.dev/accept-replication-from": "shop"}}},
+        ]))
+        .unwrap();
+        let token = serde_json::json!({
+            "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "token", "namespace": "shop", "uid": "uid-token",
+                         "annotations": {"kubernetes.io/service-account.name": "default"}},
+        });
+        let secrets = [secret("plain", serde_json::json!({})), secret("token", token)];
+        let cluster = ClusterObjects::new(&namespaces, &[], &secrets);
+        let syncs = [share("plain", "plain"), share("token", "token")];
+        let plans = plan_rules(&[], &[], &syncs, &Settings::default(), &cluster);
+        let plain = plans.iter().find(|plan| plan.id.name == "plain").unwrap();
+        assert!(
+            matches!(plain.changes.as_slice(), [Change::Create(copy)] if copy.key.namespace == "payments"),
+            "{:?}",
+            plain.changes
+        );
+        let token = plans.iter().find(|plan| plan.id.name == "token").unwrap();
+        assert!(token.changes.is_empty(), "{:?}", token.changes);
+        assert_eq!(token.unmet.len(), 1, "the refusal, not a missing source: {:?}", token.unmet);
+        assert!(token.unmet[0].contains("kubernetes.io/service-account-token"), "{:?}", token.unmet);
+    }
+}
