@@ -936,15 +936,15 @@ async fn an_admin_rule_replaces_what_a_tenant_s_deleted_sync_left_behind() {
 }
 
 /// An orphan a ConfigMapSync left is kopper's copy made under the destination's consent:
-/// withdrawing it removes the orphan too (the sweep runs at start and every minute), while
-/// an orphan where consent stands is left alone.
+/// withdrawing it removes the orphan too, as soon as the namespace change is served (no
+/// restart, no wait for the minute's sweep), while an orphan where consent stands is left
+/// alone.
 #[tokio::test]
 async fn withdrawing_consent_removes_what_a_deleted_sync_left_behind() {
-    let mut tenancy = Tenancy::start().await;
+    let tenancy = Tenancy::start().await;
     alice_s_orphans(&tenancy).await;
 
     tenancy.consent("tenant-b", None).await;
-    tenancy.restart_kopper(&[]).await;
 
     eventually("alice's orphan gone from tenant-b", || async {
         (tenancy.holders("trusted-ca").await == ["tenant-a", "tenant-c"]).then_some(())
@@ -1125,5 +1125,102 @@ async fn a_tenant_cannot_re_share_a_secret_shared_with_it() {
         "nothing in tenant-c"
     );
     secret_sync_status(&tenancy.alice, "tenant-a", "to-bob", |s| ready_reason(s) == "Synced").await;
+    tenancy.stop().await;
+}
+
+/// alice's ConfigMapSync `name` is given a label kopper cannot write, and is refused for it
+/// (`InvalidShape`): its copies are kept as they are meanwhile.
+async fn alice_breaks_her_shape(tenancy: &Tenancy, name: &str) {
+    let patch = json!({"spec": {"copyLabels": {"add": {"not a key": "x"}}}});
+    Api::<ConfigMapSync>::namespaced(tenancy.alice.clone(), "tenant-a")
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    tenancy.sync_status(name, |s| ready_reason(s) == "InvalidShape").await;
+}
+
+/// A ConfigMapSync refused for its shape keeps its copies, but consent is what lets a tenant
+/// write into another's namespace: once tenant-b withdraws it, alice's copy there goes, as it
+/// would from a rule in force, while the copy where consent stands stays.
+#[tokio::test]
+async fn an_invalid_shape_keeps_no_copy_where_consent_is_withdrawn() {
+    let tenancy = Tenancy::start().await;
+    tenancy.consent("tenant-b", Some("tenant-a")).await;
+    namespace(&tenancy.admin, "tenant-c", json!({"annotations": {CONSENT: "tenant-a"}})).await;
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "cfg", json!({"a": "1"})).await;
+    tenancy
+        .alice_syncs(
+            "share",
+            json!({"sourceNamespace": "tenant-a", "destinationNamespaces": ["tenant-b", "tenant-c"],
+                   "configMapName": "cfg"}),
+        )
+        .await;
+    tenancy.sync_status("share", |s| s["syncedCount"] == 2).await;
+    alice_breaks_her_shape(&tenancy, "share").await;
+    assert_eq!(
+        tenancy.holders("cfg").await,
+        ["tenant-a", "tenant-b", "tenant-c"],
+        "a bad shape keeps the copies"
+    );
+
+    tenancy.consent("tenant-b", None).await;
+
+    eventually("alice's copy gone from tenant-b", || async {
+        (tenancy.holders("cfg").await == ["tenant-a", "tenant-c"]).then_some(())
+    })
+    .await;
+    let kept = tenancy.config_maps(&tenancy.admin, "tenant-c").get("cfg").await.unwrap();
+    assert_eq!(kept.data.unwrap()["a"], "1", "consent stands in tenant-c: its copy stays");
+    tenancy.stop().await;
+}
+
+/// alice's copy holds a place bob's ConfigMapSync waits for. Her rule refused for its shape
+/// keeps the copy as it is, and keeps the place too: bob's rule, run again, still reports it
+/// taken and leaves her copy untouched, as it would were her rule in force.
+#[tokio::test]
+async fn a_copy_kept_by_an_invalid_shape_is_not_taken_by_another_tenant_s_rule() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "tenant-c", json!({"annotations": {CONSENT: "tenant-a,tenant-b"}})).await;
+    let spec = |from: &str| json!({"sourceNamespace": from, "destinationNamespace": "tenant-c", "configMapName": "shared"});
+    config_map(&tenancy.config_maps(&tenancy.alice, "tenant-a"), "shared", json!({"owner": "alice"})).await;
+    tenancy.alice_syncs("share", spec("tenant-a")).await;
+    let copies = tenancy.config_maps(&tenancy.admin, "tenant-c");
+    let alices = eventually("alice's copy in tenant-c", || async {
+        let copy = copies.get_opt("shared").await.unwrap()?;
+        (copy.data.as_ref()?.get("owner")? == "alice").then_some(copy)
+    })
+    .await;
+    config_map(&tenancy.config_maps(&tenancy.bob, "tenant-b"), "shared", json!({"owner": "bob"})).await;
+    tenant_syncs(&tenancy.bob, "tenant-b", "sync", spec("tenant-b")).await;
+    let bobs = Api::<ConfigMapSync>::namespaced(tenancy.bob.clone(), "tenant-b");
+    // bob's status once his rule has run at `generation` (and reported `reason`, if given).
+    let bob_s_status = |generation: i64, reason: Option<&'static str>| {
+        let bobs = bobs.clone();
+        move || {
+            let bobs = bobs.clone();
+            async move {
+                let status = serde_json::to_value(bobs.get("sync").await.unwrap().status?).unwrap();
+                let ran = status["conditions"][0]["observedGeneration"] == generation;
+                (ran && reason.is_none_or(|reason| ready_reason(&status) == reason)).then_some(status)
+            }
+        }
+    };
+    eventually("bob's sync to report the place taken", bob_s_status(1, Some("Conflict"))).await;
+
+    alice_breaks_her_shape(&tenancy, "share").await;
+    // bob's rule runs again (its spec changed), with alice's rule refused.
+    let patch = json!({"spec": {"copyLabels": {"add": {"team": "bob"}}}});
+    let changed = bobs.patch("sync", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let generation = changed.metadata.generation.unwrap();
+    let status = eventually("bob's sync to run again", bob_s_status(generation, None)).await;
+
+    assert_eq!(ready_reason(&status), "Conflict", "{status}");
+    assert_eq!(status["conflicts"][0]["reason"], "DestinationOccupied", "{status}");
+    let kept = copies.get("shared").await.unwrap();
+    assert_eq!(
+        (kept.metadata.uid, kept.metadata.resource_version, kept.data.unwrap()["owner"].clone()),
+        (alices.metadata.uid, alices.metadata.resource_version, "alice".to_owned()),
+        "alice's copy is not touched"
+    );
     tenancy.stop().await;
 }

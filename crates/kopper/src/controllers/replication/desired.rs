@@ -334,6 +334,8 @@ pub struct World<'a> {
     pub rules: &'a [Rule],
     pub namespaces: &'a BTreeMap<String, NamespaceInfo>,
     candidates: HashMap<(&'a str, &'a str), &'a ObjectInfo>,
+    /// Rules not in force whose copies still hold their places (see [`Self::keeping`]).
+    kept: Option<&'a KeptRules>,
 }
 
 impl<'a> World<'a> {
@@ -347,7 +349,21 @@ impl<'a> World<'a> {
             .iter()
             .map(|object| ((object.namespace.as_str(), object.name.as_str()), object))
             .collect();
-        Self { rules, namespaces, candidates }
+        Self { rules, namespaces, candidates, kept: None }
+    }
+
+    /// This world, where the copies of the `kept` rules (not in force, keeping their copies
+    /// as they are) hold their places as they would were their rules in force: no rule
+    /// takes one from them that the kept rule would keep it from (see [`keeps_from`]).
+    pub fn keeping(self, kept: &'a KeptRules) -> Self {
+        Self { kept: Some(kept), ..self }
+    }
+
+    /// The kept rule whose copy is at a place (`holder`, its label) if it keeps the place
+    /// from `contender`.
+    fn kept_from(&self, holder: Option<&str>, contender: &RuleId) -> Option<&'a RuleId> {
+        let kept = self.kept?.holding(holder?)?;
+        keeps_from(kept, contender).then_some(kept)
     }
 
     /// The object of the name the rule names in its one source namespace (a tenant's
@@ -425,6 +441,16 @@ impl<'a> World<'a> {
             .filter(|namespace| rule.targets(namespace))
             .map(|n| n.name.as_str())
             .collect()
+    }
+}
+
+/// Whether the rule `holder`, whose copy is at a place, would keep it from `contender` were
+/// both in force (see [`World::owner_at`]): a tenant's rule keeps it from any other tenant's;
+/// otherwise the first in precedence order keeps it.
+fn keeps_from(holder: &RuleId, contender: &RuleId) -> bool {
+    match (&holder.namespace, &contender.namespace) {
+        (Some(holding), Some(tenant)) if holding != tenant => true,
+        _ => holder < contender,
     }
 }
 
@@ -725,6 +751,14 @@ impl<'a> RulePass<'a> {
             for template in &self.templates {
                 let name = template.source.info.name.as_str();
                 let found = found(namespace, name);
+                // The copy of a rule kept while not in force (a shape it cannot write) is
+                // held, not another rule's to rewrite meanwhile.
+                if let Some(kept) = self.world.kept_from(found.holder(), &self.rule.id) {
+                    let key = template.key(namespace);
+                    let reason = ConflictReason::ClaimedByOtherRule(kept.to_string());
+                    plan.changes.push(Change::Conflict { key, reason });
+                    continue;
+                }
                 match self.world.owner_at(self.rule.kind, namespace, name, found.holder()) {
                     Some((owner, owner_source))
                         if owner.id != self.rule.id || owner_source.uid != template.source.info.uid =>
@@ -920,22 +954,28 @@ pub fn cleanup<'c>(
         .collect()
 }
 
-/// Deletions of the orphans a ConfigMapSync left (of `copies`, every copy of `kind`) in
-/// namespaces that no longer accept copies from its tenant, or have been protected since,
-/// as `policy` judges `namespaces` now: kopper's copies, made under a consent that is gone.
-/// A namespace being deleted takes its copies with it.
-pub fn orphans_without_consent<'c>(
+/// Deletions of the copies (of `copies`, copies of `kind`) a tenant's sync (ConfigMapSync, SecretSync) made
+/// under a consent that is gone: in namespaces that no longer accept copies from its tenant,
+/// or have been protected since, as `policy` judges `namespaces` now. Those of the orphans
+/// tenants' syncs left, and of tenants' syncs not in force that keep their copies (`kept`):
+/// a refusal keeps a copy whose destination is no longer named or selected, but not one its
+/// tenant may no longer write. The copies of rules in force are their passes' to delete. A
+/// namespace being deleted takes its copies with it.
+pub fn copies_without_consent<'c>(
     kind: ObjectKind,
     copies: impl IntoIterator<Item = (&'c str, &'c str, &'c CopyState)>,
     namespaces: &BTreeMap<String, NamespaceInfo>,
     policy: &crate::tenancy::DestinationPolicy,
+    kept: &KeptRules,
 ) -> Vec<Change> {
     cleanup(
         kind,
         copies.into_iter().filter(|(namespace, _, copy)| {
             namespaces.get(*namespace).is_some_and(|info| {
+                let allowed = |tenant: &str| policy.allows(tenant, namespace, &info.consent);
                 info.active
-                    && copy.orphaned_without_consent(|tenant| policy.allows(tenant, namespace, &info.consent))
+                    && (copy.orphaned_without_consent(allowed)
+                        || kept.tenant_of(copy).is_some_and(|tenant| !allowed(tenant)))
             })
         }),
     )

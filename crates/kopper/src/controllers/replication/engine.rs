@@ -12,6 +12,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 
 use super::apply::{self, WriteError};
@@ -19,14 +20,14 @@ use super::cache::Caches;
 use super::cache::copies::CopyIndex;
 use super::cache::scoped::{METADATA_PAGE_SIZE, ScopeNotReady};
 use super::desired::{
-    Change, ConflictReason, RulePass, RulePlan, ShapeProblem, World, cleanup, on_rule_deleted,
-    orphans_without_consent, refused_named_source, source_namespaces,
+    Change, ConflictReason, RulePass, RulePlan, ShapeProblem, World, cleanup, copies_without_consent,
+    on_rule_deleted, refused_named_source, source_namespaces,
 };
 use super::metrics::SOURCE_TO_COPY_SECONDS;
 use super::model::{
-    CopyKey, CopyState, FIELD_MANAGER_NAME, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo, ObjectInfo,
-    ObjectKind, Payload, REPLICATED_BY_LABEL, RULE_CONTROLLER, Rule, RuleId, RuleKind, RuleLabels, Scope,
-    Source, controller_of,
+    CopyKey, CopyState, FIELD_MANAGER_NAME, KeptRules, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo,
+    ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL, RULE_CONTROLLER, Rule, RuleId, RuleKind,
+    RuleLabels, SYNC_CONTROLLER, Scope, Source, controller_of,
 };
 use super::rules::{Findings, Refusal, RuleObject};
 use super::types::{ConfigMapSync, DeletionPolicy, ReplicationRule, SecretSync};
@@ -154,7 +155,8 @@ impl Engine {
             Err(refusal) => {
                 // A refused rule holds no copies: whatever it was allowed before (a source
                 // kopper no longer lets it read, say) is revoked; a shape it cannot write
-                // leaves its copies as they are (see `Refusal::revokes_copies`).
+                // leaves its copies as they are (see `Refusal::revokes_copies`), but for
+                // those its tenant may no longer write.
                 let id = object.rule_id();
                 let uid = object.meta().uid.clone().unwrap_or_default();
                 // The server is asked for copies the cache may have missed once, when the
@@ -164,7 +166,8 @@ impl Engine {
                     let listing = refusal_listing(object.ready_reason().as_deref(), &refusal);
                     self.cleanup_with(ctx, &id, &uid, listing, DeletionPolicy::Delete).await
                 } else {
-                    Ok(Action::await_change())
+                    let withdrawn = self.without_consent(ctx, &KeptRules::new([id.clone()]), None);
+                    failures(self.delete_copies(ctx, controller_of(id.kind), &withdrawn).await)
                 };
                 let refused = RuleGauges { not_ready: true, ..RuleGauges::default() };
                 ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), Some(refused));
@@ -303,7 +306,8 @@ impl Engine {
     /// Deletes copies whose rule no longer exists: left behind when a rule's finalizer
     /// was removed by hand, or kopper was uninstalled and reinstalled in between. Such a
     /// rule's share of the rule gauges goes too, as its cleanup never ran. Deletes too the
-    /// orphans tenants' syncs (ConfigMapSync, SecretSync) left where their consent is gone.
+    /// copies tenants' syncs (ConfigMapSync, SecretSync) no longer in force (orphans, and
+    /// those of rules kept while refused) left where their tenant may no longer write.
     pub async fn collect_orphans(&self, ctx: &Context) {
         let ids = self.router.rules.all_ids();
         let live: HashSet<(&str, String)> =
@@ -311,35 +315,77 @@ impl Engine {
         ctx.metrics.retain_rule_gauges(|controller, rule| live.contains(&(controller, rule.to_owned())));
         let rules: HashSet<String> = ids.iter().map(RuleId::label_value).collect();
         let mut changes = self.copies_where(|copy| is_orphan(copy, &rules));
-        let namespaces = self.namespaces();
-        let withdrawn: Vec<Change> = ObjectKind::ALL
-            .into_iter()
-            .flat_map(|kind| {
-                let copies = self.caches.copies(kind).read();
-                orphans_without_consent(
-                    kind,
-                    CopyIndex::all(&copies),
-                    &namespaces,
-                    &ctx.settings.destinations,
-                )
-            })
-            .collect();
+        let withdrawn = self.without_consent(ctx, &self.router.rules.parsed().kept, None);
         if changes.is_empty() && withdrawn.is_empty() {
             return;
         }
         tracing::info!(
             copies = changes.len(),
-            orphans = withdrawn.len(),
-            "deleting copies whose rule no longer exists, and orphans of tenants' syncs whose destination no \
-             longer consents"
+            without_consent = withdrawn.len(),
+            "deleting copies whose rule no longer exists, and copies of tenants' syncs not in force whose \
+             destination no longer consents"
         );
         changes.extend(withdrawn);
-        let applied =
-            apply::execute(&ctx.client, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME), &changes).await;
-        applied.removed.iter().for_each(|_| ctx.metrics.wrote(RULE_CONTROLLER));
-        if let Some(error) = applied.failed.first() {
-            tracing::warn!(%error, failed = applied.failed.len(), "could not delete every orphaned copy");
+        let failed = self.delete_copies(ctx, RULE_CONTROLLER, &changes).await;
+        if let Some(error) = failed.first() {
+            tracing::warn!(%error, failed = failed.len(), "could not delete every orphaned copy");
         }
+    }
+
+    /// Deletes the copies tenants' syncs not in force left in `namespaces` where their tenant
+    /// may no longer write (see [`copies_without_consent`]): run as namespace changes are
+    /// served, so withdrawing consent removes them at once, not at the next sweep.
+    pub(super) async fn remove_copies_without_consent(&self, ctx: &Context, namespaces: &[&str]) {
+        let withdrawn = self.without_consent(ctx, &self.router.rules.parsed().kept, Some(namespaces));
+        if withdrawn.is_empty() {
+            return;
+        }
+        tracing::info!(copies = withdrawn.len(), "deleting copies whose destination no longer consents");
+        let failed = self.delete_copies(ctx, SYNC_CONTROLLER, &withdrawn).await;
+        if let Some(error) = failed.first() {
+            tracing::warn!(%error, failed = failed.len(), "could not delete every copy; the sweep tries again");
+        }
+    }
+
+    /// Deletions of the copies that orphans and the `kept` rules' copies are (see
+    /// [`copies_without_consent`]) where their tenant may no longer write, in `only` those
+    /// namespaces, or in every one.
+    fn without_consent(&self, ctx: &Context, kept: &KeptRules, only: Option<&[&str]>) -> Vec<Change> {
+        let policy = &ctx.settings.destinations;
+        let namespaces = match only {
+            None => self.namespaces(),
+            Some(names) => self.namespaces_named(names),
+        };
+        ObjectKind::ALL
+            .into_iter()
+            .flat_map(|kind| {
+                let copies = self.caches.copies(kind).read();
+                match only {
+                    None => copies_without_consent(kind, CopyIndex::all(&copies), &namespaces, policy, kept),
+                    Some(names) => {
+                        let there = names.iter().flat_map(|name| CopyIndex::in_namespace(&copies, name));
+                        copies_without_consent(kind, there, &namespaces, policy, kept)
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Makes the deletions `changes`, counted as writes of `controller`; returns those that
+    /// failed.
+    async fn delete_copies(
+        &self,
+        ctx: &Context,
+        controller: &'static str,
+        changes: &[Change],
+    ) -> Vec<WriteError> {
+        if changes.is_empty() {
+            return Vec::new();
+        }
+        let applied =
+            apply::execute(&ctx.client, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME), changes).await;
+        applied.removed.iter().for_each(|_| ctx.metrics.wrote(controller));
+        applied.failed
     }
 
     /// Whether any copy of either kind is one `select` picks.
@@ -367,7 +413,8 @@ impl Engine {
         if !copies.caught_up(CATCH_UP_LIMIT).await {
             tracing::debug!(rule = %rule.id, "the copy watch is behind kopper's own writes; deciding anyway");
         }
-        let mut rules = self.router.rules.in_force().to_vec();
+        let parsed = self.router.rules.parsed();
+        let mut rules = parsed.in_force.to_vec();
         rules.retain(|other| other.id != rule.id);
         rules.push(rule.clone());
         // The source namespaces of every rule of the kind: who wins a contested copy
@@ -378,7 +425,7 @@ impl Engine {
         let view = self.caches.scoped.view(rule.kind);
         let namespaces = self.namespaces();
         let candidates = view.objects_in(source_namespaces.iter().copied());
-        let world = World::new(&rules, &namespaces, &candidates);
+        let world = World::new(&rules, &namespaces, &candidates).keeping(&parsed.kept);
         let sources = self.fetch_sources(&ctx.client, rule.kind, world.matched_sources(rule)).await?;
         let pass = RulePass::new(rule, &world, &sources);
         let mut tally = PassTally::default();
@@ -527,6 +574,16 @@ impl Engine {
         let uids: HashSet<&str> = rules.iter().map(|rule| rule.uid.as_str()).collect();
         lock(&self.confirmed_current).retain(|uid| uids.contains(uid.as_str()));
         self.caches.memo.keep_sources(&self.caches.gauges, &source_uids);
+    }
+
+    /// Those of the namespaces `names` that exist, as the cache holds them now.
+    fn namespaces_named(&self, names: &[&str]) -> BTreeMap<String, NamespaceInfo> {
+        names
+            .iter()
+            .filter_map(|name| self.caches.namespaces.get(&ObjectRef::new(name)))
+            .map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
+            .map(|namespace| (namespace.name.clone(), namespace))
+            .collect()
     }
 
     fn namespaces(&self) -> BTreeMap<String, NamespaceInfo> {

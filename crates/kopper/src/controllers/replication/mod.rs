@@ -27,7 +27,9 @@
 //! holds the finalizer [`model::FINALIZER`] until its copies are removed (or, with
 //! `deletionPolicy: Orphan`, marked [`model::ORPHANED_LABEL`] for a successor to take over);
 //! copies whose rule vanished without it (a finalizer removed by hand) are deleted at start
-//! and every minute, orphans never.
+//! and every minute, orphans never, but for those tenants' syncs left where their consent is
+//! gone: those, and the copies of tenants' syncs kept while refused (see
+//! [`model::KeptRules`]), go then and as each namespace change is served.
 //! So besides get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on
 //! ConfigMaps and Secrets and patch on the status subresources, kopper needs `patch` on
 //! `configmapsyncs`, `replicationrules` and `secretsyncs` themselves.
@@ -309,7 +311,9 @@ async fn reconcile_rule<R: RuleObject>(
 }
 
 /// An object kopper cannot read (its stored form no longer fits the schema) keeps its
-/// copies and gets a Warning; deleting it still removes them and releases it.
+/// copies and gets a Warning; deleting it still removes them and releases it. Meanwhile its
+/// copies hold their places, and a ConfigMapSync's go where their consent is gone, as those
+/// of a rule refused for its shape ([`model::KeptRules`]).
 async fn reconcile_unreadable<R: RuleObject>(
     invalid: &InvalidObject,
     reference: &ObjectReference,

@@ -184,6 +184,31 @@ impl RuleLabels {
     }
 }
 
+/// Rules whose objects exist, not being deleted, that are not in force but keep their copies
+/// as they are: refused only for a shape kopper cannot write, or unreadable. By the label
+/// value that marks their copies. Such a copy still holds its place against the rules the
+/// kept rule would keep it from, and goes where the rule's tenant may no longer write (see
+/// [`World::keeping`](super::desired::World::keeping) and
+/// [`copies_without_consent`](super::desired::copies_without_consent)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeptRules(std::collections::HashMap<String, RuleId>);
+
+impl KeptRules {
+    pub fn new(ids: impl IntoIterator<Item = RuleId>) -> Self {
+        Self(ids.into_iter().map(|id| (id.label_value(), id)).collect())
+    }
+
+    /// The kept rule whose copies carry the label value `label`, if any.
+    pub fn holding(&self, label: &str) -> Option<&RuleId> {
+        self.0.get(label)
+    }
+
+    /// The namespace of the tenant whose kept rule made `copy`, if one did.
+    pub fn tenant_of(&self, copy: &CopyState) -> Option<&str> {
+        self.holding(copy.rule.as_deref()?)?.namespace.as_deref()
+    }
+}
+
 impl fmt::Display for RuleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.kind, &self.namespace) {

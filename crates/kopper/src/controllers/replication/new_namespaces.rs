@@ -23,7 +23,7 @@ use super::cache::namespaces::{Merged, NamespaceChanges};
 use super::cache::rules::ParsedRules;
 use super::desired::{RulePass, RulePlan, World, source_namespaces};
 use super::engine::{Engine, PassTally, SyncError};
-use super::model::{NamespaceInfo, ObjectKind, Rule, RuleId};
+use super::model::{KeptRules, NamespaceInfo, ObjectKind, Rule, RuleId};
 use crate::runtime::Context;
 
 /// Serves namespace changes until `shutdown`. Nothing is served before every cache is
@@ -54,11 +54,15 @@ pub async fn serve(
 /// waits for nobody's writes), the others once their copies are written, so that their
 /// pass does not race those writes; for status only those whose news was only new
 /// namespaces, all of whose copies were written. A write that fails here is left to the
-/// passes, which retry.
+/// passes, which retry. First it deletes the copies there that tenants' syncs not in force
+/// (deleted with `deletionPolicy: Orphan`, or kept while refused) made under a consent that
+/// is gone: no pass would, as no rule in force owns them.
 async fn serve_batch(engine: &Engine, ctx: &Context, changes: &[Merged]) {
     // Who wins a copy two rules want is decided among all rules in force, as in a pass;
     // copies are written only for those whose cleanup is sure to run.
-    let ParsedRules { in_force: rules, finalized, .. } = engine.router.rules.parsed();
+    let ParsedRules { in_force: rules, finalized, kept, .. } = engine.router.rules.parsed();
+    let present: Vec<&str> = changes.iter().filter_map(Merged::current_name).collect();
+    engine.remove_copies_without_consent(ctx, &present).await;
     let writing: HashSet<&RuleId> = finalized
         .iter()
         .filter(|rule| changes.iter().any(|change| change.newly_targeted_by(rule).is_some()))
@@ -79,7 +83,7 @@ async fn serve_batch(engine: &Engine, ctx: &Context, changes: &[Merged]) {
     concerned.iter().filter(|id| !writing.contains(*id)).for_each(|id| engine.router.wakers.wake(id));
     let mut served = HashSet::new();
     for kind in ObjectKind::ALL {
-        match copy_into_new_targets(engine, ctx, &rules, &finalized, kind, changes).await {
+        match copy_into_new_targets(engine, ctx, &rules, &kept, &finalized, kind, changes).await {
             Ok(done) => served.extend(done),
             Err(error) => {
                 tracing::warn!(%error, %kind, "could not copy into new namespaces at once; the rules' passes will");
@@ -104,12 +108,13 @@ async fn serve_batch(engine: &Engine, ctx: &Context, changes: &[Merged]) {
 }
 
 /// The copies of `kind` each of the `finalized` rules wants in the namespaces it newly
-/// targets. Returns the rules all of whose copies there are written or in sync, with no
-/// conflict to report.
+/// targets, decided among all `rules` in force and the copies the `kept` rules hold. Returns
+/// the rules all of whose copies there are written or in sync, with no conflict to report.
 async fn copy_into_new_targets(
     engine: &Engine,
     ctx: &Context,
     rules: &[Rule],
+    kept: &KeptRules,
     finalized: &[Rule],
     kind: ObjectKind,
     changes: &[Merged],
@@ -147,7 +152,7 @@ async fn copy_into_new_targets(
         }
         // The namespaces as they are now, not as the change saw them.
         let namespaces = current_namespaces(engine, &names, rule);
-        let world = World::new(rules, &namespaces, &candidates);
+        let world = World::new(rules, &namespaces, &candidates).keeping(kept);
         let sources = engine.fetch_sources(&ctx.client, kind, world.matched_sources(rule)).await?;
         let pass = RulePass::new(rule, &world, &sources);
         let mut plan = RulePlan::default();

@@ -5,9 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 
+use kube::core::ObjectMeta;
+
 use super::desired::{self, Change, Existing, ShapeProblem, World, plan_rule};
 use super::model::{
-    CopyKey, CopyState, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, Source,
+    CopyKey, CopyState, KeptRules, NamespaceInfo, ObjectInfo, ObjectKind, Payload, Rule, RuleId, Source,
+    is_copy,
 };
 use super::rules::{RuleObject, refused_destinations_message};
 use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
@@ -19,6 +22,8 @@ pub struct ClusterObjects {
     pub namespaces: BTreeMap<String, NamespaceInfo>,
     pub config_maps: Vec<Source>,
     pub secrets: Vec<Source>,
+    /// Every ConfigMap and Secret where a copy may belong, as the engine judges it.
+    pub existing: BTreeMap<CopyKey, Existing>,
 }
 
 impl ClusterObjects {
@@ -28,18 +33,34 @@ impl ClusterObjects {
             .map(|namespace| NamespaceInfo::from_meta(&namespace.metadata))
             .map(|namespace| (namespace.name.clone(), namespace))
             .collect();
-        let config_maps = config_maps
-            .iter()
-            .map(|object| {
-                Source::new(ObjectInfo::from_meta(&object.metadata), Payload::from_config_map(object))
+        let config_maps: Vec<(&ObjectMeta, Payload)> =
+            config_maps.iter().map(|object| (&object.metadata, Payload::from_config_map(object))).collect();
+        let secrets: Vec<(&ObjectMeta, Payload)> =
+            secrets.iter().map(|object| (&object.metadata, Payload::from_secret(object))).collect();
+        let existing = [(ObjectKind::ConfigMap, &config_maps), (ObjectKind::Secret, &secrets)]
+            .into_iter()
+            .flat_map(|(kind, objects)| {
+                objects.iter().map(move |(meta, payload)| {
+                    (ObjectInfo::from_meta(meta).key(kind), as_the_engine_finds(meta, payload))
+                })
             })
             .collect();
-        let secrets = secrets
-            .iter()
-            .map(|object| Source::new(ObjectInfo::from_meta(&object.metadata), Payload::from_secret(object)))
-            .collect();
-        Self { namespaces, config_maps, secrets }
+        let sources = |objects: Vec<(&ObjectMeta, Payload)>| -> Vec<Source> {
+            objects
+                .into_iter()
+                .map(|(meta, payload)| Source::new(ObjectInfo::from_meta(meta), payload))
+                .collect()
+        };
+        Self { namespaces, config_maps: sources(config_maps), secrets: sources(secrets), existing }
     }
+}
+
+/// An object where a copy may belong, as the engine judges it: kopper's copy (a rule's, or
+/// an orphan) only when its marks say so and no other controller owns it, as in the
+/// engine's copies cache ([`CopyState::new`], [`is_copy`]); otherwise not kopper's.
+fn as_the_engine_finds(meta: &ObjectMeta, payload: &Payload) -> Existing {
+    let state = CopyState::new(meta, payload);
+    if is_copy(meta) || state.orphan_source.is_some() { Existing::Copy(state) } else { Existing::Unmanaged }
 }
 
 /// What one rule would change, or why it is refused.
@@ -62,17 +83,17 @@ pub fn plan_rules(
     settings: &Settings,
     cluster: &ClusterObjects,
 ) -> Vec<RulePlan> {
-    let mut refused = Vec::new();
-    let mut rules = Vec::new();
+    let (mut rules, mut refused, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     for object in replication_rules {
-        collect(object, settings, &mut rules, &mut refused);
+        collect(object, settings, &mut rules, &mut refused, &mut kept);
     }
     for object in config_map_syncs {
-        collect(object, settings, &mut rules, &mut refused);
+        collect(object, settings, &mut rules, &mut refused, &mut kept);
     }
     for object in secret_syncs {
-        collect(object, settings, &mut rules, &mut refused);
+        collect(object, settings, &mut rules, &mut refused, &mut kept);
     }
+    let kept = KeptRules::new(kept);
     let mut plans: Vec<RulePlan> = refused
         .into_iter()
         .map(|(id, refusal)| RulePlan { id, refused: Some(refusal), changes: Vec::new(), unmet: Vec::new() })
@@ -82,7 +103,7 @@ pub fn plan_rules(
             ObjectKind::ConfigMap => &cluster.config_maps,
             ObjectKind::Secret => &cluster.secrets,
         };
-        let plan = plan_one(rule, &rules, &cluster.namespaces, objects);
+        let plan = plan_one(rule, &rules, &kept, cluster, objects);
         let refused_source = plan.shape_problems.iter().any(ShapeProblem::refuses_source);
         let mut unmet = unmet(rule, &cluster.namespaces, plan.sources_matched, refused_source);
         unmet.extend(plan.shape_problems.iter().map(ShapeProblem::message));
@@ -93,18 +114,26 @@ pub fn plan_rules(
     plans
 }
 
+/// Sorts `object` into the `rules` in force or the `refused`, and those of these that keep
+/// their copies into `kept`, as the engine does.
 fn collect<R: RuleObject>(
     object: &R,
     settings: &Settings,
     rules: &mut Vec<Rule>,
     refused: &mut Vec<(RuleId, String)>,
+    kept: &mut Vec<RuleId>,
 ) {
     if object.meta().deletion_timestamp.is_some() {
         return;
     }
     match object.to_rule(settings) {
         Ok(rule) => rules.push(rule),
-        Err(refusal) => refused.push((object.rule_id(), refusal.to_string())),
+        Err(refusal) => {
+            if !refusal.revokes_copies() {
+                kept.push(object.rule_id());
+            }
+            refused.push((object.rule_id(), refusal.to_string()));
+        }
     }
 }
 
@@ -127,40 +156,76 @@ fn unmet(
     unmet
 }
 
-/// What `rule` would do, with every object's content at hand.
+/// What `rule` would do among the `rules` in force and the copies the `kept` rules hold,
+/// with every object's content at hand (`objects`, those of its kind).
 fn plan_one(
     rule: &Rule,
     rules: &[Rule],
-    namespaces: &BTreeMap<String, NamespaceInfo>,
+    kept: &KeptRules,
+    cluster: &ClusterObjects,
     objects: &[Source],
 ) -> desired::RulePlan {
     let infos: Vec<ObjectInfo> = objects.iter().map(|object| (*object.info).clone()).collect();
-    let world = World::new(rules, namespaces, &infos);
+    let world = World::new(rules, &cluster.namespaces, &infos).keeping(kept);
     let sources: HashMap<String, Source> = world
         .matched_sources(rule)
         .into_iter()
         .filter_map(|info| objects.iter().find(|object| object.info.uid == info.uid))
         .map(|source| (source.info.uid.clone(), source.clone()))
         .collect();
-    let existing: BTreeMap<CopyKey, Existing> = objects
-        .iter()
-        .map(|object| {
-            let state = CopyState::from_info(&object.info, &object.payload);
-            // A copy orphaned from its rule, as well as a rule's copy (see `Existing::found`).
-            let existing = if object.info.is_kopper_copy() || state.orphan_source.is_some() {
-                Existing::Copy(state)
-            } else {
-                Existing::Unmanaged
-            };
-            (object.info.key(rule.kind), existing)
-        })
-        .collect();
-    plan_rule(rule, &world, &sources, &existing)
+    plan_rule(rule, &world, &sources, &cluster.existing)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::replication::desired::ConflictReason;
+    use crate::controllers::replication::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REPLICATED_BY_LABEL};
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use serde_json::json;
+
+    fn namespace(name: &str) -> Namespace {
+        serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
+    }
+
+    #[test]
+    fn plan_takes_an_object_another_controller_owns_for_no_copy_whatever_its_labels() {
+        let rule: ReplicationRule = serde_yaml::from_str(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {name: r, uid: u1}\n\
+             spec: {kind: ConfigMap, namespaces: [src], selector: {matchLabels: {copy: 'yes'}}}",
+        )
+        .unwrap();
+        let source: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "cfg", "namespace": "src", "uid": "s1", "labels": {"copy": "yes"}},
+            "data": {"key": "v"},
+        }))
+        .unwrap();
+        // Marked as r's copy, but owned by another controller: the engine leaves it alone.
+        let label = RuleId::replication_rule("r").label_value();
+        let owned: ConfigMap = serde_json::from_value(json!({
+            "metadata": {
+                "name": "cfg", "namespace": "a", "uid": "o1", "resourceVersion": "5",
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, REPLICATED_BY_LABEL: label},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "d1",
+                                     "controller": true}],
+            },
+            "data": {"key": "other"},
+        }))
+        .unwrap();
+        let cluster = ClusterObjects::new(&[namespace("src"), namespace("a")], &[source, owned], &[]);
+
+        let plans = plan_rules(&[rule], &[], &[], &Settings::default(), &cluster);
+
+        let [plan] = plans.as_slice() else { panic!("{plans:?}") };
+        assert!(
+            matches!(
+                plan.changes.as_slice(),
+                [Change::Conflict { key, reason: ConflictReason::NotManagedByKopper }] if key.namespace == "a"
+            ),
+            "reported as taken, as the engine reports it, not rewritten: {:?}",
+            plan.changes
+        );
+    }
 
     fn secret(name: &str, extra: serde_json::Value) -> Secret {
         let mut object = serde_json::json!({

@@ -539,12 +539,19 @@ fn refuse_credential_secret_type(secret_type: Option<&str>) -> Result<(), Refusa
     }
 }
 
-/// Label keys as Kubernetes accepts them (see [`crate::crds::LABEL_KEY_PATTERN`]).
+/// Label keys as Kubernetes accepts them (see [`crate::crds::LABEL_KEY_PATTERN`]); the
+/// prefix's length is checked apart ([`MAX_LABEL_PREFIX_LENGTH`]).
 static LABEL_KEY: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(crate::crds::LABEL_KEY_PATTERN).expect("a valid pattern"));
 /// Label values as Kubernetes accepts them.
 static LABEL_VALUE: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(crate::crds::LABEL_VALUE_PATTERN).expect("a valid pattern"));
+/// Longest prefix of a label key: a DNS subdomain.
+const MAX_LABEL_PREFIX_LENGTH: usize = 253;
+/// Characters of a key or value a status message quotes: a key may be as long as the request
+/// (no CEL limit before kube-apiserver 1.25, nor in kubesim), and the message goes into the
+/// status and an Event, which the API server would refuse past its size limits.
+const QUOTED_CHARS: usize = 64;
 
 /// How a rule's spec shapes its copies. The schema bounds every field; what it checks only
 /// with CEL (kube-apiserver 1.25+; not kubesim) is checked again here: the added labels are
@@ -555,27 +562,33 @@ fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>,
     let (labels, annotations) = (labels.as_ref(), annotations.as_ref());
     let empty = BTreeMap::new();
     let extra_labels = labels.map_or(&empty, |labels| &labels.add);
-    for (key, value) in extra_labels {
-        if key.starts_with("kopper.dev/") || key == MANAGED_BY_LABEL {
-            return Err(Refusal {
-                reason: "InvalidShape",
-                message: format!(
-                    "spec.copyLabels.add: {key} is one of kopper's own labels (kopper.dev/*, \
-                     {MANAGED_BY_LABEL}), which kopper sets on every copy; remove it"
-                ),
-            });
-        }
-        if key.len() > crate::crds::MAX_LABEL_KEY_LENGTH
-            || !LABEL_KEY.is_match(key)
-            || !LABEL_VALUE.is_match(value)
-        {
-            return Err(Refusal {
-                reason: "InvalidShape",
-                message: format!(
-                    "spec.copyLabels.add: {key}: {value} is not a valid Kubernetes label; fix it"
-                ),
-            });
-        }
+    if let Some(key) =
+        extra_labels.keys().find(|key| key.starts_with("kopper.dev/") || *key == MANAGED_BY_LABEL)
+    {
+        return Err(Refusal {
+            reason: "InvalidShape",
+            message: format!(
+                "spec.copyLabels.add: {} is one of kopper's own labels (kopper.dev/*, {MANAGED_BY_LABEL}), \
+                 which kopper sets on every copy; remove it",
+                quoted(key)
+            ),
+        });
+    }
+    let mut invalid =
+        extra_labels.iter().filter_map(|(key, value)| label_problem(key, value).map(|why| (key, value, why)));
+    if let Some((key, value, why)) = invalid.next() {
+        let more = match invalid.count() {
+            0 => String::new(),
+            more => format!(" ({more} more like it)"),
+        };
+        return Err(Refusal {
+            reason: "InvalidShape",
+            message: format!(
+                "spec.copyLabels.add: {}: {} is not a valid Kubernetes label: {why}; fix it{more}",
+                quoted(key),
+                quoted(value)
+            ),
+        });
     }
     let keep_tools = keep_tool_marks
         .iter()
@@ -604,6 +617,34 @@ fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>,
         ),
         extra_labels: extra_labels.clone(),
     }))
+}
+
+/// What makes `key: value` a label the API server refuses, as apimachinery's
+/// `IsQualifiedName` (an optional DNS-subdomain prefix of at most 253 characters and `/`,
+/// then a name of at most 63) and `IsValidLabelValue` judge it; `None` if nothing does.
+fn label_problem(key: &str, value: &str) -> Option<&'static str> {
+    let prefix_length = key.rsplit_once('/').map_or(0, |(prefix, _)| prefix.len());
+    if key.len() > crate::crds::MAX_LABEL_KEY_LENGTH || prefix_length > MAX_LABEL_PREFIX_LENGTH {
+        Some("a key's prefix has at most 253 characters and its name at most 63")
+    } else if !LABEL_KEY.is_match(key) {
+        Some(
+            "a key is a name of letters, digits, '-', '_' and '.', alphanumeric at both ends, at most 63 \
+             characters, optionally after a DNS-subdomain prefix and '/'",
+        )
+    } else if value.len() > crate::crds::MAX_LABEL_VALUE_LENGTH || !LABEL_VALUE.is_match(value) {
+        Some("a value is empty or at most 63 letters, digits, '-', '_' and '.', alphanumeric at both ends")
+    } else {
+        None
+    }
+}
+
+/// `text` for a message: whole if short, else its first [`QUOTED_CHARS`] characters and its
+/// length.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}... ({} characters)", &text[..end], text.chars().count()),
+    }
 }
 
 fn selector(selector: &LabelSelector, field: &str) -> Result<Selector, Refusal> {
@@ -828,6 +869,68 @@ mod tests {
         assert!(shaped.shape.labels.keep_tools.contains(&Tool::ArgoCd));
         assert_eq!(shaped.shape.annotations.include, ["docs/"]);
         assert_eq!(shaped.deletion_policy, DeletionPolicy::Orphan);
+    }
+
+    fn rule_adding_labels(add: &BTreeMap<String, String>) -> ReplicationRule {
+        let spec = json!({"kind": "ConfigMap", "namespaces": ["src"], "selector": {"matchLabels": {"a": "b"}},
+                          "copyLabels": {"add": add}});
+        serde_json::from_value(json!({"apiVersion": "kopper.dev/v1alpha1", "kind": "ReplicationRule",
+                                      "metadata": {"name": "r"}, "spec": spec}))
+        .unwrap()
+    }
+
+    #[test]
+    fn added_labels_are_judged_as_the_api_server_judges_label_keys_and_values() {
+        let a = |n: usize| "a".repeat(n);
+        for (key, value) in [
+            (format!("{}/x", a(253)), "y".to_owned()),
+            (format!("{}.example.com/{}", a(63), a(63)), String::new()),
+            (a(63), a(63)),
+            ("example.com/Team_1.x".to_owned(), "A-b_c.9".to_owned()),
+        ] {
+            assert_eq!(label_problem(&key, &value), None, "{key}: {value}");
+        }
+        for (key, value) in [
+            (format!("{}/x", a(254)), "y".to_owned()),
+            (format!("{}/x", a(260)), "y".to_owned()),
+            (a(64), "y".to_owned()),
+            (format!("example.com/{}", a(64)), "y".to_owned()),
+            ("example.com/".to_owned(), "y".to_owned()),
+            ("/x".to_owned(), "y".to_owned()),
+            ("a/b/c".to_owned(), "y".to_owned()),
+            ("Example.com/x".to_owned(), "y".to_owned()),
+            ("x".to_owned(), a(64)),
+            ("x".to_owned(), "-y".to_owned()),
+            ("x".to_owned(), "a b".to_owned()),
+        ] {
+            assert!(label_problem(&key, &value).is_some(), "{key}: {value}");
+        }
+        let prefix_too_long = BTreeMap::from([(format!("{}/x", a(260)), "y".to_owned())]);
+        let refusal = rule_adding_labels(&prefix_too_long).to_rule(&Settings::default()).unwrap_err();
+        assert_eq!(refusal.reason, "InvalidShape");
+        assert!(refusal.message.contains("253"), "{}", refusal.message);
+    }
+
+    #[test]
+    fn an_invalid_shape_message_quotes_a_huge_key_in_part_and_counts_the_others() {
+        let huge = "a".repeat(10_000);
+        let invalid = BTreeMap::from([
+            (format!("{huge}!"), "x".to_owned()),
+            ("ok".to_owned(), "fine".to_owned()),
+            ("bad key".to_owned(), "x".to_owned()),
+        ]);
+        let refusal = rule_adding_labels(&invalid).to_rule(&Settings::default()).unwrap_err();
+        assert_eq!(refusal.reason, "InvalidShape");
+        assert!(refusal.message.len() < 1024, "{} bytes: {}", refusal.message.len(), refusal.message);
+        assert!(refusal.message.contains("(10001 characters)"), "{}", refusal.message);
+        assert!(refusal.message.ends_with("(1 more like it)"), "{}", refusal.message);
+        let own = BTreeMap::from([(format!("kopper.dev/{huge}"), "x".to_owned())]);
+        let refusal = rule_adding_labels(&own).to_rule(&Settings::default()).unwrap_err();
+        assert!(refusal.message.len() < 1024, "{} bytes", refusal.message.len());
+        assert!(refusal.message.contains("kopper's own labels"), "{}", refusal.message);
+        let long_value = BTreeMap::from([("team".to_owned(), "v".repeat(10_000))]);
+        let refusal = rule_adding_labels(&long_value).to_rule(&Settings::default()).unwrap_err();
+        assert!(refusal.message.len() < 1024, "{} bytes", refusal.message.len());
     }
 
     #[test]

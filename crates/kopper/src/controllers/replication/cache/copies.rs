@@ -365,6 +365,16 @@ impl CopyIndex {
         })
     }
 
+    /// The copies in `map` in `namespace`, with where they are.
+    pub fn in_namespace<'m>(
+        map: &'m CopyMap,
+        namespace: &str,
+    ) -> impl Iterator<Item = (&'m str, &'m str, &'m CopyState)> {
+        map.get_key_value(namespace).into_iter().flat_map(|(namespace, copies)| {
+            copies.iter().map(move |(name, copy)| (namespace.as_ref(), name.as_ref(), copy))
+        })
+    }
+
     /// Every copy in `map`, with where it is.
     pub fn all(map: &CopyMap) -> impl Iterator<Item = (&str, &str, &CopyState)> {
         map.iter().flat_map(|(namespace, copies)| {

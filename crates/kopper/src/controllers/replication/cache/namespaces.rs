@@ -79,6 +79,11 @@ impl Merged {
         self.before != self.after || !self.passed.is_empty() || self.many
     }
 
+    /// The namespace's name, if it exists now.
+    pub fn current_name(&self) -> Option<&str> {
+        self.after.as_ref().map(|namespace| namespace.name.as_str())
+    }
+
     /// Whether `rule` sends copies to the namespace, or did at some point: its pass has
     /// work to do.
     pub fn concerns(&self, rule: &Rule) -> bool {

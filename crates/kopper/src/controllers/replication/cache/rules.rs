@@ -10,7 +10,7 @@ use kube::core::{DeserializeGuard, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use crate::controllers::replication::model::{FINALIZER, Rule, RuleId, RuleKind, RuleLabels};
+use crate::controllers::replication::model::{FINALIZER, KeptRules, Rule, RuleId, RuleKind, RuleLabels};
 use crate::controllers::replication::rules::RuleObject;
 use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use crate::runtime::Settings;
@@ -75,6 +75,9 @@ pub struct ParsedRules {
     /// SHA-256 digests and a few strings per rule, made once per change to the rules rather
     /// than for every rule at every copy event.
     pub labels: Arc<[RuleLabels]>,
+    /// The rules that are not in force but keep their copies (refused for their shape, or
+    /// unreadable).
+    pub kept: Arc<KeptRules>,
 }
 
 impl RuleStores {
@@ -124,21 +127,36 @@ impl RuleStores {
     }
 
     fn parse(&self) -> ParsedRules {
-        fn valid<R: RuleObject>(store: &Store<Guarded<R>>, settings: &Settings) -> Vec<(Rule, bool)> {
-            store
-                .state()
-                .iter()
-                .filter_map(|guarded| guarded.0.as_ref().ok())
-                .filter(|object| object.meta().deletion_timestamp.is_none())
-                .filter_map(|object| Some((object.to_rule(settings).ok()?, holds_finalizer(object.meta()))))
-                .collect()
+        /// The rules of `store` in force, each with whether it holds kopper's finalizer; the
+        /// ids of those that keep their copies without being in force go to `kept`.
+        fn read<R: RuleObject>(
+            store: &Store<Guarded<R>>,
+            settings: &Settings,
+            kept: &mut Vec<RuleId>,
+        ) -> Vec<(Rule, bool)> {
+            let mut in_force = Vec::new();
+            for guarded in store.state() {
+                match &guarded.0 {
+                    Err(invalid) if invalid.metadata.deletion_timestamp.is_none() => {
+                        kept.push(R::id_of(&invalid.metadata));
+                    }
+                    Ok(object) if object.meta().deletion_timestamp.is_none() => {
+                        match object.to_rule(settings) {
+                            Ok(rule) => in_force.push((rule, holds_finalizer(object.meta()))),
+                            Err(refusal) if !refusal.revokes_copies() => kept.push(object.rule_id()),
+                            Err(_) => {}
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            in_force
         }
         let settings = &*self.settings;
-        let (mut in_force, mut finalized) = (Vec::new(), Vec::new());
-        let all = valid(&self.rules, settings)
-            .into_iter()
-            .chain(valid(&self.syncs, settings))
-            .chain(valid(&self.secret_syncs, settings));
+        let (mut in_force, mut finalized, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+        let mut all = read(&self.rules, settings, &mut kept);
+        all.extend(read(&self.syncs, settings, &mut kept));
+        all.extend(read(&self.secret_syncs, settings, &mut kept));
         for (rule, holds_finalizer) in all {
             if holds_finalizer {
                 finalized.push(rule.clone());
@@ -146,7 +164,12 @@ impl RuleStores {
             in_force.push(rule);
         }
         let labels: Vec<RuleLabels> = in_force.iter().map(|rule| RuleLabels::of(&rule.id)).collect();
-        ParsedRules { in_force: in_force.into(), finalized: finalized.into(), labels: labels.into() }
+        ParsedRules {
+            in_force: in_force.into(),
+            finalized: finalized.into(),
+            labels: labels.into(),
+            kept: Arc::new(KeptRules::new(kept)),
+        }
     }
 
     /// Whether the object `rule` was read from is still there, unchanged in identity, not

@@ -1340,11 +1340,117 @@ fn a_sync_s_orphans_go_where_consent_is_withdrawn_or_the_namespace_is_protected(
         ("withdrawn-too", "cfg", &admins),
         ("gone", "cfg", &withdrawn),
     ];
-    let deleted: Vec<String> = orphans_without_consent(ObjectKind::ConfigMap, copies, &ns, &policy)
-        .iter()
-        .map(|change| change.key().namespace.clone())
-        .collect();
+    let deleted: Vec<String> =
+        copies_without_consent(ObjectKind::ConfigMap, copies, &ns, &policy, &KeptRules::default())
+            .iter()
+            .map(|change| change.key().namespace.clone())
+            .collect();
     assert_eq!(deleted, ["withdrawn", "kopper-system"], "a ReplicationRule's orphan is no tenant's");
+}
+
+#[test]
+fn a_kept_sync_s_copies_go_where_its_tenant_may_no_longer_write_and_stay_elsewhere() {
+    let tenants = source("tenant-a", "cfg", "u-tenant", "1");
+    let kept_sync = RuleId::config_map_sync("tenant-a", "broken");
+    let in_force = RuleId::config_map_sync("tenant-a", "fine");
+    let kept_admin = RuleId::replication_rule("broken-admin");
+    let state = |namespace: &str, rule: &RuleId| {
+        let copy =
+            desired_copy(rule, "uid", ObjectKind::ConfigMap, &read(&tenants, payload("v1")), namespace);
+        match written(&copy) {
+            Existing::Copy(state) => CopyState { uid: format!("{namespace}/{}", rule.name).into(), ..state },
+            Existing::Unmanaged => unreachable!("a rule's copy is kopper's"),
+        }
+    };
+    let ns: BTreeMap<String, NamespaceInfo> = [
+        namespace_accepting("consenting", "tenant-a", false),
+        namespace_accepting("withdrawn", "tenant-x", false),
+        namespace_accepting("kopper-system", "*", false),
+    ]
+    .into_iter()
+    .map(|info| (info.name.clone(), info))
+    .collect();
+    let policy = DestinationPolicy {
+        protected: ProtectedNamespaces::new(Some("kopper-system"), &[]),
+        allow_unconsented: false,
+    };
+    let copies = [
+        ("consenting", state("consenting", &kept_sync)),
+        ("withdrawn", state("withdrawn", &kept_sync)),
+        ("kopper-system", state("kopper-system", &kept_sync)),
+        ("withdrawn", state("withdrawn", &in_force)),
+        ("withdrawn", state("withdrawn", &kept_admin)),
+    ];
+    let kept = KeptRules::new([kept_sync, kept_admin]);
+    let deleted: Vec<String> = copies_without_consent(
+        ObjectKind::ConfigMap,
+        copies.iter().map(|(namespace, copy)| (*namespace, "cfg", copy)),
+        &ns,
+        &policy,
+        &kept,
+    )
+    .iter()
+    .map(|change| match change {
+        Change::Delete { uid, .. } => uid.clone(),
+        other => panic!("only deletions, got {other:?}"),
+    })
+    .collect();
+    assert_eq!(
+        deleted,
+        ["withdrawn/broken", "kopper-system/broken"],
+        "only the kept sync's copies where its tenant lost the right to write: a sync in force is its \
+         pass's, an admin's rule needs no consent"
+    );
+}
+
+#[test]
+fn a_copy_of_a_rule_kept_while_refused_holds_its_place_as_its_rule_would() {
+    let ns = two_tenants_and_a_shared_destination();
+    let objects = [source("tenant-a", "cfg", "ua", "1"), source("tenant-b", "cfg", "ub", "1")];
+    let sources: HashMap<String, Source> = [read(&objects[0], payload("a")), read(&objects[1], payload("b"))]
+        .into_iter()
+        .map(|source| (source.info.uid.clone(), source))
+        .collect();
+    // alice's rule holds the place, then is refused for its shape: no longer in force.
+    let alices = sync_into_tenant_c("tenant-a", "share");
+    let existing: BTreeMap<CopyKey, Existing> = [copy_in_tenant_c(&alices, &objects[0])].into();
+    let kept = KeptRules::new([alices.id.clone()]);
+    let plan_of = |rule: &Rule, keeping: bool| {
+        let rules = [rule.clone()];
+        let world = World::new(&rules, &ns, &objects);
+        let world = if keeping { world.keeping(&kept) } else { world };
+        plan_rule(rule, &world, &sources, &existing)
+    };
+    let bobs = sync_into_tenant_c("tenant-b", "0");
+    assert!(
+        matches!(plan_of(&bobs, false).changes.as_slice(), [Change::Update { .. }]),
+        "without the kept rule, bob's rule would rewrite alice's copy"
+    );
+    let held = plan_of(&bobs, true);
+    assert!(held.writes().next().is_none(), "alice's copy is not rewritten: {held:?}");
+    assert!(
+        matches!(held.conflicts().next(), Some((key, ConflictReason::ClaimedByOtherRule(_))) if *key == key_c()),
+        "{held:?}"
+    );
+    // Her own tenant's rule sorting after hers waits too; one sorting first, or the admin's,
+    // takes the place as it would from her rule in force.
+    let later = sync_into_tenant_c("tenant-a", "z-later");
+    assert!(plan_of(&later, true).writes().next().is_none());
+    let first = sync_into_tenant_c("tenant-a", "a-first");
+    assert!(matches!(plan_of(&first, true).changes.as_slice(), [Change::Update { .. }]));
+    let admin = Rule {
+        id: RuleId::replication_rule("zz-admin"),
+        targets: rule("zz-admin", 0).targets,
+        ..sync_into_tenant_c("tenant-b", "admin")
+    };
+    let admins = plan_of(&admin, true);
+    assert!(
+        admins
+            .changes
+            .iter()
+            .any(|change| matches!(change, Change::Update { copy, .. } if copy.key == key_c())),
+        "{admins:?}"
+    );
 }
 
 #[test]
