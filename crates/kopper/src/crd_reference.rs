@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn every_spec_field_of_every_kind_has_a_row_with_its_description() {
         let reference = render(&crate::crds::all());
-        for kind in ["NamespaceAccess", "ConfigMapSync", "ReplicationRule"] {
+        for kind in ["NamespaceAccess", "ConfigMapSync", "ReplicationRule", "SecretSync"] {
             assert!(reference.contains(&format!("## {kind}")), "{kind}");
         }
         assert!(

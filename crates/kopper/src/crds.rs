@@ -9,15 +9,20 @@ use kube::CustomResourceExt;
 
 use crate::controllers::bucket::types::Bucket;
 use crate::controllers::namespace_access::NamespaceAccess;
-use crate::controllers::replication::types::ConfigMapSync;
-use crate::controllers::replication::types::ReplicationRule;
+use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 
 /// The API group of every kopper kind.
 pub const GROUP: &str = "kopper.dev";
 
 /// All kopper CRDs, in a stable order. Each controller adds its kinds here.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    let crds = [NamespaceAccess::crd(), ConfigMapSync::crd(), ReplicationRule::crd(), Bucket::crd()];
+    let crds = [
+        NamespaceAccess::crd(),
+        ConfigMapSync::crd(),
+        ReplicationRule::crd(),
+        SecretSync::crd(),
+        Bucket::crd(),
+    ];
     crds.into_iter().map(with_strict_selectors).collect()
 }
 

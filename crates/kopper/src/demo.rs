@@ -253,9 +253,9 @@ async fn create_demo_workload(client: &kube::Client, args: &RunArgs) -> anyhow::
 async fn wait_until_settled(client: &kube::Client, applied: &[String]) {
     let expect_bindings = applied.iter().any(|label| label.starts_with("NamespaceAccess "));
     let expect_buckets = applied.iter().any(|label| label.starts_with("Bucket "));
-    let expect_copies = applied
-        .iter()
-        .any(|label| label.starts_with("ReplicationRule ") || label.starts_with("ConfigMapSync "));
+    let expect_copies = applied.iter().any(|label| {
+        ["ReplicationRule ", "ConfigMapSync ", "SecretSync "].iter().any(|kind| label.starts_with(kind))
+    });
     let deadline = tokio::time::Instant::now() + SETTLE_DEADLINE;
     while tokio::time::Instant::now() < deadline {
         if demo_pod_labelled(client).await

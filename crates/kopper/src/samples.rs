@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// `config/samples/`, built into the binary, so that `kopper demo` works from any folder.
-pub const BUILT_IN: [(&str, &str); 6] = [
+pub const BUILT_IN: [(&str, &str); 7] = [
     ("bucket-with-credentials.yaml", include_str!("../../../config/samples/bucket-with-credentials.yaml")),
     (
         "configmapsync-across-namespaces.yaml",
@@ -27,6 +27,10 @@ pub const BUILT_IN: [(&str, &str); 6] = [
     (
         "replicationrule-shared-settings.yaml",
         include_str!("../../../config/samples/replicationrule-shared-settings.yaml"),
+    ),
+    (
+        "secretsync-ca-certificate.yaml",
+        include_str!("../../../config/samples/secretsync-ca-certificate.yaml"),
     ),
 ];
 

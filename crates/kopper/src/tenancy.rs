@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The annotation on a Namespace naming the namespaces whose ConfigMapSyncs may copy into
+/// The annotation on a Namespace naming the namespaces whose ConfigMapSyncs and SecretSyncs may copy into
 /// it: `*` for any, or a comma-separated list.
 pub const ACCEPT_REPLICATION_FROM: &str = "kopper.dev/accept-replication-from";
 

@@ -21,21 +21,25 @@ pub enum ControllerName {
     /// Pods labelled with their own name on request.
     PodLabeler,
     /// ConfigMaps copied between namespaces by ConfigMapSync. Shares the
-    /// replication engine with replication-rule: naming either runs both.
+    /// replication engine with replication-rule and secret-sync: naming one runs all three.
     ConfigMapSync,
     /// ConfigMaps and Secrets replicated by ReplicationRule. Shares the
-    /// replication engine with config-map-sync: naming either runs both.
+    /// replication engine with config-map-sync and secret-sync: naming one runs all three.
     ReplicationRule,
+    /// A tenant's Secrets shared by SecretSync. Shares the replication engine with
+    /// config-map-sync and replication-rule: naming one runs all three.
+    SecretSync,
     /// Object-storage buckets and their credentials.
     Bucket,
 }
 
 impl ControllerName {
-    pub const ALL: [ControllerName; 5] = [
+    pub const ALL: [ControllerName; 6] = [
         ControllerName::NamespaceAccess,
         ControllerName::PodLabeler,
         ControllerName::ConfigMapSync,
         ControllerName::ReplicationRule,
+        ControllerName::SecretSync,
         ControllerName::Bucket,
     ];
 
@@ -46,6 +50,7 @@ impl ControllerName {
             ControllerName::PodLabeler => "pod-labeler",
             ControllerName::ConfigMapSync => "config-map-sync",
             ControllerName::ReplicationRule => "replication-rule",
+            ControllerName::SecretSync => "secret-sync",
             ControllerName::Bucket => "bucket",
         }
     }
@@ -62,8 +67,8 @@ pub struct ControllerSettings {
 /// Runs one controller until `shutdown` resolves and its in-flight reconciles are done. An
 /// error means the controller cannot go on; the operator then stops with it.
 ///
-/// ConfigMapSync and ReplicationRule are the two front doors of one replication engine:
-/// either name runs the engine with both (see [`units`]). Each controller registers itself
+/// ConfigMapSync, ReplicationRule and SecretSync are the front doors of one replication
+/// engine: any of their names runs the engine with all three (see [`units`]). Each controller registers itself
 /// with [`Readiness`](crate::runtime::Readiness) under [`ControllerName::as_str`].
 pub async fn run(
     name: ControllerName,
@@ -77,7 +82,7 @@ pub async fn run(
             pod_labeler::run(ctx, shutdown).await;
             Ok(())
         }
-        ControllerName::ConfigMapSync | ControllerName::ReplicationRule => {
+        ControllerName::ConfigMapSync | ControllerName::ReplicationRule | ControllerName::SecretSync => {
             replication::run(ctx, shutdown).await
         }
         ControllerName::Bucket => bucket::run(ctx, settings.buckets, shutdown).await,
@@ -96,7 +101,7 @@ pub fn units(enabled: &[ControllerName]) -> Vec<ControllerName> {
     let mut units = Vec::new();
     for name in enabled {
         let unit = match name {
-            ControllerName::ConfigMapSync => ControllerName::ReplicationRule,
+            ControllerName::ConfigMapSync | ControllerName::SecretSync => ControllerName::ReplicationRule,
             other => *other,
         };
         if !units.contains(&unit) {
@@ -115,6 +120,7 @@ mod tests {
         use ControllerName::*;
         assert_eq!(units(&[ConfigMapSync, ReplicationRule, PodLabeler]), vec![ReplicationRule, PodLabeler]);
         assert_eq!(units(&[ConfigMapSync]), vec![ReplicationRule]);
+        assert_eq!(units(&[SecretSync, ConfigMapSync]), vec![ReplicationRule]);
         assert_eq!(units(&[NamespaceAccess]), vec![NamespaceAccess]);
     }
 }

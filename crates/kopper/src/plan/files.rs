@@ -10,8 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::controllers::namespace_access::NamespaceAccess;
-use crate::controllers::replication::types::ConfigMapSync;
-use crate::controllers::replication::types::ReplicationRule;
+use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 
 /// A rule's identity across files and the cluster: kind, namespace (namespaced kinds) and name.
 pub type RuleKey = (String, Option<String>, String);
@@ -21,6 +20,7 @@ pub type RuleKey = (String, Option<String>, String);
 pub struct FileRules {
     pub replication_rules: Vec<ReplicationRule>,
     pub config_map_syncs: Vec<ConfigMapSync>,
+    pub secret_syncs: Vec<SecretSync>,
     pub namespace_accesses: Vec<NamespaceAccess>,
     pub origins: BTreeMap<RuleKey, PathBuf>,
     /// Namespaces and ConfigMaps in the files, planned as if applied with the rules: the
@@ -78,6 +78,11 @@ impl FileRules {
                     let sync: ConfigMapSync = typed(document, Some(default_namespace)).map_err(at)?;
                     self.origin(&sync, path)?;
                     self.config_map_syncs.push(sync);
+                }
+                (true, "SecretSync") => {
+                    let sync: SecretSync = typed(document, Some(default_namespace)).map_err(at)?;
+                    self.origin(&sync, path)?;
+                    self.secret_syncs.push(sync);
                 }
                 (true, "NamespaceAccess") => {
                     let policy: NamespaceAccess = typed(document, None).map_err(at)?;

@@ -59,10 +59,12 @@ pub async fn plan(client: &Client, args: &PlanArgs, files: &FileRules) -> anyhow
     let settings = args.settings();
     let replication_rules = merged(&rules_in_cluster(client, args).await?, &files.replication_rules);
     let config_map_syncs = merged(&rules_in_cluster(client, args).await?, &files.config_map_syncs);
+    let secret_syncs = merged(&rules_in_cluster(client, args).await?, &files.secret_syncs);
     let policies = merged(&rules_in_cluster(client, args).await?, &files.namespace_accesses);
     let namespaces = merged(&list_all::<Namespace>(client).await?, &files.namespaces);
     // Secrets are read only when a rule copies Secrets: plan needs no more access than that.
-    let copies_secrets = replication_rules.iter().any(|rule| rule.spec.kind == ReplicatedKind::Secret);
+    let copies_secrets = !secret_syncs.is_empty()
+        || replication_rules.iter().any(|rule| rule.spec.kind == ReplicatedKind::Secret);
     let secrets = if copies_secrets { list_all::<Secret>(client).await? } else { Vec::new() };
     let config_maps = merged(&list_all::<ConfigMap>(client).await?, &files.config_maps);
     let cluster = ClusterObjects::new(&namespaces, &config_maps, &secrets);
@@ -77,7 +79,7 @@ pub async fn plan(client: &Client, args: &PlanArgs, files: &FileRules) -> anyhow
 
     let origin = |key| files.origins.get(&key).cloned();
     let mut report = Report::default();
-    for rule in plan_rules(&replication_rules, &config_map_syncs, &settings, &cluster) {
+    for rule in plan_rules(&replication_rules, &config_map_syncs, &secret_syncs, &settings, &cluster) {
         let key =
             (report::rule_kind(&rule.id.kind).to_owned(), rule.id.namespace.clone(), rule.id.name.clone());
         report.push(report::replication_rule(&rule, origin(key)));

@@ -262,13 +262,10 @@ fn render_rule(out: &mut String, rule: &RuleReport) {
 
 /// The custom resource kind behind a replication rule.
 pub fn rule_kind(kind: &RuleKind) -> &'static str {
-    match kind {
-        RuleKind::ReplicationRule => "ReplicationRule",
-        RuleKind::ConfigMapSync => "ConfigMapSync",
-    }
+    kind.as_str()
 }
 
-/// A ReplicationRule's or ConfigMapSync's plan.
+/// A ReplicationRule's, ConfigMapSync's or SecretSync's plan.
 pub fn replication_rule(plan: &RulePlan, file: Option<PathBuf>) -> RuleReport {
     let RuleId { kind, name, namespace } = &plan.id;
     RuleReport {

@@ -168,6 +168,7 @@ async fn promtool_finds_nothing_to_fix_in_kopper_s_metrics() {
         "namespace-access-status",
         "pod-labeler",
         "replication-rule",
+        "secret-sync",
         kopper::runtime::namespaces::CACHE_OWNER,
     ];
     assert!(

@@ -18,8 +18,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding};
 use kopper::controllers::bucket::types::Bucket;
 use kopper::controllers::namespace_access::types::NamespaceAccess;
-use kopper::controllers::replication::types::ConfigMapSync;
 use kopper::controllers::replication::types::ReplicationRule;
+use kopper::controllers::replication::types::{ConfigMapSync, SecretSync};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -30,6 +30,7 @@ const CONFIG_MAP_SYNC_SAMPLE: &str =
     include_str!("../../../../config/samples/configmapsync-across-namespaces.yaml");
 const REPLICATION_RULE_SAMPLE: &str =
     include_str!("../../../../config/samples/replicationrule-shared-settings.yaml");
+const SECRET_SYNC_SAMPLE: &str = include_str!("../../../../config/samples/secretsync-ca-certificate.yaml");
 
 /// kopper's identity in the cluster, as config/rbac/ binds it.
 const KOPPER_NAMESPACE: &str = "kopper-system";
@@ -196,7 +197,7 @@ async fn expect_lease_renewed(admin: &Client) {
 async fn create_inputs(admin: &Client) {
     create_namespace(admin, "team-a").await;
     let mut samples: Vec<serde_json::Value> =
-        [NAMESPACE_ACCESS_SAMPLE, CONFIG_MAP_SYNC_SAMPLE, REPLICATION_RULE_SAMPLE]
+        [NAMESPACE_ACCESS_SAMPLE, CONFIG_MAP_SYNC_SAMPLE, REPLICATION_RULE_SAMPLE, SECRET_SYNC_SAMPLE]
             .into_iter()
             .flat_map(yaml_documents)
             .collect();
@@ -425,6 +426,12 @@ async fn expect_statuses(admin: &Client) {
     let syncs: Api<ConfigMapSync> = Api::namespaced(admin.clone(), "source-namespace");
     eventually("ConfigMapSync configmapsync-sample's status", || async {
         let sync = syncs.get("configmapsync-sample").await.unwrap();
+        sync.status.filter(|status| status.synced_count == 1)
+    })
+    .await;
+    let secret_syncs: Api<SecretSync> = Api::namespaced(admin.clone(), "shop");
+    eventually("SecretSync shop-ca's status", || async {
+        let sync = secret_syncs.get("shop-ca").await.unwrap();
         sync.status.filter(|status| status.synced_count == 1)
     })
     .await;

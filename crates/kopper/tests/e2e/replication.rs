@@ -2,6 +2,7 @@
 
 use crate::common;
 
+mod secret_sync;
 mod shaping;
 
 use std::collections::BTreeMap;
@@ -16,8 +17,7 @@ use serde_json::json;
 
 use kopper::controllers::replication;
 use kopper::controllers::replication::metrics::{ReplicationMetrics, ScopedWatchLabels};
-use kopper::controllers::replication::types::ConfigMapSync;
-use kopper::controllers::replication::types::ReplicationRule;
+use kopper::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use kopper::runtime::metrics::{ControllerLabels, KindLabels};
 use kopper::runtime::{Context, Metrics, Settings};
 
@@ -40,17 +40,18 @@ impl Cluster {
     }
 
     async fn start_with(settings: Settings) -> Self {
-        Self::start_with_crds(settings, [ReplicationRule::crd(), ConfigMapSync::crd()]).await
+        Self::start_with_crds(settings, [ReplicationRule::crd(), ConfigMapSync::crd(), SecretSync::crd()])
+            .await
     }
 
-    async fn start_with_crds(settings: Settings, crds: [CustomResourceDefinition; 2]) -> Self {
+    async fn start_with_crds(settings: Settings, crds: [CustomResourceDefinition; 3]) -> Self {
         Self::start_on(kubesim::Config::default(), settings, crds).await
     }
 
     async fn start_on(
         config: kubesim::Config,
         settings: Settings,
-        crds: [CustomResourceDefinition; 2],
+        crds: [CustomResourceDefinition; 3],
     ) -> Self {
         // RUST_LOG=kopper=debug shows the controllers' logs of a failing test.
         let _ = tracing_subscriber::fmt()
@@ -184,7 +185,7 @@ impl Cluster {
     }
 }
 
-async fn install_crds(client: &Client, crds: [CustomResourceDefinition; 2]) {
+async fn install_crds(client: &Client, crds: [CustomResourceDefinition; 3]) {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     for crd in crds {
         api.create(&PostParams::default(), &crd).await.unwrap();
@@ -699,7 +700,7 @@ async fn an_api_server_back_without_its_data_gets_its_copies_made_again() {
 
     let cluster = cluster.with_api_server_restarted(kubesim::Config::default()).await;
     assert!(cluster.config_maps("team-a").get_opt("app-config").await.unwrap().is_none(), "an empty store");
-    install_crds(&cluster.client, [ReplicationRule::crd(), ConfigMapSync::crd()]).await;
+    install_crds(&cluster.client, [ReplicationRule::crd(), ConfigMapSync::crd(), SecretSync::crd()]).await;
     cluster.namespace("team-a", json!({})).await;
     cluster.config_map("default", "app-config", copyrator(), json!({"v": "after"})).await;
     cluster.apply_rule(RULE_SAMPLE).await;
@@ -715,7 +716,7 @@ async fn an_api_server_back_without_its_data_gets_its_copies_made_again() {
 async fn an_api_server_back_with_its_data_keeps_copies_in_step() {
     let data = tempfile::tempdir().unwrap();
     let config = || kubesim::Config { data_dir: Some(data.path().to_owned()), ..kubesim::Config::default() };
-    let crds = [ReplicationRule::crd(), ConfigMapSync::crd()];
+    let crds = [ReplicationRule::crd(), ConfigMapSync::crd(), SecretSync::crd()];
     let cluster = Cluster::start_on(config(), Settings::default(), crds).await;
     cluster.namespace("team-a", json!({})).await;
     cluster.config_map("default", "app-config", copyrator(), json!({"v": "1"})).await;
@@ -957,8 +958,11 @@ fn permissive_rule_crd() -> CustomResourceDefinition {
 
 #[tokio::test]
 async fn unreadable_rule_is_reported_and_does_not_stop_the_others() {
-    let cluster =
-        Cluster::start_with_crds(Settings::default(), [permissive_rule_crd(), ConfigMapSync::crd()]).await;
+    let cluster = Cluster::start_with_crds(
+        Settings::default(),
+        [permissive_rule_crd(), ConfigMapSync::crd(), SecretSync::crd()],
+    )
+    .await;
     cluster.namespace("team-a", json!({})).await;
     cluster.config_map("default", "app-config", copyrator(), json!({"level": "info"})).await;
     cluster.config_map("default", "other", json!({"other": "yes"}), json!({"k": "v"})).await;

@@ -13,8 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kopper::controllers::bucket::types::Bucket;
-use kopper::controllers::replication::types::ConfigMapSync;
-use kopper::controllers::replication::types::ReplicationRule;
+use kopper::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -143,13 +142,14 @@ fn ready_reason(status: &Value) -> &str {
     status["conditions"][0]["reason"].as_str().unwrap_or_default()
 }
 
-/// Tenants may manage ConfigMaps, Secrets, ConfigMapSyncs and Buckets in their own namespace only.
+/// Tenants may manage ConfigMaps, Secrets, ConfigMapSyncs, SecretSyncs and Buckets in their
+/// own namespace only.
 async fn tenant_role(admin: &Client) {
     let role: ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": "tenant"},
         "rules": [
             {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["*"]},
-            {"apiGroups": ["kopper.dev"], "resources": ["configmapsyncs", "buckets"], "verbs": ["*"]},
+            {"apiGroups": ["kopper.dev"], "resources": ["configmapsyncs", "secretsyncs", "buckets"], "verbs": ["*"]},
         ],
     }))
     .unwrap();
@@ -952,6 +952,179 @@ async fn withdrawing_consent_removes_what_a_deleted_sync_left_behind() {
     .await;
     let kept = tenancy.config_maps(&tenancy.admin, "tenant-c").get("trusted-ca").await.unwrap();
     assert_eq!(kept.data.unwrap()["ca"], "alice's", "consent stands in tenant-c: its orphan stays");
+    tenancy.stop().await;
+}
+
+/// A tenant (`client`) creates a SecretSync in its namespace.
+async fn tenant_shares_secret(client: &Client, namespace_name: &str, name: &str, spec: Value) {
+    let sync: SecretSync = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "SecretSync",
+        "metadata": {"name": name, "namespace": namespace_name}, "spec": spec,
+    }))
+    .unwrap();
+    Api::<SecretSync>::namespaced(client.clone(), namespace_name)
+        .create(&PostParams::default(), &sync)
+        .await
+        .expect("a tenant may create SecretSyncs in its namespace");
+}
+
+/// The status of the SecretSync `namespace_name/name`, read as `client`, once `ready` holds.
+async fn secret_sync_status(
+    client: &Client,
+    namespace_name: &str,
+    name: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    let api = Api::<SecretSync>::namespaced(client.clone(), namespace_name);
+    eventually(&format!("status of SecretSync {namespace_name}/{name}"), || async {
+        let status = serde_json::to_value(api.get(name).await.unwrap().status?).unwrap();
+        ready(&status).then_some(status)
+    })
+    .await
+}
+
+/// `client` creates a Secret in `namespace_name`.
+async fn secret(client: &Client, namespace_name: &str, object: Value) {
+    let secret: Secret = serde_json::from_value(object).unwrap();
+    Api::<Secret>::namespaced(client.clone(), namespace_name)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// The namespaces holding a Secret named `name`.
+async fn secret_holders(admin: &Client, name: &str) -> Vec<String> {
+    let all: Api<Secret> = Api::all(admin.clone());
+    let list = all.list(&ListParams::default().fields(&format!("metadata.name={name}"))).await.unwrap();
+    let mut namespaces: Vec<String> = list.items.iter().filter_map(|secret| secret.namespace()).collect();
+    namespaces.sort();
+    namespaces
+}
+
+/// A tenant's SecretSync writes nothing into namespaces that did not consent, protected or
+/// not, named or selected, existing or not; its status names only the namespaces it named,
+/// the same whether a Secret of that name is there or not, so it cannot probe bob's.
+#[tokio::test]
+async fn a_tenant_cannot_share_a_secret_into_a_namespace_that_did_not_consent() {
+    let tenancy = Tenancy::start().await;
+    namespace(&tenancy.admin, "selected", json!({"labels": {"team": "x"}})).await;
+    secret(
+        &tenancy.bob,
+        "tenant-b",
+        json!({"metadata": {"name": "api-key"}, "stringData": {"key": "bob's"}}),
+    )
+    .await;
+    secret(
+        &tenancy.alice,
+        "tenant-a",
+        json!({"metadata": {"name": "api-key"}, "stringData": {"key": "alice's"}}),
+    )
+    .await;
+    secret(
+        &tenancy.alice,
+        "tenant-a",
+        json!({"metadata": {"name": "other-key"}, "stringData": {"key": "alice's"}}),
+    )
+    .await;
+    let push = |secret_name: &str| {
+        json!({
+            "sourceNamespace": "tenant-a",
+            "secretName": secret_name,
+            "destinationNamespaces": ["tenant-b", "ghost", "kube-system", KOPPER_NAMESPACE],
+            "destinationSelector": {},
+        })
+    };
+    tenant_shares_secret(&tenancy.alice, "tenant-a", "push", push("api-key")).await;
+    tenant_shares_secret(&tenancy.alice, "tenant-a", "probe", push("other-key")).await;
+    let refused = |s: &Value| ready_reason(s) == "DestinationRefused";
+    let status = secret_sync_status(&tenancy.alice, "tenant-a", "push", refused).await;
+    assert_eq!(status["refusedDestinations"], json!(["ghost", "kopper-system", "kube-system", "tenant-b"]));
+    assert_eq!((&status["syncedCount"], &status["conflicts"]), (&json!(0), &json!([])));
+    let text = status.to_string();
+    assert!(!text.contains("selected") && !text.contains("bob"), "nothing of others' namespaces: {text}");
+    let probe = secret_sync_status(&tenancy.alice, "tenant-a", "probe", refused).await;
+    assert_eq!(
+        (&probe["refusedDestinations"], &probe["conflicts"], &probe["conditions"][0]["message"]),
+        (&status["refusedDestinations"], &status["conflicts"], &status["conditions"][0]["message"]),
+        "whether bob holds a Secret of the name changes nothing alice sees"
+    );
+    assert_eq!(secret_holders(&tenancy.admin, "api-key").await, ["tenant-a", "tenant-b"]);
+    assert_eq!(secret_holders(&tenancy.admin, "other-key").await, ["tenant-a"], "no copy anywhere");
+    let bobs = Api::<Secret>::namespaced(tenancy.bob.clone(), "tenant-b").get("api-key").await.unwrap();
+    assert_eq!(bobs.data.unwrap()["key"].0, b"bob's", "bob's Secret is left as it is");
+    tenancy.stop().await;
+}
+
+/// Credentials of the cluster are never shared by a tenant, even into a namespace that
+/// accepts everything from them: a ServiceAccount token (told by its annotation) and a Helm
+/// release record (told only by its type) are refused by name, and nothing is written.
+#[tokio::test]
+async fn a_tenant_cannot_share_a_service_account_token_or_a_helm_release() {
+    let tenancy = Tenancy::start().await;
+    tenancy.consent("tenant-b", Some("tenant-a")).await;
+    for object in [
+        json!({"metadata": {"name": "builder-token", "annotations": {"kubernetes.io/service-account.name": "default"}},
+               "type": "kubernetes.io/service-account-token", "stringData": {"token": "t"}}),
+        json!({"metadata": {"name": "release"}, "type": "helm.sh/release.v1", "stringData": {"release": "r"}}),
+        json!({"metadata": {"name": "registry"}, "type": "kubernetes.io/dockerconfigjson",
+               "stringData": {".dockerconfigjson": "{\"auths\": {}}"}}),
+    ] {
+        secret(&tenancy.alice, "tenant-a", object).await;
+    }
+    for (sync, secret_name) in [("token", "builder-token"), ("helm", "release"), ("registry", "registry")] {
+        let spec = json!({"sourceNamespace": "tenant-a", "secretName": secret_name, "destinationNamespace": "tenant-b"});
+        tenant_shares_secret(&tenancy.alice, "tenant-a", sync, spec).await;
+    }
+    for (sync, secret_type) in
+        [("token", "kubernetes.io/service-account-token"), ("helm", "helm.sh/release.v1")]
+    {
+        let status = secret_sync_status(&tenancy.alice, "tenant-a", sync, |s| {
+            ready_reason(s) == "CredentialTypeRefused"
+        })
+        .await;
+        let message = status["conditions"][0]["message"].as_str().unwrap();
+        assert!(message.contains(secret_type), "{message}");
+        assert_eq!(status["conditions"][0]["status"], "False");
+    }
+    // A registry credential is the common share, and allowed.
+    secret_sync_status(&tenancy.alice, "tenant-a", "registry", |s| ready_reason(s) == "Synced").await;
+    assert_eq!(secret_holders(&tenancy.admin, "registry").await, ["tenant-a", "tenant-b"]);
+    assert_eq!(secret_holders(&tenancy.admin, "builder-token").await, ["tenant-a"], "nothing written");
+    assert_eq!(secret_holders(&tenancy.admin, "release").await, ["tenant-a"], "nothing written");
+    tenancy.stop().await;
+}
+
+/// What alice shared with bob alone, bob cannot pass on: a copy kopper made is no source,
+/// and bob's SecretSync of it says so; alice's share is unaffected.
+#[tokio::test]
+async fn a_tenant_cannot_re_share_a_secret_shared_with_it() {
+    let tenancy = Tenancy::start().await;
+    tenancy.consent("tenant-b", Some("tenant-a")).await;
+    namespace(&tenancy.admin, "tenant-c", json!({"annotations": {CONSENT: "*"}})).await;
+    secret(
+        &tenancy.alice,
+        "tenant-a",
+        json!({"metadata": {"name": "api-key"}, "stringData": {"key": "alice's"}}),
+    )
+    .await;
+    let spec =
+        json!({"sourceNamespace": "tenant-a", "secretName": "api-key", "destinationNamespace": "tenant-b"});
+    tenant_shares_secret(&tenancy.alice, "tenant-a", "to-bob", spec).await;
+    secret_sync_status(&tenancy.alice, "tenant-a", "to-bob", |s| ready_reason(s) == "Synced").await;
+
+    let spec =
+        json!({"sourceNamespace": "tenant-b", "secretName": "api-key", "destinationNamespace": "tenant-c"});
+    tenant_shares_secret(&tenancy.bob, "tenant-b", "onwards", spec).await;
+    let status =
+        secret_sync_status(&tenancy.bob, "tenant-b", "onwards", |s| ready_reason(s) == "SourceMadeByKopper")
+            .await;
+    assert!(status["conditions"][0]["message"].as_str().unwrap().contains("tenant-b/api-key"), "{status}");
+    assert_eq!(
+        secret_holders(&tenancy.admin, "api-key").await,
+        ["tenant-a", "tenant-b"],
+        "nothing in tenant-c"
+    );
+    secret_sync_status(&tenancy.alice, "tenant-a", "to-bob", |s| ready_reason(s) == "Synced").await;
     tenancy.stop().await;
 }
 

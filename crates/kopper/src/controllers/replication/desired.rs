@@ -179,6 +179,14 @@ pub enum ShapeProblem {
     /// The copy's type requires keys the rule leaves out: the API server would refuse it, so
     /// the source is not copied and its copies are left as they are.
     TypeNeedsKeys { source: String, secret_type: String, keys: Vec<&'static str> },
+    /// The source the rule names is a credential of the cluster
+    /// ([`crate::tenancy::CREDENTIAL_SECRET_TYPES`]), which a tenant's rule never copies: no
+    /// copy is written, and those made before it became one are removed.
+    CredentialType { source: String, secret_type: String },
+    /// The source the rule names was made by kopper (a copy another rule put there, or a
+    /// Bucket's credentials): never a source, so what one tenant shared with another is not
+    /// passed on. No copy is written.
+    MadeByKopper { source: String },
 }
 
 impl ShapeProblem {
@@ -186,6 +194,8 @@ impl ShapeProblem {
         match self {
             Self::KeysMissing { .. } | Self::NoListedKey { .. } => "SourceKeysMissing",
             Self::TypeNeedsKeys { .. } => "SecretTypeNeedsKeys",
+            Self::CredentialType { .. } => "CredentialTypeRefused",
+            Self::MadeByKopper { .. } => "SourceMadeByKopper",
         }
     }
 
@@ -206,13 +216,50 @@ impl ShapeProblem {
                  Its copies are left as they are meanwhile",
                 listed(keys)
             ),
+            Self::CredentialType { source, secret_type } => format!(
+                "{source} is a {secret_type} Secret, a credential of the cluster, which is never shared this \
+                 way; nothing is copied, and copies made before are removed"
+            ),
+            Self::MadeByKopper { source } => format!(
+                "{source} was made by kopper (a copy shared with this namespace, or a Bucket's credentials), \
+                 and kopper never copies what it made: share the original from the namespace that owns it"
+            ),
         }
     }
 
-    /// Whether the source is not copied at all (its copies are left as they are).
+    /// Whether the source is not copied at all.
     pub fn refuses_copy(&self) -> bool {
-        matches!(self, Self::NoListedKey { .. } | Self::TypeNeedsKeys { .. })
+        !matches!(self, Self::KeysMissing { .. })
     }
+
+    /// Whether the source is no source at all (rather than one copied otherwise): the rule
+    /// names one that exists, but kopper never copies it.
+    pub fn refuses_source(&self) -> bool {
+        matches!(self, Self::CredentialType { .. } | Self::MadeByKopper { .. })
+    }
+}
+
+/// Why the one source `rule` names (a tenant's rule's) is no source, when it exists: it is
+/// a credential of the cluster, or kopper made it (`made_by_kopper`: kopper's copies watch
+/// holds an object there; the source watches leave such objects out). `candidate` is the
+/// object of that name as the source watch holds it, `payload_type` its `type` as read
+/// (known only for a source that matched by its metadata); `None` when no object is refused.
+pub fn refused_named_source(
+    rule: &Rule,
+    candidate: Option<&ObjectInfo>,
+    payload_type: Option<&str>,
+    made_by_kopper: bool,
+) -> Option<ShapeProblem> {
+    let (Some(name), [namespace]) = (&rule.sources.name, rule.sources.namespaces.as_slice()) else {
+        return None;
+    };
+    let source = format!("{namespace}/{name}");
+    if made_by_kopper || candidate.is_some_and(ObjectInfo::is_kopper_made) {
+        return Some(ShapeProblem::MadeByKopper { source });
+    }
+    let secret_type = candidate.and_then(ObjectInfo::credential_type).or(payload_type)?;
+    (!rule.sources.may_copy_secret_type(Some(secret_type)))
+        .then(|| ShapeProblem::CredentialType { source, secret_type: secret_type.to_owned() })
 }
 
 /// Keys named in a status message and an Event: a few, and how many more (a rule may list
@@ -317,6 +364,15 @@ impl<'a> World<'a> {
     fn kept_from(&self, holder: Option<&str>, contender: &RuleId) -> Option<&'a RuleId> {
         let kept = self.kept?.holding(holder?)?;
         keeps_from(kept, contender).then_some(kept)
+    }
+
+    /// The object of the name the rule names in its one source namespace (a tenant's
+    /// rule's), matched or not.
+    pub fn named_candidate(&self, rule: &Rule) -> Option<&'a ObjectInfo> {
+        let (Some(name), [namespace]) = (&rule.sources.name, rule.sources.namespaces.as_slice()) else {
+            return None;
+        };
+        self.candidates.get(&(namespace.as_str(), name.as_str())).copied()
     }
 
     /// The sources `rule` copies, in a stable order.
@@ -639,10 +695,16 @@ impl<'a> RulePass<'a> {
         let mut templates: Vec<CopyTemplate<'a>> = Vec::new();
         let mut source_names = HashSet::new();
         let mut shape_problems = Vec::new();
-        let copied = matched
-            .iter()
-            .filter_map(|info| sources.get(&info.uid))
-            .filter(|source| rule.sources.may_copy_secret_type(source.payload.secret_type.as_deref()));
+        let read = matched.iter().filter_map(|info| sources.get(&info.uid));
+        let (copied, refused): (Vec<&Source>, Vec<&Source>) =
+            read.partition(|source| rule.sources.may_copy_secret_type(source.payload.secret_type.as_deref()));
+        // A credential told only by its `type` (its metadata did not show it) is no source
+        // either: its copies go, as a source's that stopped matching.
+        let named_candidate = world.named_candidate(rule);
+        let refused_type = refused.first().and_then(|source| source.payload.secret_type.as_deref());
+        if matched.is_empty() || refused_type.is_some() {
+            shape_problems.extend(refused_named_source(rule, named_candidate, refused_type, false));
+        }
         for source in copied {
             // A source its rule cannot copy as asked keeps the copies it has: they are still
             // wanted, not written.
@@ -892,10 +954,10 @@ pub fn cleanup<'c>(
         .collect()
 }
 
-/// Deletions of the copies (of `copies`, copies of `kind`) a tenant's ConfigMapSync made
+/// Deletions of the copies (of `copies`, copies of `kind`) a tenant's sync (ConfigMapSync, SecretSync) made
 /// under a consent that is gone: in namespaces that no longer accept copies from its tenant,
 /// or have been protected since, as `policy` judges `namespaces` now. Those of the orphans
-/// ConfigMapSyncs left, and of ConfigMapSyncs not in force that keep their copies (`kept`):
+/// tenants' syncs left, and of tenants' syncs not in force that keep their copies (`kept`):
 /// a refusal keeps a copy whose destination is no longer named or selected, but not one its
 /// tenant may no longer write. The copies of rules in force are their passes' to delete. A
 /// namespace being deleted takes its copies with it.

@@ -20,8 +20,8 @@ use super::cache::Caches;
 use super::cache::copies::CopyIndex;
 use super::cache::scoped::{METADATA_PAGE_SIZE, ScopeNotReady};
 use super::desired::{
-    Change, ConflictReason, RulePass, RulePlan, World, cleanup, copies_without_consent, on_rule_deleted,
-    source_namespaces,
+    Change, ConflictReason, RulePass, RulePlan, ShapeProblem, World, cleanup, copies_without_consent,
+    on_rule_deleted, refused_named_source, source_namespaces,
 };
 use super::metrics::SOURCE_TO_COPY_SECONDS;
 use super::model::{
@@ -30,7 +30,7 @@ use super::model::{
     RuleLabels, SYNC_CONTROLLER, Scope, Source, controller_of,
 };
 use super::rules::{Findings, Refusal, RuleObject};
-use super::types::{ConfigMapSync, DeletionPolicy, ReplicationRule};
+use super::types::{ConfigMapSync, DeletionPolicy, ReplicationRule, SecretSync};
 use super::wake::Router;
 use crate::runtime::cache::CacheStopped;
 use crate::runtime::metrics::RuleGauges;
@@ -306,8 +306,8 @@ impl Engine {
     /// Deletes copies whose rule no longer exists: left behind when a rule's finalizer
     /// was removed by hand, or kopper was uninstalled and reinstalled in between. Such a
     /// rule's share of the rule gauges goes too, as its cleanup never ran. Deletes too the
-    /// copies ConfigMapSyncs no longer in force (orphans, and those of rules kept while
-    /// refused) left where their tenant may no longer write.
+    /// copies tenants' syncs (ConfigMapSync, SecretSync) no longer in force (orphans, and
+    /// those of rules kept while refused) left where their tenant may no longer write.
     pub async fn collect_orphans(&self, ctx: &Context) {
         let ids = self.router.rules.all_ids();
         let live: HashSet<(&str, String)> =
@@ -322,7 +322,7 @@ impl Engine {
         tracing::info!(
             copies = changes.len(),
             without_consent = withdrawn.len(),
-            "deleting copies whose rule no longer exists, and copies of ConfigMapSyncs not in force whose \
+            "deleting copies whose rule no longer exists, and copies of tenants' syncs not in force whose \
              destination no longer consents"
         );
         changes.extend(withdrawn);
@@ -332,7 +332,7 @@ impl Engine {
         }
     }
 
-    /// Deletes the copies ConfigMapSyncs not in force left in `namespaces` where their tenant
+    /// Deletes the copies tenants' syncs not in force left in `namespaces` where their tenant
     /// may no longer write (see [`copies_without_consent`]): run as namespace changes are
     /// served, so withdrawing consent removes them at once, not at the next sweep.
     pub(super) async fn remove_copies_without_consent(&self, ctx: &Context, namespaces: &[&str]) {
@@ -434,6 +434,14 @@ impl Engine {
         tally.findings.refused_destinations = rule.refused_destinations(&namespaces);
         tally.findings.own_namespace = rule.id.namespace.clone();
         tally.findings.shape_problems = pass.shape_problems.clone();
+        if pass.sources_matched == 0 && !pass.shape_problems.iter().any(ShapeProblem::refuses_source) {
+            // The source watches leave out what kopper made; its copies watch holds it.
+            let made_by_kopper =
+                rule.sources.name.as_deref().zip(rule.sources.namespaces.first()).is_some_and(
+                    |(name, namespace)| CopyIndex::found(&copies.read(), namespace, name).is_some(),
+                );
+            tally.findings.shape_problems.extend(refused_named_source(rule, None, None, made_by_kopper));
+        }
         let batch = namespaces_per_batch(pass.copies_per_namespace());
         for targets in pass.targets().chunks(batch) {
             let mut plan = RulePlan::default();
@@ -772,7 +780,11 @@ async fn current_uid(client: &Client, rule: &RuleId) -> Result<Option<String>, k
             let api = Api::<ConfigMapSync>::namespaced(client.clone(), namespace);
             api.list_metadata(&by_name).await?.items.into_iter().map(|object| object.metadata.uid).collect()
         }
-        (RuleKind::ConfigMapSync, None) => Vec::new(),
+        (RuleKind::SecretSync, Some(namespace)) => {
+            let api = Api::<SecretSync>::namespaced(client.clone(), namespace);
+            api.list_metadata(&by_name).await?.items.into_iter().map(|object| object.metadata.uid).collect()
+        }
+        (RuleKind::ConfigMapSync | RuleKind::SecretSync, None) => Vec::new(),
     };
     Ok(uids.into_iter().flatten().next())
 }

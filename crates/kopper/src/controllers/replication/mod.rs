@@ -1,6 +1,6 @@
-//! The replication engine behind ConfigMapSync and ReplicationRule.
+//! The replication engine behind ReplicationRule, ConfigMapSync and SecretSync.
 //!
-//! One engine decides what copies should exist and applies the difference; the two custom
+//! One engine decides what copies should exist and applies the difference; the three custom
 //! resources ([`types`]) are its front doors, read into one rule model ([`rules`],
 //! [`model`]). Its files import one way, each from those listed before it:
 //! - [`shape`] (pure, depending on nothing of the engine: which keys, labels and annotations
@@ -21,18 +21,18 @@
 //! - [`engine`]: one pass of one rule (read, decide, apply, report), and its cleanup;
 //!   [`new_namespaces`]: the copies a namespace newly wants, written at once, so its wait
 //!   does not grow with the cluster;
-//! - this module: the two kube-runtime controllers (one per kind) that run the passes.
+//! - this module: the three kube-runtime controllers (one per kind) that run the passes.
 //!
 //! [`mod@plan`] runs the same decision against the live cluster and writes nothing. A rule
 //! holds the finalizer [`model::FINALIZER`] until its copies are removed (or, with
 //! `deletionPolicy: Orphan`, marked [`model::ORPHANED_LABEL`] for a successor to take over);
 //! copies whose rule vanished without it (a finalizer removed by hand) are deleted at start
-//! and every minute, orphans never, but for those ConfigMapSyncs left where their consent is
-//! gone: those, and the copies of ConfigMapSyncs kept while refused (see
+//! and every minute, orphans never, but for those tenants' syncs left where their consent is
+//! gone: those, and the copies of tenants' syncs kept while refused (see
 //! [`model::KeptRules`]), go then and as each namespace change is served.
 //! So besides get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on
 //! ConfigMaps and Secrets and patch on the status subresources, kopper needs `patch` on
-//! `configmapsyncs` and `replicationrules` themselves.
+//! `configmapsyncs`, `replicationrules` and `secretsyncs` themselves.
 
 pub mod apply;
 pub mod cache;
@@ -70,14 +70,14 @@ use self::engine::{Engine, SyncError};
 use self::metrics::ReplicationMetrics;
 use self::model::{FIELD_MANAGER_NAME, FINALIZER};
 use self::rules::RuleObject;
-use self::types::{ConfigMapSync, DeletionPolicy, ReplicationRule};
+use self::types::{ConfigMapSync, DeletionPolicy, ReplicationRule, SecretSync};
 use self::wake::{Router, Wakers, pacing};
 use crate::runtime::cache::{CacheStopped, FirstList};
 use crate::runtime::controller::run_controller;
 use crate::runtime::{Context, ErrorCategory};
 
 pub use self::metrics::register_metrics;
-pub use self::model::{RULE_CONTROLLER, SYNC_CONTROLLER};
+pub use self::model::{RULE_CONTROLLER, SECRET_SYNC_CONTROLLER, SYNC_CONTROLLER};
 
 /// How often copies whose rule vanished without its finalizer running are looked for.
 const ORPHAN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
@@ -108,7 +108,7 @@ impl ErrorCategory for Error {
     }
 }
 
-/// Runs the ReplicationRule and ConfigMapSync controllers until `shutdown` resolves and
+/// Runs the ReplicationRule, ConfigMapSync and SecretSync controllers until `shutdown` resolves and
 /// in-flight passes end.
 pub async fn run(
     ctx: Arc<Context>,
@@ -118,21 +118,26 @@ pub async fn run(
     let client = ctx.client.clone();
     // No debounce, which would delay every change: wake-ups are paced per rule instead.
     let config = crate::runtime::controller::config();
-    let (wakers, rule_wakes, sync_wakes) = Wakers::new();
+    let (wakers, rule_wakes, sync_wakes, secret_sync_wakes) = Wakers::new();
     let revision = StoreRevision::default();
     let (rules, rules_synced) = watch_rules::<ReplicationRule>(&client, &revision);
     let (syncs, syncs_synced) = watch_rules::<ConfigMapSync>(&client, &revision);
+    let (secret_syncs, secret_syncs_synced) = watch_rules::<SecretSync>(&client, &revision);
     let rule_controller = Controller::for_stream(rules.0, rules.1)
         .with_config(config.clone())
         .reconcile_on(pacing::paced(rule_wakes, pacing::MIN_WAKE_GAP));
     let sync_controller = Controller::for_stream(syncs.0, syncs.1)
-        .with_config(config)
+        .with_config(config.clone())
         .reconcile_on(pacing::paced(sync_wakes, pacing::MIN_WAKE_GAP));
+    let secret_sync_controller = Controller::for_stream(secret_syncs.0, secret_syncs.1)
+        .with_config(config)
+        .reconcile_on(pacing::paced(secret_sync_wakes, pacing::MIN_WAKE_GAP));
     let memo = Arc::new(Memo::default());
     let router = Arc::new(Router {
         rules: RuleStores::new(
             (rule_controller.store(), rules_synced),
             (sync_controller.store(), syncs_synced),
+            (secret_sync_controller.store(), secret_syncs_synced),
             revision,
             ctx.settings.clone(),
         ),
@@ -154,6 +159,7 @@ pub async fn run(
     let for_namespaces = engine.clone();
     let for_rules = engine.clone();
     let for_syncs = engine.clone();
+    let for_secret_syncs = engine.clone();
     let for_orphans = engine.clone();
     let orphan_ctx = ctx.clone();
     let controllers = async {
@@ -167,9 +173,20 @@ pub async fn run(
                 shutdown.clone(),
                 move |rule, ctx| { reconcile(rule, ctx, for_rules.clone()) }
             ),
-            run_controller(SYNC_CONTROLLER, sync_controller, ctx, shutdown.clone(), move |sync, ctx| {
-                reconcile(sync, ctx, for_syncs.clone())
-            }),
+            run_controller(
+                SYNC_CONTROLLER,
+                sync_controller,
+                ctx.clone(),
+                shutdown.clone(),
+                move |sync, ctx| { reconcile(sync, ctx, for_syncs.clone()) }
+            ),
+            run_controller(
+                SECRET_SYNC_CONTROLLER,
+                secret_sync_controller,
+                ctx,
+                shutdown.clone(),
+                move |sync, ctx| { reconcile(sync, ctx, for_secret_syncs.clone()) }
+            ),
         )
     };
     // A controller told to stop before its first list completes waits for that list for

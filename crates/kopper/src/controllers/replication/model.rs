@@ -24,12 +24,15 @@ pub const FIELD_MANAGER_NAME: &str = "replication";
 pub const RULE_CONTROLLER: &str = "replication-rule";
 /// The controller that runs ConfigMapSyncs' passes, as metrics and logs name it.
 pub const SYNC_CONTROLLER: &str = "config-map-sync";
+/// The controller that runs SecretSyncs' passes, as metrics and logs name it.
+pub const SECRET_SYNC_CONTROLLER: &str = "secret-sync";
 
 /// The controller that runs the passes of rules of `kind`, as metrics name it.
 pub fn controller_of(kind: RuleKind) -> &'static str {
     match kind {
         RuleKind::ReplicationRule => RULE_CONTROLLER,
         RuleKind::ConfigMapSync => SYNC_CONTROLLER,
+        RuleKind::SecretSync => SECRET_SYNC_CONTROLLER,
     }
 }
 
@@ -101,6 +104,18 @@ impl fmt::Display for ObjectKind {
 pub enum RuleKind {
     ReplicationRule,
     ConfigMapSync,
+    SecretSync,
+}
+
+impl RuleKind {
+    /// The resource's kind, as `kubectl` and a copy's [`RULE_ANNOTATION`] name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReplicationRule => "ReplicationRule",
+            Self::ConfigMapSync => "ConfigMapSync",
+            Self::SecretSync => "SecretSync",
+        }
+    }
 }
 
 /// Identifies one rule across both custom resources.
@@ -108,7 +123,7 @@ pub enum RuleKind {
 pub struct RuleId {
     pub kind: RuleKind,
     pub name: String,
-    /// Set for namespaced rules (ConfigMapSync).
+    /// Set for namespaced rules (a tenant's: ConfigMapSync, SecretSync).
     pub namespace: Option<String>,
 }
 
@@ -119,6 +134,10 @@ impl RuleId {
 
     pub fn config_map_sync(namespace: &str, name: &str) -> Self {
         Self { kind: RuleKind::ConfigMapSync, name: name.to_owned(), namespace: Some(namespace.to_owned()) }
+    }
+
+    pub fn secret_sync(namespace: &str, name: &str) -> Self {
+        Self { kind: RuleKind::SecretSync, name: name.to_owned(), namespace: Some(namespace.to_owned()) }
     }
 
     /// The value of [`REPLICATED_BY_LABEL`]: a SHA-256 digest of the rule's full identity,
@@ -138,6 +157,7 @@ impl RuleId {
         match self.kind {
             RuleKind::ReplicationRule => "r-",
             RuleKind::ConfigMapSync => "s-",
+            RuleKind::SecretSync => "ss-",
         }
     }
 }
@@ -192,11 +212,8 @@ impl KeptRules {
 impl fmt::Display for RuleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.kind, &self.namespace) {
-            (RuleKind::ReplicationRule, _) => write!(f, "ReplicationRule.{}", self.name),
-            (RuleKind::ConfigMapSync, Some(namespace)) => {
-                write!(f, "ConfigMapSync.{}.{namespace}", self.name)
-            }
-            (RuleKind::ConfigMapSync, None) => write!(f, "ConfigMapSync.{}", self.name),
+            (kind, Some(namespace)) => write!(f, "{}.{}.{namespace}", kind.as_str(), self.name),
+            (kind, None) => write!(f, "{}.{}", kind.as_str(), self.name),
         }
     }
 }
@@ -576,7 +593,8 @@ pub struct CopyState {
     /// no other controller's mark): no rule's to delete, but a rule copying that source takes
     /// it over. A digest, as every copy holds the field.
     pub orphan_source: Option<NonZeroU64>,
-    /// For such an orphan left by a ConfigMapSync (as its [`RULE_ANNOTATION`] says), the
+    /// For such an orphan left by a tenant's rule, a ConfigMapSync or a SecretSync (as its
+    /// [`RULE_ANNOTATION`] says), the
     /// tenant's namespace, whose consent it was made under: an orphan ranks no higher than
     /// the kind of rule that left it ([`CopyState::outranked_by`]), and goes when that
     /// consent does ([`CopyState::orphaned_without_consent`]).
@@ -612,12 +630,12 @@ impl CopyState {
 
     /// Whether a rule of `kind` writing its own copy here replaces this orphan of another
     /// source: an orphan ranks as the kind of rule that left it, so the admin's
-    /// ReplicationRule replaces what a tenant's ConfigMapSync left, never the other way.
+    /// ReplicationRule replaces what a tenant's ConfigMapSync or SecretSync left, never the other way.
     pub fn outranked_by(&self, kind: RuleKind) -> bool {
         self.orphan_tenant.is_some() && kind == RuleKind::ReplicationRule
     }
 
-    /// Whether this is an orphan a ConfigMapSync left in `namespace` that kopper would no
+    /// Whether this is an orphan a tenant's rule left in `namespace` that kopper would no
     /// longer copy into there from that tenant (`allowed`: whether the destination policy
     /// lets the tenant named write into the namespace now): kopper's copy made under a
     /// consent that is gone (withdrawn, or the namespace protected since).
@@ -674,7 +692,7 @@ impl CopyState {
             orphan_tenant: annotations
                 .get(RULE_ANNOTATION)
                 .filter(|_| orphan)
-                .and_then(|rule| config_map_sync_namespace(rule))
+                .and_then(|rule| tenant_rule_namespace(rule))
                 .map(Arc::from),
             rule_uid: annotations.get(RULE_UID_ANNOTATION).map(|uid| Box::from(uid.as_str())),
             marks: Marks::new(labels, annotations),
@@ -699,10 +717,14 @@ impl CopyState {
     }
 }
 
-/// The namespace of the ConfigMapSync a [`RULE_ANNOTATION`] names (`ConfigMapSync.<name>.
-/// <namespace>`: a namespace holds no dot), if it names one.
-fn config_map_sync_namespace(rule: &str) -> Option<&str> {
-    let (_, namespace) = rule.strip_prefix("ConfigMapSync.")?.rsplit_once('.')?;
+/// The namespace of the tenant's rule a [`RULE_ANNOTATION`] names (`ConfigMapSync.<name>.
+/// <namespace>` or `SecretSync.<name>.<namespace>`: a namespace holds no dot), if it names
+/// one.
+fn tenant_rule_namespace(rule: &str) -> Option<&str> {
+    let (_, namespace) = [RuleKind::ConfigMapSync, RuleKind::SecretSync]
+        .into_iter()
+        .find_map(|kind| rule.strip_prefix(kind.as_str())?.strip_prefix('.'))?
+        .rsplit_once('.')?;
     (!namespace.is_empty()).then_some(namespace)
 }
 

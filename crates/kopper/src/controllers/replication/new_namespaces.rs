@@ -54,7 +54,7 @@ pub async fn serve(
 /// waits for nobody's writes), the others once their copies are written, so that their
 /// pass does not race those writes; for status only those whose news was only new
 /// namespaces, all of whose copies were written. A write that fails here is left to the
-/// passes, which retry. First it deletes the copies there that ConfigMapSyncs not in force
+/// passes, which retry. First it deletes the copies there that tenants' syncs not in force
 /// (deleted with `deletionPolicy: Orphan`, or kept while refused) made under a consent that
 /// is gone: no pass would, as no rule in force owns them.
 async fn serve_batch(engine: &Engine, ctx: &Context, changes: &[Merged]) {

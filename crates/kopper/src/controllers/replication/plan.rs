@@ -1,4 +1,4 @@
-//! `kopper plan` for ConfigMapSync and ReplicationRule: what the rules would create, update
+//! `kopper plan` for ReplicationRule, ConfigMapSync and SecretSync: what the rules would create, update
 //! and delete, from the same decision the engine makes, without writing anything.
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,8 +13,7 @@ use super::model::{
     is_copy,
 };
 use super::rules::{RuleObject, refused_destinations_message};
-use crate::controllers::replication::types::ConfigMapSync;
-use crate::controllers::replication::types::ReplicationRule;
+use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use crate::runtime::Settings;
 
 /// What the replication engine decides from: every namespace, ConfigMap and Secret.
@@ -80,6 +79,7 @@ pub struct RulePlan {
 pub fn plan_rules(
     replication_rules: &[ReplicationRule],
     config_map_syncs: &[ConfigMapSync],
+    secret_syncs: &[SecretSync],
     settings: &Settings,
     cluster: &ClusterObjects,
 ) -> Vec<RulePlan> {
@@ -88,6 +88,9 @@ pub fn plan_rules(
         collect(object, settings, &mut rules, &mut refused, &mut kept);
     }
     for object in config_map_syncs {
+        collect(object, settings, &mut rules, &mut refused, &mut kept);
+    }
+    for object in secret_syncs {
         collect(object, settings, &mut rules, &mut refused, &mut kept);
     }
     let kept = KeptRules::new(kept);
@@ -101,7 +104,8 @@ pub fn plan_rules(
             ObjectKind::Secret => &cluster.secrets,
         };
         let plan = plan_one(rule, &rules, &kept, cluster, objects);
-        let mut unmet = unmet(rule, &cluster.namespaces, plan.sources_matched);
+        let refused_source = plan.shape_problems.iter().any(ShapeProblem::refuses_source);
+        let mut unmet = unmet(rule, &cluster.namespaces, plan.sources_matched, refused_source);
         unmet.extend(plan.shape_problems.iter().map(ShapeProblem::message));
         let changes = plan.changes;
         plans.push(RulePlan { id: rule.id.clone(), refused: None, changes, unmet });
@@ -134,13 +138,19 @@ fn collect<R: RuleObject>(
 }
 
 /// What `rule` asks for and would not get besides conflicts, as its status would say it.
-fn unmet(rule: &Rule, namespaces: &BTreeMap<String, NamespaceInfo>, sources_matched: usize) -> Vec<String> {
+/// `refused_source`: the source it names exists but is refused (its problem says why).
+fn unmet(
+    rule: &Rule,
+    namespaces: &BTreeMap<String, NamespaceInfo>,
+    sources_matched: usize,
+    refused_source: bool,
+) -> Vec<String> {
     let mut unmet = Vec::new();
     let refused = rule.refused_destinations(namespaces);
     if !refused.is_empty() {
         unmet.push(refused_destinations_message(&refused, rule.id.namespace.as_deref()));
     }
-    if let Some(source) = rule.missing_named_source(sources_matched) {
+    if let Some(source) = rule.missing_named_source(sources_matched).filter(|_| !refused_source) {
         unmet.push(format!("the source {source} does not exist"));
     }
     unmet
@@ -204,7 +214,7 @@ mod tests {
         .unwrap();
         let cluster = ClusterObjects::new(&[namespace("src"), namespace("a")], &[source, owned], &[]);
 
-        let plans = plan_rules(&[rule], &[], &Settings::default(), &cluster);
+        let plans = plan_rules(&[rule], &[], &[], &Settings::default(), &cluster);
 
         let [plan] = plans.as_slice() else { panic!("{plans:?}") };
         assert!(
@@ -215,5 +225,54 @@ mod tests {
             "reported as taken, as the engine reports it, not rewritten: {:?}",
             plan.changes
         );
+    }
+
+    fn secret(name: &str, extra: serde_json::Value) -> Secret {
+        let mut object = serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
+            "data": {"k": "dg=="},
+        });
+        for (key, value) in extra.as_object().into_iter().flatten() {
+            object[key] = value.clone();
+        }
+        serde_json::from_value(object).unwrap()
+    }
+
+    fn share(name: &str, secret_name: &str) -> SecretSync {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopper.dev/v1alpha1", "kind": "SecretSync",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
+            "spec": {"sourceNamespace": "shop", "secretName": secret_name, "destinationNamespace": "payments"},
+        }))
+        .unwrap()
+    }
+
+    /// `kopper plan` shows a SecretSync's copy, and says why one of a credential writes none.
+    #[test]
+    fn plan_shows_a_secret_sync_s_copy_and_refuses_a_service_account_token() {
+        let namespaces: Vec<Namespace> = serde_json::from_value(serde_json::json!([
+            {"metadata": {"name": "shop"}},
+            {"metadata": {"name": "payments", "annotations": {"kopper.dev/accept-replication-from": "shop"}}},
+        ]))
+        .unwrap();
+        let token = serde_json::json!({
+            "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "token", "namespace": "shop", "uid": "uid-token",
+                         "annotations": {"kubernetes.io/service-account.name": "default"}},
+        });
+        let secrets = [secret("plain", serde_json::json!({})), secret("token", token)];
+        let cluster = ClusterObjects::new(&namespaces, &[], &secrets);
+        let syncs = [share("plain", "plain"), share("token", "token")];
+        let plans = plan_rules(&[], &[], &syncs, &Settings::default(), &cluster);
+        let plain = plans.iter().find(|plan| plan.id.name == "plain").unwrap();
+        assert!(
+            matches!(plain.changes.as_slice(), [Change::Create(copy)] if copy.key.namespace == "payments"),
+            "{:?}",
+            plain.changes
+        );
+        let token = plans.iter().find(|plan| plan.id.name == "token").unwrap();
+        assert!(token.changes.is_empty(), "{:?}", token.changes);
+        assert_eq!(token.unmet.len(), 1, "the refusal, not a missing source: {:?}", token.unmet);
+        assert!(token.unmet[0].contains("kubernetes.io/service-account-token"), "{:?}", token.unmet);
     }
 }

@@ -1,5 +1,6 @@
-//! The two front doors of the engine: how a ConfigMapSync and a ReplicationRule become a
-//! [`Rule`], and how the engine's findings become each one's status. Pure, unit-tested.
+//! The front doors of the engine: how a ReplicationRule, a ConfigMapSync and a SecretSync
+//! become a [`Rule`], and how the engine's findings become each one's status. Pure,
+//! unit-tested.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -16,12 +17,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use super::desired::{ConflictReason, RulePlan, ShapeProblem};
-use super::model::{MANAGED_BY_LABEL, ObjectKind, Rule, RuleId, SourceMatch, TargetMatch};
+use super::model::{MANAGED_BY_LABEL, ObjectKind, Rule, RuleId, RuleKind, SourceMatch, TargetMatch};
 use super::shape::{MarkFilter, Shape, Tool};
-use crate::controllers::replication::types::{ConfigMapSync, ConfigMapSyncStatus};
+use crate::controllers::replication::types::{ConfigMapSync, SecretSync, TenantSyncStatus};
 use crate::controllers::replication::types::{
-    CopiedLabels, CopiedMetadata, CopyConflict, DeletionPolicy, ReplicatedKind, ReplicationRule,
-    ReplicationRuleStatus, ToolMarks,
+    CopyConflict, CopyShaping, DeletionPolicy, ReplicatedKind, ReplicationRule, ReplicationRuleStatus,
+    ToolMarks,
 };
 use crate::runtime::Settings;
 
@@ -220,30 +221,14 @@ impl RuleObject for ReplicationRule {
                 message: "spec.secretType applies to kind Secret only; remove it".to_owned(),
             });
         }
-        if let Some(credential) =
-            spec.secret_type.as_deref().filter(|kind| crate::tenancy::CREDENTIAL_SECRET_TYPES.contains(kind))
-        {
-            return Err(Refusal {
-                reason: "InvalidShape",
-                message: format!(
-                    "spec.secretType {credential} is a credential type of the cluster, which kopper never writes \
-                     from another type; remove it"
-                ),
-            });
-        }
-        let shape = shape(
-            &spec.keys,
-            spec.secret_type.as_deref(),
-            spec.copy_labels.as_ref(),
-            spec.copy_annotations.as_ref(),
-            &spec.keep_tool_marks,
-        )?;
+        refuse_credential_secret_type(spec.secret_type.as_deref())?;
+        let shape = shape(&spec.shaping, spec.secret_type.as_deref())?;
         Ok(Rule {
             id: self.rule_id(),
             uid: self.meta().uid.clone().unwrap_or_default(),
             kind,
             shape,
-            deletion_policy: spec.deletion_policy,
+            deletion_policy: spec.shaping.deletion_policy,
             sources: SourceMatch {
                 namespaces: spec.namespaces.clone(),
                 name: None,
@@ -265,7 +250,7 @@ impl RuleObject for ReplicationRule {
     }
 
     fn deletion_policy(&self) -> DeletionPolicy {
-        self.spec.deletion_policy
+        self.spec.shaping.deletion_policy
     }
 
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
@@ -308,102 +293,180 @@ impl RuleObject for ConfigMapSync {
     }
 
     fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal> {
-        let spec = &self.spec;
-        let own_namespace = self.namespace().unwrap_or_default();
-        if spec.source_namespace != own_namespace && !settings.allow_cross_namespace_sources {
-            return Err(Refusal {
-                reason: "CrossNamespaceSourceDenied",
-                message: format!(
-                    "sourceNamespace {:?} is not this ConfigMapSync's namespace {own_namespace:?}; kopper copies \
-                     from other namespaces only when started with --allow-cross-namespace-sources",
-                    spec.source_namespace
-                ),
-            });
-        }
-        let names: BTreeSet<String> =
-            spec.destination_namespace.iter().chain(&spec.destination_namespaces).cloned().collect();
-        if names.is_empty() && spec.destination_selector.is_none() {
-            return Err(Refusal {
-                reason: "NoDestination",
-                message: "set destinationNamespace, destinationNamespaces or destinationSelector".to_owned(),
-            });
-        }
-        let shape = shape(
-            &spec.keys,
-            None,
-            spec.copy_labels.as_ref(),
-            spec.copy_annotations.as_ref(),
-            &spec.keep_tool_marks,
-        )?;
-        Ok(Rule {
-            id: self.rule_id(),
-            uid: self.meta().uid.clone().unwrap_or_default(),
-            kind: ObjectKind::ConfigMap,
-            shape,
-            deletion_policy: spec.deletion_policy,
-            sources: SourceMatch {
-                namespaces: vec![spec.source_namespace.clone()],
-                name: Some(spec.config_map_name.clone()),
-                selector: None,
-                credential_types: None,
-            },
-            targets: TargetMatch::Listed {
-                tenant: own_namespace,
-                policy: settings.destinations.clone(),
-                names,
-                selector: spec
-                    .destination_selector
-                    .as_ref()
-                    .map(|s| selector(s, "destinationSelector"))
-                    .transpose()?,
-            },
-        })
+        let shape = shape(&self.spec.shaping, None)?;
+        self.share().to_rule(self, settings, shape, None)
     }
 
     fn deletion_policy(&self) -> DeletionPolicy {
-        self.spec.deletion_policy
+        self.spec.shaping.deletion_policy
     }
 
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
-        let old = self.status.clone().unwrap_or_default();
-        let generation = self.meta().generation;
-        let mut new = ConfigMapSyncStatus {
-            observed_generation: generation,
-            conditions: vec![ready_condition(&old.conditions, outcome, generation, now)],
-            ..old.clone()
-        };
-        match outcome {
-            Ok(findings) => {
-                new.synced_namespaces =
-                    findings.synced_namespaces.iter().take(MAX_LISTED_NAMESPACES).cloned().collect();
-                new.synced_count = count(findings.synced_namespaces.len() + findings.hidden_synced);
-                new.conflicts = findings.conflicts.iter().take(MAX_LISTED_CONFLICTS).cloned().collect();
-                new.refused_destinations = findings.refused_destinations.clone();
-                new.last_sync_time = sync_time(old.last_sync_time.as_ref(), findings, now);
-            }
-            Err(_) => {
-                new.synced_namespaces.clear();
-                new.synced_count = 0;
-                new.conflicts.clear();
-                new.refused_destinations.clear();
-            }
-        }
-        (new != old).then(|| serde_json::json!({ "status": new }))
+        tenant_next_status(self.status.as_ref(), self.meta().generation, outcome, now)
     }
 
     fn reported_conflicts(&self) -> Vec<CopyConflict> {
         self.status.as_ref().map(|status| status.conflicts.clone()).unwrap_or_default()
     }
 
+    fn redact(&self, findings: Findings) -> Findings {
+        self.share().redact(&self.namespace().unwrap_or_default(), findings)
+    }
+}
+
+impl ConfigMapSync {
+    fn share(&self) -> TenantShare<'_> {
+        let spec = &self.spec;
+        TenantShare {
+            resource: RuleKind::ConfigMapSync,
+            kind: ObjectKind::ConfigMap,
+            source_namespace: &spec.source_namespace,
+            source_name: &spec.config_map_name,
+            destination_namespace: spec.destination_namespace.as_deref(),
+            destination_namespaces: &spec.destination_namespaces,
+            destination_selector: spec.destination_selector.as_ref(),
+            deletion_policy: spec.shaping.deletion_policy,
+        }
+    }
+}
+
+impl RuleObject for SecretSync {
+    fn id_of(meta: &ObjectMeta) -> RuleId {
+        RuleId::secret_sync(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    fn api(&self, client: Client) -> Api<Self> {
+        Api::namespaced(client, &self.namespace().unwrap_or_default())
+    }
+
+    fn ready_reason(&self) -> Option<String> {
+        ready_reason(self.status.as_ref().map(|status| status.conditions.as_slice()))
+    }
+
+    /// A SecretSync copies no credential of the cluster, whatever it names: the source is
+    /// refused (see [`refused_named_source`](super::desired::refused_named_source)), and its
+    /// copies cannot be written as one.
+    fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal> {
+        let secret_type = self.spec.secret_type.as_deref();
+        refuse_credential_secret_type(secret_type)?;
+        let shape = shape(&self.spec.shaping, secret_type)?;
+        self.share().to_rule(self, settings, shape, Some(Vec::new()))
+    }
+
+    fn deletion_policy(&self) -> DeletionPolicy {
+        self.spec.shaping.deletion_policy
+    }
+
+    fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
+        tenant_next_status(self.status.as_ref(), self.meta().generation, outcome, now)
+    }
+
+    fn reported_conflicts(&self) -> Vec<CopyConflict> {
+        self.status.as_ref().map(|status| status.conflicts.clone()).unwrap_or_default()
+    }
+
+    fn redact(&self, findings: Findings) -> Findings {
+        self.share().redact(&self.namespace().unwrap_or_default(), findings)
+    }
+}
+
+impl SecretSync {
+    fn share(&self) -> TenantShare<'_> {
+        let spec = &self.spec;
+        TenantShare {
+            resource: RuleKind::SecretSync,
+            kind: ObjectKind::Secret,
+            source_namespace: &spec.source_namespace,
+            source_name: &spec.secret_name,
+            destination_namespace: spec.destination_namespace.as_deref(),
+            destination_namespaces: &spec.destination_namespaces,
+            destination_selector: spec.destination_selector.as_ref(),
+            deletion_policy: spec.shaping.deletion_policy,
+        }
+    }
+}
+
+/// What a tenant's sync (ConfigMapSync, SecretSync) asks for: one source, copied into
+/// destinations named or selected, each only with its owner's consent.
+struct TenantShare<'a> {
+    resource: RuleKind,
+    kind: ObjectKind,
+    source_namespace: &'a str,
+    source_name: &'a str,
+    destination_namespace: Option<&'a str>,
+    destination_namespaces: &'a [String],
+    destination_selector: Option<&'a LabelSelector>,
+    deletion_policy: DeletionPolicy,
+}
+
+impl TenantShare<'_> {
+    /// The rule `object` asks for. `credential_types`: the credential Secret types it may
+    /// copy (`None` for ConfigMaps, which have none).
+    fn to_rule(
+        &self,
+        object: &impl RuleObject,
+        settings: &Settings,
+        shape: Arc<Shape>,
+        credential_types: Option<Vec<String>>,
+    ) -> Result<Rule, Refusal> {
+        let own_namespace = object.namespace().unwrap_or_default();
+        if self.source_namespace != own_namespace && !settings.allow_cross_namespace_sources {
+            return Err(Refusal {
+                reason: "CrossNamespaceSourceDenied",
+                message: format!(
+                    "sourceNamespace {:?} is not this {}'s namespace {own_namespace:?}; kopper copies from other \
+                     namespaces only when started with --allow-cross-namespace-sources",
+                    self.source_namespace,
+                    self.resource.as_str()
+                ),
+            });
+        }
+        let names: BTreeSet<String> = self
+            .destination_namespace
+            .into_iter()
+            .chain(self.destination_namespaces.iter().map(String::as_str))
+            .map(str::to_owned)
+            .collect();
+        if names.is_empty() && self.destination_selector.is_none() {
+            return Err(Refusal {
+                reason: "NoDestination",
+                message: "set destinationNamespace, destinationNamespaces or destinationSelector".to_owned(),
+            });
+        }
+        Ok(Rule {
+            id: object.rule_id(),
+            uid: object.meta().uid.clone().unwrap_or_default(),
+            kind: self.kind,
+            shape,
+            deletion_policy: self.deletion_policy,
+            sources: SourceMatch {
+                namespaces: vec![self.source_namespace.to_owned()],
+                name: Some(self.source_name.to_owned()),
+                selector: None,
+                credential_types,
+            },
+            targets: TargetMatch::Listed {
+                tenant: own_namespace,
+                policy: settings.destinations.clone(),
+                names,
+                selector: self
+                    .destination_selector
+                    .map(|s| selector(s, "destinationSelector"))
+                    .transpose()?,
+            },
+        })
+    }
+
     /// A tenant sees only namespaces they named (and their own): no other namespace's name,
     /// no sign of which objects exist there, no other rule's name.
-    fn redact(&self, mut findings: Findings) -> Findings {
-        let own = self.namespace().unwrap_or_default();
-        let spec = &self.spec;
+    fn redact(&self, own: &str, mut findings: Findings) -> Findings {
         let named = |namespace: &str| {
             namespace == own
-                || spec.destination_namespace.as_deref() == Some(namespace)
-                || spec.destination_namespaces.iter().any(|name| name == namespace)
+                || self.destination_namespace == Some(namespace)
+                || self.destination_namespaces.iter().any(|name| name == namespace)
         };
         let synced = findings.synced_namespaces.len();
         findings.synced_namespaces.retain(|namespace| named(namespace));
@@ -411,19 +474,68 @@ impl RuleObject for ConfigMapSync {
         let (visible, hidden): (Vec<CopyConflict>, Vec<CopyConflict>) =
             std::mem::take(&mut findings.conflicts).into_iter().partition(|c| named(&c.namespace));
         findings.hidden_conflicts += hidden.len();
+        let kind = self.kind;
         findings.conflicts = visible
             .into_iter()
             .map(|conflict| CopyConflict {
                 reason: "DestinationOccupied".to_owned(),
                 message: format!(
-                    "the copy in {} is not written: the name is taken there (by a ConfigMap kopper did not \
-                     make, or by another rule's copy, which keeps it); the namespace's owner can tell which",
+                    "the copy in {} is not written: the name is taken there (by a {kind} kopper did not make, \
+                     or by another rule's copy, which keeps it); the namespace's owner can tell which",
                     conflict.namespace
                 ),
                 ..conflict
             })
             .collect();
         findings
+    }
+}
+
+/// The status of a tenant's sync after a pass (`None` when `old` already says it): what it
+/// found, or nothing but the refusal when its spec is refused.
+fn tenant_next_status(
+    old: Option<&TenantSyncStatus>,
+    generation: Option<i64>,
+    outcome: &Result<Findings, Refusal>,
+    now: Timestamp,
+) -> Option<serde_json::Value> {
+    let old = old.cloned().unwrap_or_default();
+    let mut new = TenantSyncStatus {
+        observed_generation: generation,
+        conditions: vec![ready_condition(&old.conditions, outcome, generation, now)],
+        ..old.clone()
+    };
+    match outcome {
+        Ok(findings) => {
+            new.synced_namespaces =
+                findings.synced_namespaces.iter().take(MAX_LISTED_NAMESPACES).cloned().collect();
+            new.synced_count = count(findings.synced_namespaces.len() + findings.hidden_synced);
+            new.conflicts = findings.conflicts.iter().take(MAX_LISTED_CONFLICTS).cloned().collect();
+            new.refused_destinations = findings.refused_destinations.clone();
+            new.last_sync_time = sync_time(old.last_sync_time.as_ref(), findings, now);
+        }
+        Err(_) => {
+            new.synced_namespaces.clear();
+            new.synced_count = 0;
+            new.conflicts.clear();
+            new.refused_destinations.clear();
+        }
+    }
+    (new != old).then(|| serde_json::json!({ "status": new }))
+}
+
+/// A `secretType` naming a credential type of the cluster, which kopper never writes from
+/// another type; the schema refuses it first where CEL runs.
+fn refuse_credential_secret_type(secret_type: Option<&str>) -> Result<(), Refusal> {
+    match secret_type.filter(|kind| crate::tenancy::CREDENTIAL_SECRET_TYPES.contains(kind)) {
+        Some(credential) => Err(Refusal {
+            reason: "InvalidShape",
+            message: format!(
+                "spec.secretType {credential} is a credential type of the cluster, which kopper never writes \
+                 from another type; remove it"
+            ),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -444,13 +556,10 @@ const QUOTED_CHARS: usize = 64;
 /// How a rule's spec shapes its copies. The schema bounds every field; what it checks only
 /// with CEL (kube-apiserver 1.25+; not kubesim) is checked again here: the added labels are
 /// valid and none is one of kopper's own marks.
-fn shape(
-    keys: &[String],
-    secret_type: Option<&str>,
-    labels: Option<&CopiedLabels>,
-    annotations: Option<&CopiedMetadata>,
-    keep_tool_marks: &[ToolMarks],
-) -> Result<Arc<Shape>, Refusal> {
+fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>, Refusal> {
+    let CopyShaping { keys, copy_labels: labels, copy_annotations: annotations, keep_tool_marks, .. } =
+        shaping;
+    let (labels, annotations) = (labels.as_ref(), annotations.as_ref());
     let empty = BTreeMap::new();
     let extra_labels = labels.map_or(&empty, |labels| &labels.add);
     if let Some(key) =
@@ -498,7 +607,10 @@ fn shape(
     Ok(Arc::new(Shape {
         keys: (!keys.is_empty()).then(|| keys.iter().cloned().collect()),
         secret_type: secret_type.map(str::to_owned),
-        labels: labels.map_or_else(|| filter(&[], &[]), |labels| filter(&labels.include, &labels.exclude)),
+        labels: labels.map_or_else(
+            || filter(&[], &[]),
+            |labels| filter(&labels.copied.include, &labels.copied.exclude),
+        ),
         annotations: annotations.map_or_else(
             || filter(&[], &[]),
             |annotations| filter(&annotations.include, &annotations.exclude),
@@ -616,11 +728,7 @@ mod tests {
                 destination_namespaces: vec![],
                 destination_selector: None,
                 config_map_name: "cfg".into(),
-                keys: vec![],
-                copy_labels: None,
-                copy_annotations: None,
-                keep_tool_marks: vec![],
-                deletion_policy: DeletionPolicy::Delete,
+                shaping: CopyShaping::default(),
             },
         );
         sync.metadata.namespace = Some(own_namespace.into());
@@ -847,6 +955,101 @@ mod tests {
             "a source not copied at all comes first"
         );
         assert!(message.contains("spec.secretType") && message.ends_with("(1 more like it)"), "{message}");
+    }
+
+    fn secret_sync(spec: &str) -> SecretSync {
+        let mut sync: SecretSync = serde_yaml::from_str(&format!(
+            "apiVersion: kopper.dev/v1alpha1\nkind: SecretSync\nmetadata: {{name: share, namespace: shop, uid: u1}}\n\
+             spec: {{sourceNamespace: shop, secretName: shop-ca, destinationNamespaces: [payments], {spec}}}"
+        ))
+        .unwrap();
+        sync.metadata.generation = Some(2);
+        sync
+    }
+
+    #[test]
+    fn a_secret_sync_reads_into_a_tenant_s_secret_rule_that_copies_no_credential() {
+        let rule = secret_sync("keys: [ca.crt], secretType: Opaque, deletionPolicy: Orphan")
+            .to_rule(&Settings::default())
+            .unwrap();
+        assert_eq!(rule.id, RuleId::secret_sync("shop", "share"));
+        assert_eq!((rule.kind, rule.uid.as_str()), (ObjectKind::Secret, "u1"));
+        assert_eq!(rule.sources.namespaces, ["shop"]);
+        assert_eq!(rule.sources.name.as_deref(), Some("shop-ca"));
+        assert_eq!(rule.sources.credential_types, Some(Vec::new()), "no credential type, ever");
+        assert!(!rule.sources.may_copy_secret_type(Some("kubernetes.io/service-account-token")));
+        assert!(rule.sources.may_copy_secret_type(Some("kubernetes.io/dockerconfigjson")));
+        assert_eq!(rule.shape.keys, Some(["ca.crt".to_owned()].into()));
+        assert_eq!(rule.shape.secret_type.as_deref(), Some("Opaque"));
+        assert_eq!(rule.deletion_policy, DeletionPolicy::Orphan);
+        let TargetMatch::Listed { tenant, names, .. } = &rule.targets else { panic!("{:?}", rule.targets) };
+        assert_eq!(
+            (tenant.as_str(), names.iter().map(String::as_str).collect::<Vec<_>>()),
+            ("shop", vec!["payments"])
+        );
+    }
+
+    #[test]
+    fn a_secret_sync_is_refused_a_foreign_source_a_credential_type_and_no_destination() {
+        let mut foreign = secret_sync("");
+        foreign.spec.source_namespace = "other".into();
+        let foreign = foreign.to_rule(&Settings::default()).unwrap_err();
+        assert_eq!(foreign.reason, "CrossNamespaceSourceDenied");
+        assert!(foreign.message.contains("this SecretSync's namespace"), "{}", foreign.message);
+        let credential =
+            secret_sync("secretType: bootstrap.kubernetes.io/token").to_rule(&Settings::default());
+        assert_eq!(credential.unwrap_err().reason, "InvalidShape");
+        let mut nowhere = secret_sync("");
+        nowhere.spec.destination_namespaces.clear();
+        assert_eq!(nowhere.to_rule(&Settings::default()).unwrap_err().reason, "NoDestination");
+    }
+
+    #[test]
+    fn a_secret_sync_s_status_names_only_the_namespaces_it_named() {
+        let sync = secret_sync("destinationSelector: {}");
+        let conflict = |namespace: &str| CopyConflict {
+            namespace: namespace.into(),
+            name: "shop-ca".into(),
+            reason: "ClaimedByOtherRule".into(),
+            message: "SecretSync.x.elsewhere holds it".into(),
+        };
+        let findings = sync.redact(Findings {
+            sources_matched: 1,
+            wanted: 3,
+            copies_in_sync: 1,
+            synced_namespaces: ["selected".to_owned()].into(),
+            conflicts: vec![conflict("payments"), conflict("hidden")],
+            ..Findings::default()
+        });
+        let status = sync.next_status(&Ok(findings), now()).unwrap()["status"].clone();
+        let text = status.to_string();
+        assert!(
+            !text.contains("selected") && !text.contains("hidden") && !text.contains("elsewhere"),
+            "{text}"
+        );
+        assert_eq!(status["syncedCount"], 1);
+        assert_eq!(status["conflicts"][0]["reason"], "DestinationOccupied");
+        assert!(
+            status["conflicts"][0]["message"].as_str().unwrap().contains("by a Secret kopper did not make")
+        );
+        assert_eq!(status["conditions"][0]["reason"], "Conflict");
+        assert_eq!(status["conditions"][0]["message"], "2 copies are not written: the place is taken");
+    }
+
+    #[test]
+    fn a_refused_source_is_named_before_a_missing_one() {
+        let problem = ShapeProblem::CredentialType {
+            source: "shop/token".into(),
+            secret_type: "kubernetes.io/service-account-token".into(),
+        };
+        let findings = Findings {
+            missing_source: Some("shop/token".into()),
+            shape_problems: vec![problem],
+            ..Findings::default()
+        };
+        let (status, reason, message) = findings.readiness();
+        assert_eq!((status, reason), ("False", "CredentialTypeRefused"));
+        assert!(message.contains("kubernetes.io/service-account-token"), "{message}");
     }
 
     #[test]

@@ -3,11 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kopper::controllers::namespace_access::types::NamespaceAccess;
-use kopper::controllers::replication::types::ConfigMapSync;
-use kopper::controllers::replication::types::ReplicationRule;
+use kopper::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -45,6 +44,8 @@ pub async fn create_document(client: &Client, document: serde_json::Value) {
         "NamespaceAccess" => create_cluster_scoped::<NamespaceAccess>(client, document).await,
         "ReplicationRule" => create_cluster_scoped::<ReplicationRule>(client, document).await,
         "ConfigMapSync" => create::<ConfigMapSync>(client, document).await,
+        "Secret" => create::<Secret>(client, document).await,
+        "SecretSync" => create::<SecretSync>(client, document).await,
         other => panic!("a manifest holds a {other}, which the tests do not know how to create"),
     }
 }

@@ -1,4 +1,4 @@
-//! The rules of both kinds as their watches hold them, parsed once per change: what every
+//! The rules of every kind as their watches hold them, parsed once per change: what every
 //! copy and source event, every pass and the new-namespace path ask for.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 
 use crate::controllers::replication::model::{FINALIZER, KeptRules, Rule, RuleId, RuleKind, RuleLabels};
 use crate::controllers::replication::rules::RuleObject;
-use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule};
+use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use crate::runtime::Settings;
 use crate::runtime::cache::{CacheStopped, FirstList};
 
@@ -47,12 +47,14 @@ impl StoreRevision {
     }
 }
 
-/// The rules of both kinds, as the two controllers' caches hold them.
+/// The rules of every kind, as their controllers' caches hold them.
 pub struct RuleStores {
     pub rules: Store<Guarded<ReplicationRule>>,
     pub syncs: Store<Guarded<ConfigMapSync>>,
+    pub secret_syncs: Store<Guarded<SecretSync>>,
     pub rules_synced: FirstList,
     pub syncs_synced: FirstList,
+    pub secret_syncs_synced: FirstList,
     /// Changes to either store, bumped by their watches.
     pub revision: StoreRevision,
     /// The process's settings, fixed at start, that a rule object is read with.
@@ -82,10 +84,21 @@ impl RuleStores {
     pub fn new(
         (rules, rules_synced): (Store<Guarded<ReplicationRule>>, FirstList),
         (syncs, syncs_synced): (Store<Guarded<ConfigMapSync>>, FirstList),
+        (secret_syncs, secret_syncs_synced): (Store<Guarded<SecretSync>>, FirstList),
         revision: StoreRevision,
         settings: Arc<Settings>,
     ) -> Self {
-        Self { rules, syncs, rules_synced, syncs_synced, revision, settings, parsed: Mutex::new(None) }
+        Self {
+            rules,
+            syncs,
+            secret_syncs,
+            rules_synced,
+            syncs_synced,
+            secret_syncs_synced,
+            revision,
+            settings,
+            parsed: Mutex::new(None),
+        }
     }
 
     /// Every rule in force: valid, and not being deleted. Every copy and source event asks
@@ -141,8 +154,10 @@ impl RuleStores {
         }
         let settings = &*self.settings;
         let (mut in_force, mut finalized, mut kept) = (Vec::new(), Vec::new(), Vec::new());
-        let rules = read(&self.rules, settings, &mut kept);
-        for (rule, holds_finalizer) in rules.into_iter().chain(read(&self.syncs, settings, &mut kept)) {
+        let mut all = read(&self.rules, settings, &mut kept);
+        all.extend(read(&self.syncs, settings, &mut kept));
+        all.extend(read(&self.secret_syncs, settings, &mut kept));
+        for (rule, holds_finalizer) in all {
             if holds_finalizer {
                 finalized.push(rule.clone());
             }
@@ -185,22 +200,31 @@ impl RuleStores {
             (RuleKind::ConfigMapSync, Some(namespace)) => {
                 current(&self.syncs, ObjectRef::new(&rule.id.name).within(namespace), &rule.uid, settings)
             }
-            (RuleKind::ConfigMapSync, None) => false,
+            (RuleKind::SecretSync, Some(namespace)) => current(
+                &self.secret_syncs,
+                ObjectRef::new(&rule.id.name).within(namespace),
+                &rule.uid,
+                settings,
+            ),
+            (RuleKind::ConfigMapSync | RuleKind::SecretSync, None) => false,
         }
     }
 
     pub fn all_ids(&self) -> Vec<RuleId> {
         let rules = self.rules.state().into_iter().map(|rule| ReplicationRule::id_of(rule.meta()));
-        rules.chain(self.syncs.state().into_iter().map(|sync| ConfigMapSync::id_of(sync.meta()))).collect()
+        let syncs = self.syncs.state().into_iter().map(|sync| ConfigMapSync::id_of(sync.meta()));
+        let secret_syncs = self.secret_syncs.state().into_iter().map(|sync| SecretSync::id_of(sync.meta()));
+        rules.chain(syncs).chain(secret_syncs).collect()
     }
 
     pub async fn wait_until_ready(&self) -> Result<(), CacheStopped> {
         self.rules_synced.wait_until_ready("ReplicationRule").await?;
-        self.syncs_synced.wait_until_ready("ConfigMapSync").await
+        self.syncs_synced.wait_until_ready("ConfigMapSync").await?;
+        self.secret_syncs_synced.wait_until_ready("SecretSync").await
     }
 
     pub fn is_ready(&self) -> bool {
-        self.rules_synced.is_ready() && self.syncs_synced.is_ready()
+        self.rules_synced.is_ready() && self.syncs_synced.is_ready() && self.secret_syncs_synced.is_ready()
     }
 }
 
@@ -240,10 +264,12 @@ pub(crate) mod tests {
     pub(crate) fn fed_rule_stores() -> (RuleStores, RuleEvents, impl futures::Stream) {
         let (rule_store, rule_writer) = reflector::store();
         let (sync_store, _sync_writer) = reflector::store();
+        let (secret_sync_store, _secret_sync_writer) = reflector::store();
         let revision = StoreRevision::default();
         let stores = RuleStores::new(
             (rule_store, FirstList::default()),
             (sync_store, FirstList::default()),
+            (secret_sync_store, FirstList::default()),
             revision.clone(),
             Arc::new(Settings::default()),
         );

@@ -1487,3 +1487,88 @@ fn a_source_holding_none_of_the_listed_keys_is_not_copied_and_its_copies_are_kep
     assert!(message.contains("key-000, key-001, key-002, key-003, key-004 and 251 more"), "{message}");
     assert!(message.len() < 300, "a bounded message: {} characters", message.len());
 }
+
+/// A SecretSync in `tenant` sharing the Secret `cfg` with `dest`, which accepts it.
+fn secret_share(tenant: &str) -> Rule {
+    let mut rule = tenant_sync(tenant, &["dest"]);
+    rule.id = RuleId::secret_sync(tenant, "share");
+    rule.kind = ObjectKind::Secret;
+    rule.sources.credential_types = Some(Vec::new());
+    rule
+}
+
+#[test]
+fn a_tenant_s_named_credential_or_kopper_made_source_is_refused_by_name() {
+    let share = secret_share("tenant-a");
+    let mut token = source("tenant-a", "cfg", "u1", "1");
+    token.annotations = labels(&[(SERVICE_ACCOUNT_NAME_ANNOTATION, "builder")]);
+    let problem = refused_named_source(&share, Some(&token), None, false).unwrap();
+    assert_eq!(problem.reason(), "CredentialTypeRefused");
+    assert!(problem.message().contains("tenant-a/cfg is a kubernetes.io/service-account-token Secret"));
+    assert!(problem.refuses_source() && problem.refuses_copy());
+
+    let plain = source("tenant-a", "cfg", "u1", "1");
+    let by_type = refused_named_source(&share, Some(&plain), Some("helm.sh/release.v1"), false).unwrap();
+    assert!(by_type.message().contains("helm.sh/release.v1"), "told by its type alone");
+    assert_eq!(
+        refused_named_source(&share, Some(&plain), Some("kubernetes.io/dockerconfigjson"), false),
+        None
+    );
+    assert_eq!(refused_named_source(&share, Some(&plain), None, false), None);
+    assert_eq!(refused_named_source(&share, None, None, false), None, "a missing source is no refusal");
+
+    let mut copy = plain.clone();
+    copy.labels = labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE), (REPLICATED_BY_LABEL, "ss-x")]);
+    for (candidate, made_by_kopper) in [(Some(&copy), false), (None, true)] {
+        let problem = refused_named_source(&share, candidate, None, made_by_kopper).unwrap();
+        assert_eq!(problem.reason(), "SourceMadeByKopper");
+        assert!(problem.message().contains("tenant-a/cfg"), "{}", problem.message());
+    }
+    // An admin's rule, which names no one source, is never refused this way: a broad rule
+    // skips credentials silently, and copies only those its `credentialTypes` names.
+    let mut admin = rule("r", 1);
+    admin.kind = ObjectKind::Secret;
+    assert_eq!(refused_named_source(&admin, Some(&token), None, true), None);
+}
+
+/// A shared Secret whose content turns out to be a credential (a Helm release record made
+/// under the shared name) is reported, and its copies go as a source's that stopped matching.
+#[test]
+fn a_shared_secret_of_a_credential_type_is_reported_and_loses_its_copies() {
+    let share = secret_share("tenant-a");
+    let info = source("tenant-a", "cfg", "u1", "1");
+    let mut ns = namespaces(&["tenant-a"]);
+    ns.insert("dest".into(), namespace_accepting("dest", "tenant-a", false));
+    let objects = [info.clone()];
+    let rules = [share.clone()];
+    let world = World::new(&rules, &ns, &objects);
+    let opaque = Payload { secret_type: Some("Opaque".into()), ..payload("v") };
+    let first =
+        plan_rule(&share, &world, &[(info.uid.clone(), read(&info, opaque))].into(), &BTreeMap::new());
+    let Some(Change::Create(copy)) = first.changes.first() else { panic!("{:?}", first.changes) };
+    let existing = [(copy.key.clone(), written(copy))].into();
+
+    let release = Payload { secret_type: Some("helm.sh/release.v1".into()), ..payload("v") };
+    let plan = plan_rule(&share, &world, &[(info.uid.clone(), read(&info, release))].into(), &existing);
+    let reasons: Vec<&str> = plan.shape_problems.iter().map(ShapeProblem::reason).collect();
+    assert_eq!(reasons, ["CredentialTypeRefused"]);
+    assert!(
+        matches!(plan.changes.as_slice(), [Change::Delete { key, .. }] if key.namespace == "dest"),
+        "{:?}",
+        plan.changes
+    );
+}
+
+#[test]
+fn a_secret_sync_orphan_ranks_as_a_tenant_s_and_goes_with_its_consent() {
+    let id = RuleId::secret_sync("tenant-a", "share.v1");
+    assert_eq!(id.to_string(), "SecretSync.share.v1.tenant-a");
+    assert!(id.label_value().starts_with("ss-") && id.label_value().len() <= 63);
+    assert_ne!(id.label_value(), RuleId::config_map_sync("tenant-a", "share.v1").label_value());
+    let orphan = labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE), (ORPHANED_LABEL, "true")]);
+    let annotations = labels(&[(RULE_ANNOTATION, &id.to_string()), (SOURCE_UID_ANNOTATION, "u1")]);
+    let info = ObjectInfo { labels: orphan, annotations, ..source("dest", "cfg", "c1", "1") };
+    let state = CopyState::from_info(&info, &Payload::default());
+    assert_eq!(state.orphan_tenant.as_deref(), Some("tenant-a"));
+    assert!(state.outranked_by(RuleKind::ReplicationRule) && !state.outranked_by(RuleKind::SecretSync));
+}

@@ -1,13 +1,16 @@
 //! The ConfigMapSync custom resource. Doc comments here are user documentation:
 //! they become the CRD's descriptions and what `kubectl explain configmapsync` prints.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use super::replication_rule::CopyConflict;
-use super::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};
+use super::shaping::CopyShaping;
+use super::sync_status::TenantSyncStatus;
+
+/// What kopper last observed for a ConfigMapSync.
+pub type ConfigMapSyncStatus = TenantSyncStatus;
 
 /// Keeps one ConfigMap copied into other namespaces: the copy is created when missing,
 /// updated when the source changes, restored when edited or deleted, and removed when the
@@ -65,90 +68,9 @@ pub struct ConfigMapSyncSpec {
     #[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
     pub config_map_name: String,
 
-    /// Only these keys of the ConfigMap are copied (of `data` and `binaryData`); empty: every
-    /// key. A listed key the source lacks is reported in the Ready condition (reason
-    /// `SourceKeysMissing`) and the copies hold the others; a source holding none of them is
-    /// not copied (its copies are left as they are). Only data is filtered: an annotation
-    /// that embeds the whole object (kapp's `kapp.k14s.io/original`, kept only with
-    /// `keepToolMarks: [Kapp]`) would carry every key. At most 256 keys.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 256), inner(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$")))]
-    pub keys: Vec<String>,
-
-    /// Which labels of the source the copies carry, and labels added to every copy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copy_labels: Option<CopiedLabels>,
-
-    /// Which annotations of the source the copies carry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copy_annotations: Option<CopiedMetadata>,
-
-    /// Tools whose ownership and tracking marks the copies keep. By default copies carry
-    /// none of them: `meta.helm.sh/*` and `app.kubernetes.io/managed-by: Helm` (Helm),
-    /// `argocd.argoproj.io/*` and `app.kubernetes.io/instance` (ArgoCD),
-    /// `kustomize.toolkit.fluxcd.io/*` and `helm.toolkit.fluxcd.io/*` (Flux),
-    /// `kapp.k14s.io/*` (Kapp): each tool would take the copies for objects it manages.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 4))]
-    pub keep_tool_marks: Vec<ToolMarks>,
-
-    /// What becomes of the copies when this object is deleted: `Delete` (the default) or
-    /// `Orphan`: they stay, no longer updated, labelled `kopper.dev/orphaned: "true"`, for a
-    /// rule copying the same source into the same place to take over (with one metadata patch
-    /// if the source did not change meanwhile; rewritten otherwise, deleted and created again
-    /// if immutable or of another Secret type). Nothing deletes a ReplicationRule's orphans
-    /// automatically (`kubectl get cm,secret -A -l kopper.dev/orphaned=true` lists them); a
-    /// ConfigMapSync's go when their namespace no longer accepts copies from its namespace.
-    #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
-    pub deletion_policy: DeletionPolicy,
-}
-
-/// What kopper last observed for this object.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConfigMapSyncStatus {
-    /// The generation of the spec this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-
-    /// When kopper last wrote or removed a copy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_sync_time: Option<Time>,
-
-    /// Namespaces named in this spec (or this object's own) that hold an up-to-date copy,
-    /// in name order; at most 100 are listed. Namespaces reached through the selector are
-    /// only counted.
-    #[serde(default)]
-    pub synced_namespaces: Vec<String>,
-
-    /// Number of namespaces holding an up-to-date copy, including those not listed.
-    #[serde(default)]
-    pub synced_count: i32,
-
-    /// Copies wanted but not written in namespaces named in this spec (or this object's
-    /// own), because the place is taken: by a ConfigMap kopper did not make, or by a rule
-    /// that takes precedence. At most 20 are listed; copies not written elsewhere are only
-    /// counted in the Ready condition.
-    #[serde(default)]
-    pub conflicts: Vec<CopyConflict>,
-
-    /// Namespaces named in this spec that receive no copy, because they are protected or
-    /// have not accepted copies from this object's namespace. The owner of such a namespace
-    /// can accept them with the annotation `kopper.dev/accept-replication-from`.
-    #[serde(default)]
-    pub refused_destinations: Vec<String>,
-
-    /// `Ready` is True when every destination holds an up-to-date copy. Reason
-    /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own;
-    /// `DestinationRefused` that a named destination does not accept copies from here;
-    /// `Progressing` that copies are still being written; `CopyBeingDeleted` that copies are
-    /// held in deletion by another controller's finalizer; `SourceKeysMissing` that the
-    /// ConfigMap lacks keys `keys` lists (the copies hold the others; lacking them all, it
-    /// is not copied); `InvalidShape` that a
-    /// shaping field asks for what kopper never writes (the message names it).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
+    /// How the copies are shaped, and what becomes of them when this object goes.
+    #[serde(flatten)]
+    pub shaping: CopyShaping,
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::shaping::{CopiedLabels, CopiedMetadata, DeletionPolicy, ToolMarks};
+use super::shaping::CopyShaping;
 
 /// Copies every ConfigMap or Secret that matches into every target namespace: copies are
 /// created when a source or a namespace appears, updated when the source changes, restored
@@ -81,17 +81,6 @@ pub struct ReplicationRuleSpec {
     #[schemars(length(max = 3))]
     pub credential_types: Vec<CredentialSecretType>,
 
-    /// Only these keys of each source are copied (`data` and `binaryData` of a ConfigMap,
-    /// `data` of a Secret); empty: every key. A listed key a source lacks is reported in the
-    /// Ready condition (reason `SourceKeysMissing`) and the copy holds the others; a source
-    /// holding none of them is not copied (its copies are left as they are). Only data is
-    /// filtered: labels and annotations follow `copyLabels` and `copyAnnotations`, and an
-    /// annotation that embeds the whole object (kapp's `kapp.k14s.io/original`, kept only
-    /// with `keepToolMarks: [Kapp]`) would carry every key. At most 256 keys.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 256), inner(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$")))]
-    pub keys: Vec<String>,
-
     /// The `type` of the copies (kind Secret only); omitted: the source's. A
     /// `kubernetes.io/tls` Secret copied with `keys: [ca.crt]` must be written as `Opaque`:
     /// the API server refuses a TLS Secret without `tls.crt` and `tls.key`. When the keys
@@ -109,32 +98,9 @@ pub struct ReplicationRuleSpec {
     )]
     pub secret_type: Option<String>,
 
-    /// Which labels of the source the copies carry, and labels added to every copy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copy_labels: Option<CopiedLabels>,
-
-    /// Which annotations of the source the copies carry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copy_annotations: Option<CopiedMetadata>,
-
-    /// Tools whose ownership and tracking marks the copies keep. By default copies carry
-    /// none of them: `meta.helm.sh/*` and `app.kubernetes.io/managed-by: Helm` (Helm),
-    /// `argocd.argoproj.io/*` and `app.kubernetes.io/instance` (ArgoCD),
-    /// `kustomize.toolkit.fluxcd.io/*` and `helm.toolkit.fluxcd.io/*` (Flux),
-    /// `kapp.k14s.io/*` (Kapp): each tool would take the copies for objects it manages.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 4))]
-    pub keep_tool_marks: Vec<ToolMarks>,
-
-    /// What becomes of the copies when this rule is deleted: `Delete` (the default) or
-    /// `Orphan`: they stay, no longer updated, labelled `kopper.dev/orphaned: "true"`, for a
-    /// rule copying the same source into the same place to take over (with one metadata patch
-    /// if the source did not change meanwhile; rewritten otherwise, deleted and created again
-    /// if immutable or of another Secret type). Nothing deletes a ReplicationRule's orphans
-    /// automatically (`kubectl get cm,secret -A -l kopper.dev/orphaned=true` lists them); a
-    /// ConfigMapSync's go when their namespace no longer accepts copies from its namespace.
-    #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
-    pub deletion_policy: DeletionPolicy,
+    /// How the copies are shaped, and what becomes of them when this rule goes.
+    #[serde(flatten)]
+    pub shaping: CopyShaping,
 }
 
 /// A Secret type that is a credential of the cluster itself.
@@ -232,6 +198,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use crate::controllers::replication::types::DeletionPolicy;
 
     fn schema() -> Value {
         let crd = serde_json::to_value(ReplicationRule::crd()).unwrap();
@@ -276,9 +243,9 @@ mod tests {
         let sample = include_str!("../../../../../../config/samples/replicationrule-ca-bundle.yaml");
         let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
         assert_eq!(rule.spec.kind, ReplicatedKind::Secret);
-        assert_eq!(rule.spec.keys, ["ca.crt"]);
+        assert_eq!(rule.spec.shaping.keys, ["ca.crt"]);
         assert_eq!(rule.spec.secret_type.as_deref(), Some("Opaque"));
-        assert_eq!(rule.spec.deletion_policy, DeletionPolicy::Orphan);
+        assert_eq!(rule.spec.shaping.deletion_policy, DeletionPolicy::Orphan);
         let source: k8s_openapi::api::core::v1::Secret = crate::samples::of_kind(sample, "Secret").unwrap();
         assert_eq!(source.type_.as_deref(), Some("kubernetes.io/tls"));
         let keys: Vec<&String> = source.string_data.iter().flatten().map(|(key, _)| key).collect();

@@ -18,7 +18,7 @@ use super::cache::rules::{Guarded, ParsedRules, RuleStores};
 use super::cache::sources::Memo;
 use super::desired::{rules_affected_by, wants_copy_at};
 use super::model::{ObjectInfo, ObjectKind, Rule, RuleId, RuleKind, Scope};
-use super::types::{ConfigMapSync, ReplicationRule};
+use super::types::{ConfigMapSync, ReplicationRule, SecretSync};
 
 /// Sends rules to their controllers' queues, paced there ([`pacing`]); the controllers
 /// merge repeated wake-ups.
@@ -26,16 +26,18 @@ use super::types::{ConfigMapSync, ReplicationRule};
 pub struct Wakers {
     rules: UnboundedSender<Signal<ObjectRef<Guarded<ReplicationRule>>>>,
     syncs: UnboundedSender<Signal<ObjectRef<Guarded<ConfigMapSync>>>>,
+    secret_syncs: UnboundedSender<Signal<ObjectRef<Guarded<SecretSync>>>>,
 }
 
 /// The wake-ups one controller receives.
 pub type Wakes<R> = UnboundedReceiver<Signal<ObjectRef<Guarded<R>>>>;
 
 impl Wakers {
-    pub fn new() -> (Self, Wakes<ReplicationRule>, Wakes<ConfigMapSync>) {
+    pub fn new() -> (Self, Wakes<ReplicationRule>, Wakes<ConfigMapSync>, Wakes<SecretSync>) {
         let (rules, rule_wakes) = unbounded();
         let (syncs, sync_wakes) = unbounded();
-        (Self { rules, syncs }, rule_wakes, sync_wakes)
+        let (secret_syncs, secret_sync_wakes) = unbounded();
+        (Self { rules, syncs, secret_syncs }, rule_wakes, sync_wakes, secret_sync_wakes)
     }
 
     /// Wakes `rule`: something its copies depend on changed.
@@ -67,7 +69,11 @@ impl Wakers {
             (RuleKind::ConfigMapSync, Some(namespace)) => {
                 let _ = self.syncs.unbounded_send(signal.about(ObjectRef::new(&rule.name).within(namespace)));
             }
-            (RuleKind::ConfigMapSync, None) => {}
+            (RuleKind::SecretSync, Some(namespace)) => {
+                let reference = ObjectRef::new(&rule.name).within(namespace);
+                let _ = self.secret_syncs.unbounded_send(signal.about(reference));
+            }
+            (RuleKind::ConfigMapSync | RuleKind::SecretSync, None) => {}
         }
     }
 }
@@ -223,7 +229,7 @@ mod tests {
     /// A router over fed rule stores, the sender and stream that feed them, and what it wakes.
     fn fed_router() -> (Router, RuleEvents, impl futures::Stream, Wakes<ReplicationRule>) {
         let (stores, changes, events) = fed_rule_stores();
-        let (wakers, woken, _syncs) = Wakers::new();
+        let (wakers, woken, _syncs, _secret_syncs) = Wakers::new();
         let router = Router { rules: stores, wakers, memo: Arc::default() };
         (router, changes, events, woken)
     }
