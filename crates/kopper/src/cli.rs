@@ -26,10 +26,38 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// Parses the command line as [`clap::Parser::parse`] does (printing the error and
+    /// exiting on a mistake), with [`flag_order_tip`] on a subcommand's flag given before it.
+    pub fn parse_or_exit() -> Self {
+        <Self as Parser>::try_parse().unwrap_or_else(|error| flag_order_tip(error).exit())
+    }
+
     /// The subcommand to run; `run` with the top-level flags when none was named.
     pub fn into_command(self) -> Command {
         self.command.unwrap_or(Command::Run(self.run))
     }
+}
+
+/// The flags before a subcommand's name are `kopper run`'s (a bare `kopper` runs the
+/// operator), so `kopper --kubeconfig X plan` is refused: clap says only that the subcommand
+/// cannot be used with the flag, and this tip adds where the flag goes. The flags are not made
+/// global instead: a global flag before the name also conflicts with the subcommand (clap's
+/// `args_conflicts_with_subcommands`, which keeps `kopper --leader-elect false plan` from
+/// silently ignoring a flag of `run`), and `crds`, `demo` and `completions` connect to no cluster.
+pub fn flag_order_tip(mut error: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::ArgumentConflict {
+        return error;
+    }
+    let Some(ContextValue::String(subcommand)) = error.get(ContextKind::InvalidSubcommand) else {
+        return error;
+    };
+    let tip = format!(
+        "a subcommand's flags go after its name, e.g. `kopper {subcommand} --kubeconfig <FILE>`; \
+         the flags before it are `kopper run`'s"
+    );
+    error.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+    error
 }
 
 // One value, parsed once at start-up: boxing the large variant would buy nothing.
@@ -629,6 +657,23 @@ mod tests {
         };
         assert_eq!(run.controllers, vec![ControllerName::PodLabeler]);
         assert_eq!(run.leader_elect, LeaderElect::False);
+    }
+
+    #[test]
+    fn a_subcommand_flag_before_the_subcommand_is_refused_with_where_it_goes() {
+        let error = parse(&["--kubeconfig", "x", "plan"]).map(|_| ()).map_err(flag_order_tip).unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("the subcommand 'plan' cannot be used with '--kubeconfig"), "{message}");
+        assert!(
+            message.contains(
+                "tip: a subcommand's flags go after its name, e.g. `kopper plan --kubeconfig <FILE>`"
+            ),
+            "{message}"
+        );
+        let Ok(Command::Plan(plan)) = parse(&["plan", "--kubeconfig", "x"]) else { panic!("expected plan") };
+        assert_eq!(plan.kubeconfig, Some(PathBuf::from("x")));
+        let other = parse(&["plan", "--output", "yaml"]).map(|_| ()).map_err(flag_order_tip).unwrap_err();
+        assert!(!other.to_string().contains("tip: a subcommand's flags"), "only on flag order: {other}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
@@ -19,6 +19,7 @@ use crate::controllers::bucket::types::Bucket;
 use crate::controllers::replication::model::{
     MANAGED_BY_LABEL, REPLICATED_BY_LABEL, SOURCE_NAME_ANNOTATION, SOURCE_NAMESPACE_ANNOTATION,
 };
+use crate::controllers::replication::types::{ReplicatedKind, ReplicationRule};
 use crate::runtime::Shutdown;
 
 const FIELD_MANAGER: &str = "kopper-demo";
@@ -290,20 +291,41 @@ async fn demo_pod_labelled(client: &kube::Client) -> bool {
 }
 
 /// Every demo namespace holds a copy, and so does `destination-namespace` when the seed
-/// 002 sample created it.
+/// 002 sample created it; Secret copies likewise: in every demo namespace when a
+/// ReplicationRule copies Secrets, and in `payments` when the SecretSync sample created it.
 async fn demo_copies_made(client: &kube::Client) -> bool {
-    let copies = managed_copies(client).await;
-    let has_copy = |namespace: &str| copies.iter().any(|copy| copy.namespace().as_deref() == Some(namespace));
-    let destination =
-        Api::<Namespace>::all(client.clone()).get_opt("destination-namespace").await.ok().flatten();
-    DEMO_NAMESPACES.iter().all(|ns| has_copy(ns))
-        && (destination.is_none() || has_copy("destination-namespace"))
+    let copies = managed_copies::<ConfigMap>(client).await;
+    let secrets = managed_copies::<Secret>(client).await;
+    let in_namespace = |copies: &[CopyMeta], namespace: &str| {
+        copies.iter().any(|copy| copy.namespace.as_deref() == Some(namespace))
+    };
+    let exists = |name: &'static str| async move {
+        Api::<Namespace>::all(client.clone()).get_opt(name).await.ok().flatten().is_some()
+    };
+    let rules = Api::<ReplicationRule>::all(client.clone()).list(&ListParams::default()).await;
+    let copies_secrets =
+        rules.is_ok_and(|rules| rules.items.iter().any(|rule| rule.spec.kind == ReplicatedKind::Secret));
+    DEMO_NAMESPACES.iter().all(|ns| in_namespace(&copies, ns))
+        && (!exists("destination-namespace").await || in_namespace(&copies, "destination-namespace"))
+        && (!copies_secrets || DEMO_NAMESPACES.iter().all(|ns| in_namespace(&secrets, ns)))
+        && (!exists("payments").await || in_namespace(&secrets, "payments"))
 }
 
-async fn managed_copies(client: &kube::Client) -> Vec<ConfigMap> {
+/// A copy's metadata: the summary names copies, never their data.
+type CopyMeta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The copies of kind `K` kopper keeps, metadata only (a Secret's data is never read).
+async fn managed_copies<K>(client: &kube::Client) -> Vec<CopyMeta>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let selector = format!("{MANAGED_BY_LABEL}=kopper,{REPLICATED_BY_LABEL}");
-    let copies: Api<ConfigMap> = Api::all(client.clone());
-    copies.list(&ListParams::default().labels(&selector)).await.map(|list| list.items).unwrap_or_default()
+    let copies: Api<K> = Api::all(client.clone());
+    let list = copies.list_metadata(&ListParams::default().labels(&selector)).await;
+    list.map(|list| list.items.into_iter().map(|copy| copy.metadata).collect()).unwrap_or_default()
 }
 
 async fn demo_namespaces_bound(client: &kube::Client) -> bool {
@@ -350,19 +372,8 @@ async fn print_summary(client: &kube::Client, applied: &[String]) -> anyhow::Res
             subjects.join(", ")
         );
     }
-    println!("\nConfigMap copies kopper keeps:");
-    for copy in managed_copies(client).await {
-        let annotations = copy.annotations();
-        let source = |key: &str| annotations.get(key).cloned().unwrap_or_default();
-        println!(
-            "  {}/{} <- {}/{} ({})",
-            copy.namespace().unwrap_or_default(),
-            copy.name_any(),
-            source(SOURCE_NAMESPACE_ANNOTATION),
-            source(SOURCE_NAME_ANNOTATION),
-            copy.labels().get(REPLICATED_BY_LABEL).cloned().unwrap_or_default()
-        );
-    }
+    print_copies("ConfigMap", &managed_copies::<ConfigMap>(client).await);
+    print_copies("Secret", &managed_copies::<Secret>(client).await);
     print_buckets(client).await?;
     let pods: Api<Pod> = Api::all(client.clone());
     println!("\npods and their labels:");
@@ -371,6 +382,23 @@ async fn print_summary(client: &kube::Client, applied: &[String]) -> anyhow::Res
         println!("  {}/{}  {}", pod.namespace().unwrap_or_default(), pod.name_any(), labels.join(","));
     }
     Ok(())
+}
+
+/// Each copy with its source and rule; names only, never a Secret's data.
+fn print_copies(kind: &str, copies: &[CopyMeta]) {
+    println!("\n{kind} copies kopper keeps:");
+    for copy in copies {
+        let annotation = |key: &str| copy.annotations.as_ref().and_then(|all| all.get(key).cloned());
+        let rule = copy.labels.as_ref().and_then(|labels| labels.get(REPLICATED_BY_LABEL).cloned());
+        println!(
+            "  {}/{} <- {}/{} ({})",
+            copy.namespace.as_deref().unwrap_or_default(),
+            copy.name.as_deref().unwrap_or_default(),
+            annotation(SOURCE_NAMESPACE_ANNOTATION).unwrap_or_default(),
+            annotation(SOURCE_NAME_ANNOTATION).unwrap_or_default(),
+            rule.unwrap_or_default()
+        );
+    }
 }
 
 /// Each Bucket with its bucket and Secret, or why it is not Ready; how to get an S3 endpoint

@@ -1,13 +1,12 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use clap::Parser;
 use kopper::cli::Cli;
 
 #[tokio::main]
 async fn main() -> ExitCode {
     return_large_buffers_to_the_system();
-    let command = Cli::parse().into_command();
+    let command = Cli::parse_or_exit().into_command();
     match kopper::execute(command).await {
         Ok(code) => code,
         Err(error) => {

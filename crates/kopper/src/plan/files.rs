@@ -158,7 +158,89 @@ fn typed<K: DeserializeOwned + Resource<DynamicType = ()>>(
             "{kind} {name}: unknown field {unknown} (the API server would drop or refuse it; `kubectl explain {explain}` lists the fields)"
         ));
     }
-    serde_json::from_value(document).map_err(|error| format!("{kind} {name}: {error}"))
+    match serde_path_to_error::deserialize::<_, K>(&document) {
+        Ok(object) => Ok(object),
+        Err(error) => {
+            let message = error.inner().to_string();
+            let mut path: Vec<Step> = error.path().iter().filter_map(Step::of).collect();
+            narrow::<K>(&document, &mut path, &message);
+            Err(match path.is_empty() {
+                true => format!("{kind} {name}: {message}"),
+                false => format!("{kind} {name}: {}: {message}", dotted(&path)),
+            })
+        }
+    }
+}
+
+/// One step of a field path: a field's name or a list item's index.
+#[derive(Clone)]
+enum Step {
+    Field(String),
+    Item(usize),
+}
+
+impl Step {
+    fn of(segment: &serde_path_to_error::Segment) -> Option<Self> {
+        match segment {
+            serde_path_to_error::Segment::Map { key } => Some(Self::Field(key.clone())),
+            serde_path_to_error::Segment::Seq { index } => Some(Self::Item(*index)),
+            _ => None,
+        }
+    }
+}
+
+fn dotted(path: &[Step]) -> String {
+    let mut text = String::new();
+    for step in path {
+        match step {
+            Step::Field(name) if text.is_empty() => text.push_str(name),
+            Step::Field(name) => text.push_str(&format!(".{name}")),
+            Step::Item(index) => text.push_str(&format!("[{index}]")),
+        }
+    }
+    text
+}
+
+fn at_mut<'a>(value: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
+    path.iter().try_fold(value, |value, step| match step {
+        Step::Field(name) => value.get_mut(name.as_str()),
+        Step::Item(index) => value.get_mut(*index),
+    })
+}
+
+/// serde loses the path inside a `#[serde(flatten)]` struct (the copy-shaping fields of a
+/// spec): it reports the error at `spec`. Goes deeper while taking one field or item out of
+/// the document makes the error go away (and no other field is then found missing), so the
+/// message names `spec.deletionPolicy`, not `spec`.
+fn narrow<K: DeserializeOwned>(document: &Value, path: &mut Vec<Step>, message: &str) {
+    'deeper: loop {
+        let mut probe = document.clone();
+        let children: Vec<Step> = match at_mut(&mut probe, path) {
+            Some(Value::Object(fields)) => fields.keys().cloned().map(Step::Field).collect(),
+            Some(Value::Array(items)) => (0..items.len()).map(Step::Item).collect(),
+            _ => return,
+        };
+        for child in children {
+            let mut without = document.clone();
+            match (at_mut(&mut without, path), &child) {
+                (Some(Value::Object(fields)), Step::Field(name)) => drop(fields.remove(name)),
+                (Some(Value::Array(items)), Step::Item(index)) => drop(items.remove(*index)),
+                _ => continue,
+            }
+            let gone = match serde_json::from_value::<K>(without) {
+                Ok(_) => true,
+                Err(other) => {
+                    let other = other.to_string();
+                    other != message && !other.starts_with("missing field")
+                }
+            };
+            if gone {
+                path.push(child);
+                continue 'deeper;
+            }
+        }
+        return;
+    }
 }
 
 /// Fields of `document` that the kind's CRD schema does not have, as dotted paths: a typo
@@ -294,6 +376,34 @@ spec:
         let twice = format!("{RULES}---\n{}", RULES.split("---").last().unwrap());
         let error = FileRules::default().add(&twice, Path::new("f.yaml"), "default").unwrap_err();
         assert!(error.contains("ReplicationRule shared is given twice"), "{error}");
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_its_field_is_named_by_the_field_path() {
+        let rule = |spec: &str| {
+            let text = format!(
+                "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {{name: r}}\n\
+                 spec: {{kind: ConfigMap, namespaces: [a], selector: {{matchLabels: {{a: b}}}}, {spec}}}\n"
+            );
+            FileRules::default().add(&text, Path::new("f.yaml"), "default").unwrap_err()
+        };
+        let error = rule("deletionPolicy: orphan");
+        assert!(
+            error.contains("ReplicationRule r: spec.deletionPolicy: unknown variant `orphan`, expected `Delete` or `Orphan`"),
+            "an unknown enum value: {error}"
+        );
+        let error = rule("keys: ca.crt");
+        assert!(
+            error.contains("ReplicationRule r: spec.keys: invalid type: string"),
+            "a wrong type: {error}"
+        );
+        let error = rule("copyLabels: {add: {team: [a]}}");
+        assert!(
+            error.contains("spec.copyLabels.add.team: invalid type: sequence"),
+            "a nested field: {error}"
+        );
+        let error = rule("namespaces: [a, 7]");
+        assert!(error.contains("spec.namespaces[1]: invalid type: integer `7`"), "a list item: {error}");
     }
 
     #[test]

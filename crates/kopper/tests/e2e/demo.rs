@@ -99,6 +99,10 @@ async fn demo_with_the_committed_samples_shows_every_seed_at_work() {
         "seed 002: {output}"
     );
     assert!(output.contains("team-b/shared-settings <- default/shared-settings"), "seed 003: {output}");
+    assert!(output.contains("Secret copies kopper keeps:"), "{output}");
+    assert!(output.contains("team-a/platform-ca <- default/platform-ca"), "the CA sample's copies: {output}");
+    assert!(output.contains("payments/shop-ca <- shop/shop-ca"), "the SecretSync sample's copy: {output}");
+    assert!(!output.contains("BEGIN"), "the summary never shows a Secret's data: {output}");
     assert!(output.contains("default/s3-sample  not ready: ProviderNotConfigured"), "seed 004: {output}");
     assert!(output.contains("moto_server -p 5000"), "says how to get an S3 endpoint: {output}");
     interrupt(child).await;

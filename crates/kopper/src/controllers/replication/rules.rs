@@ -576,7 +576,7 @@ fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>,
     }
     let mut invalid =
         extra_labels.iter().filter_map(|(key, value)| label_problem(key, value).map(|why| (key, value, why)));
-    if let Some((key, value, why)) = invalid.next() {
+    if let Some((key, value, (why, fix))) = invalid.next() {
         let more = match invalid.count() {
             0 => String::new(),
             more => format!(" ({more} more like it)"),
@@ -584,7 +584,7 @@ fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>,
         return Err(Refusal {
             reason: "InvalidShape",
             message: format!(
-                "spec.copyLabels.add: {}: {} is not a valid Kubernetes label: {why}; fix it{more}",
+                "spec.copyLabels.add: {}: {} is not a valid Kubernetes label: {why}; {fix}{more}",
                 quoted(key),
                 quoted(value)
             ),
@@ -621,18 +621,23 @@ fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>,
 
 /// What makes `key: value` a label the API server refuses, as apimachinery's
 /// `IsQualifiedName` (an optional DNS-subdomain prefix of at most 253 characters and `/`,
-/// then a name of at most 63) and `IsValidLabelValue` judge it; `None` if nothing does.
-fn label_problem(key: &str, value: &str) -> Option<&'static str> {
+/// then a name of at most 63) and `IsValidLabelValue` judge it: the rule broken and the fix
+/// a status message ends with; `None` if nothing does.
+fn label_problem(key: &str, value: &str) -> Option<(&'static str, &'static str)> {
     let prefix_length = key.rsplit_once('/').map_or(0, |(prefix, _)| prefix.len());
     if key.len() > crate::crds::MAX_LABEL_KEY_LENGTH || prefix_length > MAX_LABEL_PREFIX_LENGTH {
-        Some("a key's prefix has at most 253 characters and its name at most 63")
+        Some(("a key's prefix has at most 253 characters and its name at most 63", "shorten the key"))
     } else if !LABEL_KEY.is_match(key) {
-        Some(
+        Some((
             "a key is a name of letters, digits, '-', '_' and '.', alphanumeric at both ends, at most 63 \
              characters, optionally after a DNS-subdomain prefix and '/'",
-        )
+            "rename the key, e.g. `team` or `example.com/team`",
+        ))
     } else if value.len() > crate::crds::MAX_LABEL_VALUE_LENGTH || !LABEL_VALUE.is_match(value) {
-        Some("a value is empty or at most 63 letters, digits, '-', '_' and '.', alphanumeric at both ends")
+        Some((
+            "a value is empty or at most 63 letters, digits, '-', '_' and '.', alphanumeric at both ends",
+            "change the value, e.g. `platform-ca`",
+        ))
     } else {
         None
     }
@@ -909,6 +914,30 @@ mod tests {
         let refusal = rule_adding_labels(&prefix_too_long).to_rule(&Settings::default()).unwrap_err();
         assert_eq!(refusal.reason, "InvalidShape");
         assert!(refusal.message.contains("253"), "{}", refusal.message);
+    }
+
+    #[test]
+    fn an_invalid_label_message_names_the_part_the_rule_and_the_fix() {
+        for (key, value, rule, fix) in [
+            (
+                "bad key",
+                "x",
+                "a key is a name of letters",
+                "; rename the key, e.g. `team` or `example.com/team`",
+            ),
+            ("team", "-x", "a value is empty or at most 63", "; change the value, e.g. `platform-ca`"),
+        ] {
+            let labels = BTreeMap::from([(key.to_owned(), value.to_owned())]);
+            let message = rule_adding_labels(&labels).to_rule(&Settings::default()).unwrap_err().message;
+            assert!(
+                message.starts_with(&format!("spec.copyLabels.add: {key}: {value} is not a valid")),
+                "{message}"
+            );
+            assert!(message.contains(rule) && message.ends_with(fix), "{message}");
+        }
+        let long = BTreeMap::from([(format!("{}/x", "a".repeat(260)), "y".to_owned())]);
+        let message = rule_adding_labels(&long).to_rule(&Settings::default()).unwrap_err().message;
+        assert!(message.ends_with("at most 63; shorten the key"), "{message}");
     }
 
     #[test]

@@ -29,9 +29,10 @@ enum Mark {
 /// tool would take a copy carrying them for an object it manages, in a namespace it never
 /// wrote to. Helm: its release ownership (`meta.helm.sh/release-name`, …) and
 /// `app.kubernetes.io/managed-by: Helm` (on a copy kopper's own managed-by label replaces it
-/// anyway). Argo CD: its annotations and labels, and `app.kubernetes.io/instance`, its
-/// default tracking label (a copy carrying it is pruned by Argo CD and made again by the
-/// replicator, for ever). Flux: the kustomize and helm controllers' ownership labels, by
+/// anyway). Argo CD: its annotations and labels (its default tracking since 3.0 is the
+/// `argocd.argoproj.io/tracking-id` annotation), and `app.kubernetes.io/instance`, its
+/// tracking label before 3.0 and with label tracking (a copy carrying either is pruned by
+/// Argo CD and made again by the replicator, for ever). Flux: the kustomize and helm controllers' ownership labels, by
 /// which Flux garbage-collects. kapp: its app and association labels.
 const TOOL_MARKS: [(Tool, Mark); 7] = [
     (Tool::Helm, Mark::Prefix("meta.helm.sh/")),

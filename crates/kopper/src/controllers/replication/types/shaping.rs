@@ -114,8 +114,9 @@ pub enum ToolMarks {
     /// the object; on a copy, in a namespace Helm never installed into, it would mislead Helm
     /// and anyone reading it.
     Helm,
-    /// `argocd.argoproj.io/*` and `app.kubernetes.io/instance` (Argo CD's default tracking
-    /// label): Argo CD would count the copies as part of the application and prune them,
+    /// `argocd.argoproj.io/*` (with the `argocd.argoproj.io/tracking-id` annotation, Argo CD's
+    /// default tracking since 3.0) and `app.kubernetes.io/instance` (its tracking label before
+    /// 3.0, and with label tracking): Argo CD would count the copies as part of the application and prune them,
     /// and kopper would make them again, for ever.
     ArgoCD,
     /// `kustomize.toolkit.fluxcd.io/*` and `helm.toolkit.fluxcd.io/*`: Flux's ownership
