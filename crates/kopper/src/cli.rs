@@ -298,6 +298,25 @@ pub struct S3Args {
 }
 
 impl S3Args {
+    /// Refuses at start what the flags allow one by one but not together: keyless access with
+    /// the default cluster id. The sweep for credentials of deleted Buckets is off with the
+    /// default id, so the role of a Bucket whose finalizer was removed by hand would live for
+    /// ever, and a namespace re-created under the same name would inherit its trust.
+    pub fn check(&self) -> Result<(), String> {
+        if self.oidc_provider_arn.is_some()
+            && self.cluster_id == crate::controllers::bucket::DEFAULT_CLUSTER_ID
+        {
+            return Err(format!(
+                "--oidc-provider-arn (KOPPER_OIDC_PROVIDER_ARN, chart value bucket.oidcProviderArn) needs \
+                 --cluster-id (KOPPER_CLUSTER_ID, chart value bucket.clusterId) set to a name of this \
+                 cluster's own, not the default `{}`: with the default, kopper cannot sweep the roles of \
+                 deleted Buckets. Choose an id no other cluster in the account uses, before the first Bucket",
+                crate::controllers::bucket::DEFAULT_CLUSTER_ID
+            ));
+        }
+        Ok(())
+    }
+
     pub fn settings(&self) -> crate::controllers::bucket::BucketSettings {
         let provider = self.s3_region.as_ref().map(|region| crate::controllers::bucket::aws::AwsSettings {
             region: region.clone(),
@@ -626,6 +645,26 @@ mod tests {
         ] {
             assert!(parse(&["run", flag, value]).is_ok(), "{flag} {value:?} refused");
         }
+    }
+
+    #[test]
+    fn keyless_access_with_the_default_cluster_id_is_refused_naming_both_flags() {
+        let oidc = "arn:aws:iam::123456789012:oidc-provider/oidc.example.test/id/X";
+        let Ok(Command::Run(run)) = parse(&["run", "--oidc-provider-arn", oidc]) else {
+            panic!("expected run")
+        };
+        let message = run.s3.check().unwrap_err();
+        for named in ["--oidc-provider-arn", "KOPPER_OIDC_PROVIDER_ARN", "--cluster-id", "KOPPER_CLUSTER_ID"]
+        {
+            assert!(message.contains(named), "{named}: {message}");
+        }
+        let Ok(Command::Run(run)) = parse(&["run", "--oidc-provider-arn", oidc, "--cluster-id", "prod"])
+        else {
+            panic!("expected run")
+        };
+        assert_eq!(run.s3.check(), Ok(()));
+        let Ok(Command::Run(run)) = parse(&["run"]) else { panic!("expected run") };
+        assert_eq!(run.s3.check(), Ok(()), "mode Key alone keeps the default id");
     }
 
     #[test]

@@ -33,6 +33,7 @@ const CONNECT_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10
 /// admin address cannot be bound, or leadership is lost (a replica that lost its lease must
 /// stop at once).
 pub async fn run(args: RunArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    args.s3.check().map_err(anyhow::Error::msg)?;
     let lease = lease_config(&args)?;
     let metrics = Arc::new(Metrics::new(controllers::register_metrics));
     let fence = if lease.is_some() { WriteFence::closed() } else { WriteFence::open() };

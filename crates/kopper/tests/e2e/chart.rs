@@ -163,6 +163,11 @@ async fn values_the_schema_refuses_are_named_with_the_fix() {
         let error = helm.release("install", &cluster.kubeconfig, "refused", values.clone()).unwrap_err();
         assert!(error.contains("schema") && error.contains(field), "{values}: {error}");
     }
+    // Keyless access with the default cluster id: refused by the template, naming both values.
+    let oidc = "arn:aws:iam::123456789012:oidc-provider/oidc.example.test/id/CHART";
+    let keyless = json!({"bucket": {"oidcProviderArn": oidc}});
+    let error = helm.release("install", &cluster.kubeconfig, "refused", keyless).unwrap_err();
+    assert!(error.contains("bucket.oidcProviderArn") && error.contains("bucket.clusterId"), "{error}");
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(cluster.sim.client());
     assert!(
         secrets.list(&Default::default()).await.unwrap().items.iter().all(|s| !s

@@ -33,6 +33,7 @@ pub mod service_account;
 pub mod sweep;
 pub mod types;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -327,7 +328,9 @@ pub async fn run(
 
 /// With keyless access on: the ConfigMaps Buckets own wake their Bucket, and a ServiceAccount
 /// wakes the Buckets that name it (or named it last), so a ServiceAccount created late, an
-/// annotation removed by hand, or a holder's release is seen at once. Neither watch holds up
+/// annotation removed by hand, or a holder's release is seen at once. Only changes a pass
+/// depends on wake them ([`service_account::WakingChanges`]): relabelling a ServiceAccount
+/// costs no pass. Neither watch holds up
 /// Buckets in mode Key: they read no ServiceAccount, and a watch refused by RBAC only logs
 /// (readiness follows the Bucket watch alone).
 fn watch_keyless_children(
@@ -343,10 +346,11 @@ fn watch_keyless_children(
     .default_backoff()
     .touched_objects();
     let service_accounts = Api::<PartialObjectMeta<ServiceAccount>>::all(ctx.client.clone());
+    let mut changes = service_account::WakingChanges::default();
     let service_account_events =
         crate::runtime::watch::watcher(service_accounts, crate::runtime::trim::tenant_objects_watch())
             .default_backoff()
-            .touched_objects();
+            .try_filter_map(move |event| futures::future::ready(Ok(changes.filter(event))));
     controller.owns_stream(config_map_events).watches_stream(service_account_events, move |account| {
         let namespace = account.namespace();
         let name = account.name_any();
@@ -575,8 +579,9 @@ impl Pass<'_> {
         self.ensure_bucket(bucket, &status, &name, &region).await?;
         if self.oidc.is_some() || status.role_arn.is_some() || status.service_account_name.is_some() {
             // A Bucket switched from mode ServiceAccount, or a role left by a pass cut short:
-            // looked up by the derived name, whatever status says.
-            self.revoke_role(bucket, &status, Denial::Tolerated).await?;
+            // looked up by the derived name, whatever status says. A denied look holds the
+            // Bucket up only when status names a role or a ServiceAccount ([`role_lookup`]).
+            self.revoke_role(bucket, &status).await?;
         }
         let user = self.ensure_user(&name).await?;
         let key = self.ensure_credentials(bucket, &name, &region, &user, schedule.as_ref()).await?;
@@ -804,18 +809,14 @@ impl Pass<'_> {
     /// when its tags say it is this Bucket's.
     async fn revoke_everything(&self, bucket: &Bucket, status: &BucketStatus) -> Result<(), Error> {
         self.delete_user().await?;
-        // A role kopper may have made: the OIDC provider is set, or status names one. Without
-        // either, a denied look (an install never given the role permissions) holds nothing up.
-        let denial =
-            if self.oidc.is_some() || status.role_arn.is_some() { Denial::Blocks } else { Denial::Tolerated };
-        self.revoke_role(bucket, status, denial).await
+        self.revoke_role(bucket, status).await
     }
 
     /// Removes what mode ServiceAccount made for this Bucket: kopper's annotation on the
     /// ServiceAccounts it named (first, so no new pod gets a role about to go), then the role
     /// with its policy, then the ConfigMap. A role is looked up by its derived name whatever
     /// status says: a pass may have made it and stopped before status named it.
-    async fn revoke_role(&self, bucket: &Bucket, status: &BucketStatus, denial: Denial) -> Result<(), Error> {
+    async fn revoke_role(&self, bucket: &Bucket, status: &BucketStatus) -> Result<(), Error> {
         let role = self.owner.role_name();
         let mut accounts: Vec<&str> = status.service_account_name.iter().map(String::as_str).collect();
         accounts.extend(bucket.service_account().filter(|name| !accounts.contains(name)));
@@ -828,14 +829,7 @@ impl Pass<'_> {
                 }
             }
         }
-        let tags = match self.provider.role_tags(&role).await {
-            Ok(tags) => tags,
-            Err(error) if error.kind == FailureKind::AccessDenied && denial == Denial::Tolerated => {
-                warn!(role, "could not look for the Bucket's IAM role, so none is deleted: {error}");
-                return Ok(());
-            }
-            Err(error) => return Err(error.into()),
-        };
+        let tags = role_lookup(self.provider.role_tags(&role).await, status, &role)?;
         let deleted = match tags {
             Some(tags) if self.owner.owns(&tags) => {
                 self.provider.delete_role_policy(&role, names::POLICY_NAME).await?;
@@ -884,13 +878,16 @@ impl Pass<'_> {
         let Some(oidc) = self.oidc else {
             return Err(Error::blocked(
                 "KeylessNotConfigured",
-                "spec.access.mode ServiceAccount needs the cluster's OIDC provider, which kopper is not                  given: a cluster admin must set --oidc-provider-arn (KOPPER_OIDC_PROVIDER_ARN; chart value                  bucket.oidcProviderArn), or use mode Key; nothing was created",
+                "spec.access.mode ServiceAccount needs the cluster's OIDC provider, which kopper is not \
+                 given: a cluster admin must set --oidc-provider-arn (KOPPER_OIDC_PROVIDER_ARN; chart value \
+                 bucket.oidcProviderArn), or use mode Key; nothing was created",
             ));
         };
         let Some(account) = bucket.service_account() else {
             return Err(Error::blocked(
                 "InvalidAccess",
-                "spec.access.serviceAccountName is required with mode ServiceAccount: name a ServiceAccount                  of this namespace",
+                "spec.access.serviceAccountName is required with mode ServiceAccount: name a ServiceAccount \
+                 of this namespace",
             ));
         };
         let name = self.bucket_name(bucket, status)?;
@@ -899,9 +896,19 @@ impl Pass<'_> {
         // Mode Key's credentials go: a Bucket switched from it keeps no user and no key.
         self.delete_user().await?;
         self.delete_own_secret(bucket).await?;
-        let role_arn = self.ensure_role(&name, oidc, account).await?;
+        // Who holds the ServiceAccount is decided before any role is made: a Bucket refused it
+        // gets no role trusting it, and loses one it has.
+        let current = match self.held_service_account(bucket, status, account).await? {
+            Ok(current) => current,
+            Err(refusal) => {
+                self.revoke_role(bucket, status).await?;
+                self.forget_role(bucket, status).await?;
+                return Err(refusal);
+            }
+        };
+        let role_arn = self.ensure_role(&name, oidc, account, status).await?;
         self.ensure_config_map(bucket, &name, &region, &role_arn).await?;
-        self.ensure_service_account(bucket, status, account, &role_arn).await?;
+        self.annotate_service_account(bucket, status, &current, &role_arn).await?;
 
         let became_ready = ready_reason(bucket).is_none_or(|reason| reason != "Ready");
         let config_map = bucket.config_map_name();
@@ -939,10 +946,12 @@ impl Pass<'_> {
         bucket_name: &str,
         oidc: &OidcProvider,
         account: &str,
+        status: &BucketStatus,
     ) -> Result<String, Error> {
         let role = self.owner.role_name();
         let trust = names::trust_policy(oidc, &self.owner.namespace, account);
-        let arn = match decide::user_step(self.provider.role_tags(&role).await?.as_ref(), &self.owner) {
+        let found = role_lookup(self.provider.role_tags(&role).await, status, &role)?;
+        let arn = match decide::user_step(found.as_ref(), &self.owner) {
             UserStep::Create => {
                 let path = names::role_path(&self.owner.cluster);
                 let arn = self.provider.create_role(&role, &path, &trust, &self.owner.tags()).await?;
@@ -994,7 +1003,9 @@ impl Pass<'_> {
             return Err(Error::blocked(
                 "ConfigMapNameTaken",
                 format!(
-                    "ConfigMap {name} was not made by kopper for this Bucket; kopper never takes or overwrites                      it and writes the role's ARN nowhere else: rename or remove that ConfigMap, or give this                      Bucket another name"
+                    "ConfigMap {name} was not made by kopper for this Bucket; kopper never takes or overwrites \
+                     it and writes the role's ARN nowhere else: rename or remove that ConfigMap, or give this \
+                     Bucket another name"
                 ),
             ));
         }
@@ -1006,16 +1017,16 @@ impl Pass<'_> {
         config_map::write(&api, current.as_ref(), desired, &self.ctx.settings.field_manager_for(NAME)).await
     }
 
-    /// The role's ARN on the ServiceAccount `account`, when this Bucket holds it
-    /// ([`service_account::holder`]). The name is recorded in status before the annotation is
-    /// written, so that whatever happens next, the annotation is found and removed again.
-    async fn ensure_service_account(
+    /// The ServiceAccount `account` when this Bucket holds it ([`service_account::holder`]) and
+    /// it exists; the inner error is the refusal otherwise (ServiceAccountTaken,
+    /// ServiceAccountNotFound), the outer one a failure to find out. The ServiceAccount this
+    /// Bucket named before loses kopper's annotation first.
+    async fn held_service_account(
         &self,
         bucket: &Bucket,
         status: &BucketStatus,
         account: &str,
-        role_arn: &str,
-    ) -> Result<(), Error> {
+    ) -> Result<Result<ServiceAccount, Error>, Error> {
         let api = Api::<ServiceAccount>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
         let manager = self.ctx.settings.field_manager_for(NAME);
         let role = self.owner.role_name();
@@ -1038,31 +1049,63 @@ impl Pass<'_> {
             } else {
                 "it is the older Bucket naming it".to_owned()
             };
-            return Err(Error::blocked(
+            return Ok(Err(Error::blocked(
                 "ServiceAccountTaken",
                 format!(
-                    "ServiceAccount {account} is given to Bucket {} ({why}); a ServiceAccount gets one Bucket's                      role: name another ServiceAccount in spec.access.serviceAccountName, or delete Bucket {}",
+                    "ServiceAccount {account} is given to Bucket {} ({why}); a ServiceAccount gets one Bucket's \
+                     role, and this Bucket has none: name another ServiceAccount in \
+                     spec.access.serviceAccountName, or delete Bucket {}",
                     other.name, other.name
                 ),
-            ));
+            )));
         }
+        // No role until the ServiceAccount exists: a role trusts a name, and until the
+        // ServiceAccount is there nothing tells which Bucket it will be given to.
         let Some(current) = current else {
-            return Err(Error::blocked(
+            return Ok(Err(Error::blocked(
                 "ServiceAccountNotFound",
                 format!(
-                    "ServiceAccount {account} does not exist in namespace {}: create it, and kopper annotates it                      with the role (ConfigMap {} already holds the role's ARN)",
+                    "ServiceAccount {account} does not exist in namespace {}: create it, and kopper makes \
+                     the role, writes its ARN into ConfigMap {} and annotates the ServiceAccount",
                     self.owner.namespace,
                     bucket.config_map_name()
                 ),
-            ));
+            )));
         };
-        if status.service_account_name.as_deref() != Some(account) {
+        Ok(Ok(current))
+    }
+
+    /// The role's ARN on `current`, the ServiceAccount this Bucket holds. Its name is recorded
+    /// in status before the annotation is written, so that whatever happens next, the
+    /// annotation is found and removed again.
+    async fn annotate_service_account(
+        &self,
+        bucket: &Bucket,
+        status: &BucketStatus,
+        current: &ServiceAccount,
+        role_arn: &str,
+    ) -> Result<(), Error> {
+        let api = Api::<ServiceAccount>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
+        let account = current.name_any();
+        if status.service_account_name.as_deref() != Some(account.as_str()) {
             write_status(self.ctx, bucket, false, |status| {
-                status.service_account_name = Some(account.to_owned());
+                status.service_account_name = Some(account.clone());
             })
             .await?;
         }
-        service_account::annotate(&api, &current, role_arn, &manager).await
+        service_account::annotate(&api, current, role_arn, &self.ctx.settings.field_manager_for(NAME)).await
+    }
+
+    /// After [`Pass::revoke_role`]: status names no role and no ServiceAccount any more.
+    async fn forget_role(&self, bucket: &Bucket, status: &BucketStatus) -> Result<(), Error> {
+        if status.role_arn.is_none() && status.service_account_name.is_none() {
+            return Ok(());
+        }
+        write_status(self.ctx, bucket, false, |status| {
+            status.role_arn = None;
+            status.service_account_name = None;
+        })
+        .await
     }
 
     /// The Buckets of this namespace that name `account`, this one among them, as the cache
@@ -1332,14 +1375,34 @@ fn credentials_held(bucket: &Bucket) -> String {
     }
 }
 
-/// Whether a denied look for a role stops the pass.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Denial {
-    /// Reported as the pass's error: kopper may have made a role and must not leave it.
-    Blocks,
-    /// Logged, and the pass goes on: kopper never made a role here (or a Bucket in mode Key
-    /// is not held up by a permission only mode ServiceAccount needs).
-    Tolerated,
+/// The tags of the Bucket's role as a look for it by name (ListRoleTags) found them: `None`
+/// for no role. A denied look counts as "no role" while `status` names no role and no
+/// ServiceAccount, and stops the pass otherwise.
+///
+/// Why a denial can mean "absent": IAM authorises a request for a role that does not exist
+/// against the ARN without a path (`role/<name>`), because it cannot know the path of a role
+/// it does not have; a policy scoped to kopper's path (`role/kopper/<cluster>/*`) so answers
+/// AccessDenied where NoSuchEntity is meant. A role kopper made is at its path, where the look
+/// is allowed, so while status names neither a role nor a ServiceAccount (which kopper records
+/// only once its role exists) a denial is no evidence of a role of kopper's, and a Bucket is
+/// neither refused its first pass nor kept from being deleted. Once status names one, kopper
+/// may have made a role and must not forget it: the denial is the pass's error.
+fn role_lookup(
+    looked: Result<Option<BTreeMap<String, String>>, ProviderError>,
+    status: &BucketStatus,
+    role: &str,
+) -> Result<Option<BTreeMap<String, String>>, Error> {
+    match looked {
+        Err(error)
+            if error.kind == FailureKind::AccessDenied
+                && status.role_arn.is_none()
+                && status.service_account_name.is_none() =>
+        {
+            tracing::debug!(role, "the look for the Bucket's IAM role was denied; taken as no role: {error}");
+            Ok(None)
+        }
+        looked => Ok(looked?),
+    }
 }
 
 /// Deletes `name` only while it is the object of `uid`, so that one made since under the name
@@ -1585,6 +1648,38 @@ mod tests {
         assert_eq!(until_due(later(0), now), SOONEST_DUE);
         assert_eq!(until_due(later(-5), now), SOONEST_DUE);
         assert_eq!(until_due(later(365 * 24 * 3600), now), RESYNC);
+    }
+
+    /// A denied look for a role (IAM checks a role that does not exist against its ARN without
+    /// kopper's path) is "no role" only while status names no role and no ServiceAccount.
+    #[test]
+    fn a_denied_role_lookup_counts_as_absent_only_while_status_names_no_role() {
+        let denied = || {
+            Err(ProviderError {
+                service: "iam",
+                operation: "ListRoleTags",
+                kind: FailureKind::AccessDenied,
+                message: "AccessDenied".into(),
+            })
+        };
+        let fresh = BucketStatus::default();
+        assert_eq!(role_lookup(denied(), &fresh, "r").unwrap(), None);
+        let named_role =
+            BucketStatus { role_arn: Some("arn:aws:iam::1:role/kopper/c/r".into()), ..fresh.clone() };
+        let named_account = BucketStatus { service_account_name: Some("app".into()), ..fresh.clone() };
+        for status in [named_role, named_account] {
+            let error = role_lookup(denied(), &status, "r").unwrap_err();
+            assert_eq!(error.category(), "access_denied", "{status:?}");
+        }
+        let unavailable = Err(ProviderError {
+            service: "iam",
+            operation: "ListRoleTags",
+            kind: FailureKind::Unavailable,
+            message: "timeout".into(),
+        });
+        assert!(role_lookup(unavailable, &fresh, "r").is_err(), "only a denial is taken as absent");
+        let tags = BTreeMap::from([(names::TAG_UID.to_owned(), "u".to_owned())]);
+        assert_eq!(role_lookup(Ok(Some(tags.clone())), &fresh, "r").unwrap(), Some(tags));
     }
 
     #[test]

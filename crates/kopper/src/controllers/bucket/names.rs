@@ -14,6 +14,7 @@ pub const TAG_UID: &str = "kopper.dev/uid";
 /// Longest S3 bucket name; IAM user names may have 64 characters.
 const BUCKET_NAME_MAX: usize = 63;
 const USER_NAME_MAX: usize = 64;
+const ROLE_NAME_MAX: usize = 64;
 /// Hex digits of the digest that keep derived user names and label values unique when the
 /// readable part is cut.
 const DIGEST_CHARS: usize = 8;
@@ -81,10 +82,19 @@ impl Owner {
         derived_name(&["kopper", &self.cluster, &self.namespace, &self.name], USER_NAME_MAX)
     }
 
-    /// The IAM role of a Bucket in mode `ServiceAccount`: the same name as its user would have
-    /// (IAM keeps users and roles apart), under the path [`role_path`] of this cluster.
+    /// The IAM role of a Bucket in mode `ServiceAccount`, under the path [`role_path`] of this
+    /// cluster: `kopper-<cluster>-<namespace>-<name>` cut to fit IAM's 64 characters and ended
+    /// by 80 bits of a digest that takes in the Bucket's uid, as derived bucket names are. A
+    /// tenant of another namespace can neither know the name before the role exists nor grind
+    /// a Bucket name whose role name collides with it, and so cannot squat it (RoleNameTaken).
+    /// It starts with [`user_name_prefix`], which kopper's own IAM policy is scoped to.
     pub fn role_name(&self) -> String {
-        self.user_name()
+        let digest = digest_hex(&[self.cluster.as_str(), &self.namespace, &self.name, &self.uid].join("/"));
+        derived_name_with(
+            &["kopper", &self.cluster, &self.namespace, &self.name],
+            &digest[..BUCKET_DIGEST_CHARS],
+            ROLE_NAME_MAX,
+        )
     }
 }
 
@@ -129,7 +139,8 @@ impl OidcProvider {
                 Ok(Self { arn: arn.to_owned(), issuer: issuer.to_owned() })
             }
             _ => Err(format!(
-                "`{arn}` is not an IAM OIDC provider ARN: use arn:aws:iam::<account>:oidc-provider/<issuer                  without https://>, as `aws iam list-open-id-connect-providers` shows it"
+                "`{arn}` is not an IAM OIDC provider ARN: use arn:aws:iam::<account>:oidc-provider/<issuer \
+                 without https://>, as `aws iam list-open-id-connect-providers` shows it"
             )),
         }
     }
@@ -332,6 +343,29 @@ mod tests {
         let user = long.user_name();
         assert!(user.len() <= 64 && user.starts_with("kopper-prod-"), "{user}");
         assert_ne!(bucket, owner(&"n".repeat(63), &format!("{}.y", "m".repeat(250))).default_bucket_name());
+    }
+
+    /// A role name holds the Bucket's uid and 80 bits of digest, fits IAM (64 characters of
+    /// letters, digits and `+=,.@_-`), and starts with the prefix kopper's IAM policy allows.
+    #[test]
+    fn role_names_hold_the_uid_and_fit_iam() {
+        let a = owner("team", "data");
+        let b = Owner { uid: "u-2".into(), ..a.clone() };
+        assert_ne!(a.role_name(), b.role_name(), "a Bucket recreated under its name gets another role");
+        let digest = a.role_name().rsplit('-').next().unwrap().to_owned();
+        assert_eq!(digest.len(), 20, "{}", a.role_name());
+        assert!(a.role_name().starts_with("kopper-prod-team-data-"), "{}", a.role_name());
+        let long = Owner {
+            cluster: "c".repeat(20),
+            namespace: "n".repeat(63),
+            name: format!("{}.x", "m".repeat(250)),
+            uid: "u".into(),
+        };
+        let role = long.role_name();
+        assert!(role.len() <= 64, "{role}");
+        assert!(role.starts_with(&user_name_prefix(&long.cluster)), "{role}");
+        assert!(role.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'), "{role}");
+        assert_eq!(a.user_name(), owner("team", "data").user_name(), "user names stay as they are");
     }
 
     /// Another cluster's tenant who knows a Bucket's cluster, namespace and name still cannot

@@ -7,8 +7,11 @@
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::HashMap;
+
 use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::runtime::watcher::Event;
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::Error;
@@ -101,6 +104,72 @@ pub async fn release(
     Ok(true)
 }
 
+/// What of a ServiceAccount a Bucket's pass depends on: which object it is (its uid: one
+/// deleted and created again is another) and the annotation IRSA reads.
+fn what_buckets_read(account: &impl Resource) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let annotation = account.meta().annotations.as_ref().and_then(|a| a.get(ROLE_ARN_ANNOTATION));
+    let mut hasher = DefaultHasher::new();
+    (&account.meta().uid, annotation).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Narrows the ServiceAccount watch to the events that can change a Bucket's pass: a
+/// ServiceAccount seen for the first time, deleted, replaced (another uid), or whose
+/// [`ROLE_ARN_ANNOTATION`] changed. Anyone who may edit ServiceAccounts can relabel them at
+/// will; such changes wake no Bucket, and so cost no IAM or S3 call. Holds a digest per
+/// ServiceAccount (by namespace and name); a relist starts afresh, so that those deleted while
+/// the watch was down are forgotten.
+#[derive(Debug, Default)]
+pub struct WakingChanges {
+    seen: HashMap<(String, String), u64>,
+    /// Filled during a relist, and then replaces `seen`.
+    relisted: Option<HashMap<(String, String), u64>>,
+}
+
+impl WakingChanges {
+    /// The ServiceAccount of `event` when it may change a Bucket's pass.
+    pub fn filter<K: Resource>(&mut self, event: Event<K>) -> Option<K> {
+        match event {
+            Event::Apply(account) => self.changed(account, false),
+            Event::InitApply(account) => self.changed(account, true),
+            Event::Delete(account) => {
+                self.seen.remove(&key(&account));
+                if let Some(relisted) = &mut self.relisted {
+                    relisted.remove(&key(&account));
+                }
+                Some(account)
+            }
+            Event::Init => {
+                self.relisted = Some(HashMap::new());
+                None
+            }
+            Event::InitDone => {
+                if let Some(relisted) = self.relisted.take() {
+                    self.seen = relisted;
+                }
+                None
+            }
+        }
+    }
+
+    fn changed<K: Resource>(&mut self, account: K, relisting: bool) -> Option<K> {
+        let key = key(&account);
+        let digest = what_buckets_read(&account);
+        let before = self.seen.get(&key).copied();
+        let into = match &mut self.relisted {
+            Some(relisted) if relisting => relisted,
+            _ => &mut self.seen,
+        };
+        into.insert(key, digest);
+        (before != Some(digest)).then_some(account)
+    }
+}
+
+fn key(account: &impl Resource) -> (String, String) {
+    (account.meta().namespace.clone().unwrap_or_default(), account.meta().name.clone().unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::jiff::Timestamp;
@@ -144,6 +213,44 @@ mod tests {
         let claimants = [claimant("young", 10), claimant("old", 0)];
         assert_eq!(held(Some(&arn("someone-elses")), &claimants), Some("old"));
         assert_eq!(held(Some("not an arn"), &claimants), Some("old"));
+    }
+
+    fn account(uid: &str, labels: &[(&str, &str)], role: Option<&str>) -> ServiceAccount {
+        let labels: std::collections::BTreeMap<_, _> =
+            labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut account = ServiceAccount::default();
+        account.metadata.name = Some("app".into());
+        account.metadata.namespace = Some("team".into());
+        account.metadata.uid = Some(uid.into());
+        account.metadata.labels = Some(labels);
+        account.metadata.annotations =
+            role.map(|role| [(ROLE_ARN_ANNOTATION.to_owned(), role.to_owned())].into());
+        account
+    }
+
+    #[test]
+    fn only_a_new_uid_the_role_annotation_or_a_deletion_wakes_buckets() {
+        let mut changes = WakingChanges::default();
+        let wakes = |changes: &mut WakingChanges, event| changes.filter(event).is_some();
+        assert!(!wakes(&mut changes, Event::Init));
+        assert!(wakes(&mut changes, Event::InitApply(account("1", &[], None))), "seen first");
+        assert!(!wakes(&mut changes, Event::InitDone));
+        for round in 0..20 {
+            let relabelled = account("1", &[("audited", &round.to_string())], None);
+            assert!(!wakes(&mut changes, Event::Apply(relabelled)), "a label change wakes nothing");
+        }
+        let annotated = account("1", &[], Some("arn:aws:iam::1:role/kopper/c/r"));
+        assert!(wakes(&mut changes, Event::Apply(annotated.clone())), "the annotation changed");
+        assert!(!wakes(&mut changes, Event::Apply(annotated.clone())));
+        assert!(wakes(&mut changes, Event::Apply(account("2", &[], Some("arn:aws:iam::1:role/kopper/c/r")))));
+        assert!(wakes(&mut changes, Event::Delete(account("2", &[], None))), "a deletion wakes");
+        assert!(wakes(&mut changes, Event::Apply(account("3", &[], None))), "created again");
+        // A relist: what is unchanged wakes nothing, and the ServiceAccounts it no longer
+        // holds are forgotten.
+        assert!(!wakes(&mut changes, Event::Init));
+        assert!(!wakes(&mut changes, Event::InitApply(account("3", &[("x", "y")], None))));
+        assert!(!wakes(&mut changes, Event::InitDone));
+        assert_eq!(changes.seen.len(), 1);
     }
 
     #[test]

@@ -157,17 +157,23 @@ async fn a_service_account_gets_a_role_for_its_bucket_and_no_key_and_all_of_it_g
         .expect("the workload writes to its bucket");
     assert!(!s3.bucket_is_empty(&name).await.unwrap());
 
-    // A label on the ServiceAccount wakes the Bucket and asks for nothing.
+    // Labels on the ServiceAccount wake no Bucket: 20 relabels, then a change that does wake
+    // it (a label on its ConfigMap) for one idle pass.
     proxy.reset_calls().await;
     let reconciles = eventually("kopper's reconcile count", || bucket_reconciles(&admin)).await;
-    let label = Patch::Merge(json!({"metadata": {"labels": {"audited": "yes"}}}));
-    Api::<ServiceAccount>::namespaced(cluster.client.clone(), NAMESPACE)
-        .patch("app", &PatchParams::default(), &label)
+    let accounts = Api::<ServiceAccount>::namespaced(cluster.client.clone(), NAMESPACE);
+    for round in 0..20 {
+        let label = Patch::Merge(json!({"metadata": {"labels": {"audited": format!("round-{round}")}}}));
+        accounts.patch("app", &PatchParams::default(), &label).await.unwrap();
+    }
+    let touch = Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}));
+    Api::<ConfigMap>::namespaced(cluster.client.clone(), NAMESPACE)
+        .patch("data-s3", &PatchParams::default(), &touch)
         .await
         .unwrap();
     // GetRolePolicy is the pass's last provider call; a pass already under way when the
     // calls were reset may end first, and is idle too.
-    let calls = eventually("a whole pass after the ServiceAccount change", || async {
+    let calls = eventually("a whole pass after the ConfigMap change", || async {
         let calls = proxy.calls().await;
         let looked = calls.iter().any(|call| call.operation == "GetRolePolicy");
         (looked && bucket_reconciles(&admin).await? > reconciles).then_some(calls)
@@ -175,6 +181,8 @@ async fn a_service_account_gets_a_role_for_its_bucket_and_no_key_and_all_of_it_g
     .await;
     let writes: Vec<_> = calls.iter().filter(|call| call.is_write()).map(|c| &c.operation).collect();
     assert!(writes.is_empty(), "an idle pass wrote to S3 or IAM: {writes:?}");
+    let passes = calls.iter().filter(|call| call.operation == "ListRoleTags").count();
+    assert!(passes <= 2, "20 relabels of the ServiceAccount woke the Bucket: {passes} passes");
 
     delete_and_wait_gone(&cluster, "data").await;
     assert_eq!(s3.role_tags(&role).await.unwrap(), None, "the role and its policy are gone");
@@ -234,6 +242,7 @@ async fn a_service_account_goes_to_one_bucket_and_a_foreign_annotation_is_never_
     let Some(moto) = Moto::start().await else { return };
     let cluster = cluster().await;
     let operator = start_operator_at(&cluster, &moto.endpoint, &keyless_flags(&[]));
+    let s3 = moto.client().await;
     create_service_account(&cluster, NAMESPACE, "shared").await;
 
     create_bucket(&cluster, "first", keyless("shared")).await;
@@ -245,6 +254,26 @@ async fn a_service_account_goes_to_one_bucket_and_a_foreign_annotation_is_never_
     let message = reason_message(&refused);
     assert!(message.contains("Bucket first"), "the refusal names the holder: {message}");
     assert_eq!(role_annotation(&cluster, NAMESPACE, "shared").await, first.role_arn);
+    // The refused Bucket gets no role trusting the ServiceAccount, and no ConfigMap.
+    let second_role = owner(&refused).role_name();
+    assert_eq!(s3.role_tags(&second_role).await.unwrap(), None, "the refused Bucket has a role");
+    assert_eq!(status(&refused).role_arn, None);
+    assert!(config_map(&cluster, "second-s3").await.is_none());
+    assert_eq!(kopper_roles(&s3).await.len(), 1, "only the holder's role");
+
+    // A ServiceAccount that does not exist yet: no role until it does.
+    create_bucket(&cluster, "early", keyless("later")).await;
+    let waiting = wait_for_reason(&cluster, "early", "ServiceAccountNotFound").await;
+    assert_eq!(
+        s3.role_tags(&owner(&waiting).role_name()).await.unwrap(),
+        None,
+        "a role before its ServiceAccount"
+    );
+    assert!(config_map(&cluster, "early-s3").await.is_none());
+    create_service_account(&cluster, NAMESPACE, "later").await;
+    let early = status(&wait_for_reason(&cluster, "early", "Ready").await);
+    assert_eq!(role_annotation(&cluster, NAMESPACE, "later").await, early.role_arn);
+    delete_and_wait_gone(&cluster, "early").await;
 
     delete_and_wait_gone(&cluster, "first").await;
     let second = status(&wait_for_reason(&cluster, "second", "Ready").await);
