@@ -195,8 +195,9 @@ pub struct RunArgs {
     #[arg(long, env = "KOPPER_POD_NAME_LABEL", default_value = "kopper.dev/pod-name", value_parser = parse_label_key)]
     pub pod_name_label: String,
 
-    /// Let a ConfigMapSync read from a namespace other than its own. Only for clusters where
-    /// nobody but administrators can create ConfigMapSyncs.
+    /// Let a ConfigMapSync read from a namespace other than its own, never a protected one.
+    /// ConfigMapSyncs only: a SecretSync reads its own namespace whatever this says. Only for
+    /// clusters where nobody but administrators can create ConfigMapSyncs.
     #[arg(long, env = "KOPPER_ALLOW_CROSS_NAMESPACE_SOURCES")]
     pub allow_cross_namespace_sources: bool,
 

@@ -142,3 +142,29 @@ pub fn write_dir(dir: &Path, crds: &[CustomResourceDefinition]) -> anyhow::Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// install.md's uninstall deletes every kopper resource while kopper still runs, so
+    /// their finalizers release what kopper made: a CRD added without its plural there would
+    /// leave its objects stuck on the finalizer once the CRDs go.
+    #[test]
+    fn install_md_uninstall_deletes_every_kind_of_kopper_resource() {
+        let install = include_str!("../../../docs/install.md");
+        let uninstall = install.split("## Uninstall").nth(1).expect("an Uninstall section");
+        let deletes: Vec<&str> =
+            uninstall.lines().filter(|line| line.starts_with("kubectl delete ")).collect();
+        for crd in all() {
+            let plural = crd.spec.names.plural.as_str();
+            let namespaced = crd.spec.scope == "Namespaced";
+            let named = deletes.iter().any(|line| {
+                let resources = line.split_whitespace().nth(2).unwrap_or_default();
+                resources.split(',').any(|resource| resource == plural)
+                    && line.contains("--all-namespaces") == namespaced
+            });
+            assert!(named, "{plural} (namespaced: {namespaced}) in install.md's uninstall: {deletes:?}");
+        }
+    }
+}

@@ -1292,3 +1292,117 @@ async fn a_tenant_cannot_have_another_namespace_s_service_account_given_its_role
     assert!(role.trust.to_string().contains("system:serviceaccount:tenant-a:deployer"), "{}", role.trust);
     tenancy.stop().await;
 }
+
+/// Creates namespace `name` unless it is there (kopper's own may be).
+async fn ensure_namespace(admin: &Client, name: &str) {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("namespace {name}: {error}"),
+    }
+}
+
+/// Even with --allow-cross-namespace-sources, a SecretSync reads only its own namespace's
+/// Secrets (not bob's, not kopper's credentials), and no tenant's rule reads a protected
+/// namespace (kube-system); a ConfigMapSync still reads bob's ConfigMap under the flag.
+#[tokio::test]
+async fn with_the_flag_a_secret_sync_reads_only_its_own_namespace_and_no_sync_a_protected_one() {
+    let tenancy = Tenancy::start_with(&["--allow-cross-namespace-sources"]).await;
+    namespace(&tenancy.admin, "shared", json!({"annotations": {CONSENT: "tenant-a"}})).await;
+    ensure_namespace(&tenancy.admin, KOPPER_NAMESPACE).await;
+    secret(&tenancy.bob, "tenant-b", json!({"metadata": {"name": "bobs-key"}, "stringData": {"k": "bob's"}}))
+        .await;
+    let aws = json!({"metadata": {"name": "aws-credentials"}, "stringData": {"AWS_SECRET_ACCESS_KEY": "s"}});
+    secret(&tenancy.admin, KOPPER_NAMESPACE, aws).await;
+    config_map(&tenancy.config_maps(&tenancy.admin, "kube-system"), "cluster-ca", json!({"ca": "c"})).await;
+    config_map(&tenancy.config_maps(&tenancy.bob, "tenant-b"), "public", json!({"v": "1"})).await;
+    let share = |source: &str, name: &str| json!({"sourceNamespace": source, "secretName": name, "destinationNamespace": "shared"});
+    tenant_shares_secret(&tenancy.alice, "tenant-a", "bobs", share("tenant-b", "bobs-key")).await;
+    tenant_shares_secret(&tenancy.alice, "tenant-a", "kopper", share(KOPPER_NAMESPACE, "aws-credentials"))
+        .await;
+    let sync = |source: &str, name: &str| json!({"sourceNamespace": source, "configMapName": name, "destinationNamespace": "shared"});
+    tenancy.alice_syncs("cluster-ca", sync("kube-system", "cluster-ca")).await;
+    tenancy.alice_syncs("public", sync("tenant-b", "public")).await;
+    tenancy.sync_status("public", |s| ready_reason(s) == "Synced").await;
+    assert_eq!(tenancy.holders("public").await, ["shared", "tenant-b"], "the flag is on");
+    for (name, source) in [("bobs", "tenant-b"), ("kopper", KOPPER_NAMESPACE)] {
+        let denied = |s: &Value| ready_reason(s) == "CrossNamespaceSourceDenied";
+        let status = secret_sync_status(&tenancy.alice, "tenant-a", name, denied).await;
+        let message = status["conditions"][0]["message"].as_str().unwrap();
+        assert!(message.contains("never reads another namespace's Secrets"), "{message}");
+        assert!(
+            message.contains(&format!("the owner of {source:?} can create the SecretSync there")),
+            "{message}"
+        );
+    }
+    let status = tenancy.sync_status("cluster-ca", |s| ready_reason(s) == "CrossNamespaceSourceDenied").await;
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.contains("protected namespace"), "{message}");
+    assert_eq!(secret_holders(&tenancy.admin, "bobs-key").await, ["tenant-b"], "nothing copied");
+    assert_eq!(secret_holders(&tenancy.admin, "aws-credentials").await, [KOPPER_NAMESPACE], "nothing copied");
+    assert_eq!(tenancy.holders("cluster-ca").await, ["kube-system"], "nothing copied");
+    tenancy.stop().await;
+}
+
+/// Helm takes any Secret or ConfigMap labelled owner=helm for a release record, and Argo CD
+/// a Secret labelled argocd.argoproj.io/secret-type for its credentials: alice shares no such
+/// object, cannot label her copies so, and her copies lose those labels even when she keeps
+/// Argo CD's marks.
+#[tokio::test]
+async fn a_tenant_cannot_plant_a_helm_release_or_an_argo_cd_credential_in_a_consenting_namespace() {
+    let tenancy = Tenancy::start().await;
+    tenancy.consent("tenant-b", Some("tenant-a")).await;
+    let release_labels = json!({"owner": "helm", "name": "web", "status": "deployed", "version": "1"});
+    let fake = json!({"metadata": {"name": "fake-release", "labels": release_labels}, "stringData": {"release": "r"}});
+    secret(&tenancy.alice, "tenant-a", fake).await;
+    secret(&tenancy.alice, "tenant-a", json!({"metadata": {"name": "plain"}, "stringData": {"k": "v"}}))
+        .await;
+    let repo_labels = json!({"argocd.argoproj.io/secret-type": "repository", "argocd.argoproj.io/x": "y"});
+    let repo = json!({"metadata": {"name": "repo", "labels": repo_labels}, "stringData": {"url": "u"}});
+    secret(&tenancy.alice, "tenant-a", repo).await;
+    let helm_config_map: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "cm-release", "labels": release_labels}, "data": {"release": "r"}}),
+    )
+    .unwrap();
+    let alices_config_maps = tenancy.config_maps(&tenancy.alice, "tenant-a");
+    alices_config_maps.create(&PostParams::default(), &helm_config_map).await.unwrap();
+    let share = |name: &str, shaping: Value| {
+        let mut spec =
+            json!({"sourceNamespace": "tenant-a", "secretName": name, "destinationNamespace": "tenant-b"});
+        spec.as_object_mut().unwrap().extend(shaping.as_object().unwrap().clone());
+        spec
+    };
+    tenant_shares_secret(&tenancy.alice, "tenant-a", "release", share("fake-release", json!({}))).await;
+    let add_owner = share("plain", json!({"copyLabels": {"add": {"owner": "helm"}}}));
+    tenant_shares_secret(&tenancy.alice, "tenant-a", "owner", add_owner).await;
+    tenant_shares_secret(
+        &tenancy.alice,
+        "tenant-a",
+        "repo",
+        share("repo", json!({"keepToolMarks": ["ArgoCD"]})),
+    )
+    .await;
+    let config_map_spec = json!({"sourceNamespace": "tenant-a", "configMapName": "cm-release", "destinationNamespace": "tenant-b"});
+    tenancy.alice_syncs("cm-release", config_map_spec).await;
+
+    secret_sync_status(&tenancy.alice, "tenant-a", "repo", |s| ready_reason(s) == "Synced").await;
+    let copy = Api::<Secret>::namespaced(tenancy.admin.clone(), "tenant-b").get("repo").await.unwrap();
+    let labels = copy.labels();
+    assert!(!labels.contains_key("argocd.argoproj.io/secret-type"), "{labels:?}");
+    assert_eq!(labels.get("argocd.argoproj.io/x").map(String::as_str), Some("y"), "Argo CD's marks as kept");
+    let refused = |s: &Value| ready_reason(s) == "CredentialTypeRefused";
+    let status = secret_sync_status(&tenancy.alice, "tenant-a", "release", refused).await;
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.contains("labelled owner=helm"), "{message}");
+    let invalid = |s: &Value| ready_reason(s) == "InvalidShape";
+    let status = secret_sync_status(&tenancy.alice, "tenant-a", "owner", invalid).await;
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.starts_with("spec.copyLabels.add: owner: helm "), "{message}");
+    let status = tenancy.sync_status("cm-release", |s| ready_reason(s) == "HelmReleaseRefused").await;
+    assert_eq!(status["conditions"][0]["status"], "False");
+    assert_eq!(secret_holders(&tenancy.admin, "fake-release").await, ["tenant-a"], "nothing written");
+    assert_eq!(secret_holders(&tenancy.admin, "plain").await, ["tenant-a"], "nothing written");
+    assert_eq!(tenancy.holders("cm-release").await, ["tenant-a"], "nothing written");
+    tenancy.stop().await;
+}

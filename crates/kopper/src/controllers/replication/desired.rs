@@ -187,6 +187,10 @@ pub enum ShapeProblem {
     /// Bucket's credentials): never a source, so what one tenant shared with another is not
     /// passed on. No copy is written.
     MadeByKopper { source: String },
+    /// The ConfigMap the rule names is labelled `owner: helm`, which Helm's configmap driver
+    /// takes for a release record in any namespace it lands in: a tenant's rule never copies
+    /// one. No copy is written, and those made before are removed.
+    HelmReleaseRecord { source: String },
 }
 
 impl ShapeProblem {
@@ -196,6 +200,7 @@ impl ShapeProblem {
             Self::TypeNeedsKeys { .. } => "SecretTypeNeedsKeys",
             Self::CredentialType { .. } => "CredentialTypeRefused",
             Self::MadeByKopper { .. } => "SourceMadeByKopper",
+            Self::HelmReleaseRecord { .. } => "HelmReleaseRefused",
         }
     }
 
@@ -216,9 +221,19 @@ impl ShapeProblem {
                  Its copies are left as they are meanwhile",
                 listed(keys)
             ),
+            Self::CredentialType { source, secret_type } if secret_type == HELM_RELEASE_TYPE => format!(
+                "{source} is a Helm release record (type {secret_type}, or labelled owner=helm, by which Helm \
+                 finds its records, whatever their type), which is never shared this way: Helm would take a copy \
+                 for a release of the namespace it lands in; nothing is copied, and copies made before are removed"
+            ),
             Self::CredentialType { source, secret_type } => format!(
                 "{source} is a {secret_type} Secret, a credential of the cluster, which is never shared this \
                  way; nothing is copied, and copies made before are removed"
+            ),
+            Self::HelmReleaseRecord { source } => format!(
+                "{source} is labelled owner=helm, by which Helm finds its release records: Helm would take a copy \
+                 for a release of the namespace it lands in, so it is never shared this way; nothing is copied, \
+                 and copies made before are removed. If it is no Helm release, remove that label from it"
             ),
             Self::MadeByKopper { source } => format!(
                 "{source} was made by kopper (a copy shared with this namespace, or a Bucket's credentials), \
@@ -235,7 +250,10 @@ impl ShapeProblem {
     /// Whether the source is no source at all (rather than one copied otherwise): the rule
     /// names one that exists, but kopper never copies it.
     pub fn refuses_source(&self) -> bool {
-        matches!(self, Self::CredentialType { .. } | Self::MadeByKopper { .. })
+        matches!(
+            self,
+            Self::CredentialType { .. } | Self::MadeByKopper { .. } | Self::HelmReleaseRecord { .. }
+        )
     }
 }
 
@@ -258,9 +276,17 @@ pub fn refused_named_source(
         return Some(ShapeProblem::MadeByKopper { source });
     }
     let secret_type = candidate.and_then(ObjectInfo::credential_type).or(payload_type)?;
-    (!rule.sources.may_copy_secret_type(Some(secret_type)))
-        .then(|| ShapeProblem::CredentialType { source, secret_type: secret_type.to_owned() })
+    if rule.sources.may_copy_secret_type(Some(secret_type)) {
+        None
+    } else if rule.kind == ObjectKind::ConfigMap {
+        Some(ShapeProblem::HelmReleaseRecord { source })
+    } else {
+        Some(ShapeProblem::CredentialType { source, secret_type: secret_type.to_owned() })
+    }
 }
+
+/// The Secret type of Helm's release records.
+const HELM_RELEASE_TYPE: &str = crate::tenancy::CREDENTIAL_SECRET_TYPES[2];
 
 /// Keys named in a status message and an Event: a few, and how many more (a rule may list
 /// 256 keys of 253 characters).

@@ -52,6 +52,8 @@ pub const RULE_UID_ANNOTATION: &str = "kopper.dev/rule-uid";
 /// Names the ServiceAccount whose token a Secret holds: how a service-account token is
 /// told from its metadata alone (see [`ObjectInfo::credential_type`]).
 pub const SERVICE_ACCOUNT_NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
+/// The label (key, value) by which Helm's secret and configmap drivers find release records.
+pub const HELM_OWNER_LABEL: (&str, &str) = ("owner", "helm");
 /// Label of kopper's Bucket controller on the Secrets it writes. An object carrying it is the
 /// Bucket controller's, whatever other labels it has (a tenant may add kopper's rule label
 /// to it): were both controllers to claim one Secret, each would rewrite the other's, and
@@ -242,7 +244,8 @@ pub struct SourceMatch {
     /// Only objects whose labels match (ReplicationRule).
     pub selector: Option<Selector>,
     /// For Secrets: the credential types (see [`CREDENTIAL_SECRET_TYPES`]) this rule may
-    /// copy; others of those types are never sources. `None` for ConfigMaps.
+    /// copy; others of those types are never sources. `None`: any (an admin's rule for
+    /// ConfigMaps).
     pub credential_types: Option<Vec<String>>,
 }
 
@@ -395,20 +398,27 @@ impl ObjectInfo {
         }
     }
 
-    /// The cluster credential type (see [`CREDENTIAL_SECRET_TYPES`]) a Secret is, told from
+    /// The cluster credential type (see [`CREDENTIAL_SECRET_TYPES`]) an object is, told from
     /// its metadata alone (the watches hold no more), as the API server and Helm mark them.
+    /// Helm finds its release records by their labels, not their type or name (its secret
+    /// and configmap drivers list `owner=helm`), so any object labelled `owner: helm`, a
+    /// ConfigMap too, counts as a release record: a copy of it would be taken by `helm` in
+    /// the destination for a release installed there.
     pub fn credential_type(&self) -> Option<&'static str> {
-        if self.annotations.contains_key(SERVICE_ACCOUNT_NAME_ANNOTATION) {
+        if self.is_helm_release_record() {
+            Some(CREDENTIAL_SECRET_TYPES[2])
+        } else if self.annotations.contains_key(SERVICE_ACCOUNT_NAME_ANNOTATION) {
             Some(CREDENTIAL_SECRET_TYPES[0])
         } else if self.name.starts_with("bootstrap-token-") {
             Some(CREDENTIAL_SECRET_TYPES[1])
-        } else if self.name.starts_with("sh.helm.release.v1.")
-            && self.labels.get("owner").is_some_and(|owner| owner == "helm")
-        {
-            Some(CREDENTIAL_SECRET_TYPES[2])
         } else {
             None
         }
+    }
+
+    /// Carries the label by which Helm lists its release records ([`HELM_OWNER_LABEL`]).
+    pub fn is_helm_release_record(&self) -> bool {
+        self.labels.get(HELM_OWNER_LABEL.0).is_some_and(|owner| owner == HELM_OWNER_LABEL.1)
     }
 
     /// Carries kopper's managed-by label: made by some part of kopper (a copy, a Bucket's

@@ -222,7 +222,7 @@ impl RuleObject for ReplicationRule {
             });
         }
         refuse_credential_secret_type(spec.secret_type.as_deref())?;
-        let shape = shape(&spec.shaping, spec.secret_type.as_deref())?;
+        let shape = shape(&spec.shaping, spec.secret_type.as_deref(), Author::Admin)?;
         Ok(Rule {
             id: self.rule_id(),
             uid: self.meta().uid.clone().unwrap_or_default(),
@@ -293,8 +293,8 @@ impl RuleObject for ConfigMapSync {
     }
 
     fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal> {
-        let shape = shape(&self.spec.shaping, None)?;
-        self.share().to_rule(self, settings, shape, None)
+        let shape = shape(&self.spec.shaping, None, Author::Tenant)?;
+        self.share().to_rule(self, settings, shape, Some(config_map_credential_types()))
     }
 
     fn deletion_policy(&self) -> DeletionPolicy {
@@ -312,6 +312,15 @@ impl RuleObject for ConfigMapSync {
     fn redact(&self, findings: Findings) -> Findings {
         self.share().redact(&self.namespace().unwrap_or_default(), findings)
     }
+}
+
+/// The credential types a ConfigMapSync may copy: every one but Helm's release records. A
+/// ConfigMap is no token, whatever its name or annotations, but Helm's configmap driver takes
+/// any ConfigMap labelled `owner: helm` for a release record (see
+/// [`ObjectInfo::credential_type`](super::model::ObjectInfo::credential_type)).
+fn config_map_credential_types() -> Vec<String> {
+    let [token, bootstrap, _helm] = crate::tenancy::CREDENTIAL_SECRET_TYPES;
+    vec![token.to_owned(), bootstrap.to_owned()]
 }
 
 impl ConfigMapSync {
@@ -352,7 +361,7 @@ impl RuleObject for SecretSync {
     fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal> {
         let secret_type = self.spec.secret_type.as_deref();
         refuse_credential_secret_type(secret_type)?;
-        let shape = shape(&self.spec.shaping, secret_type)?;
+        let shape = shape(&self.spec.shaping, secret_type, Author::Tenant)?;
         self.share().to_rule(self, settings, shape, Some(Vec::new()))
     }
 
@@ -403,8 +412,8 @@ struct TenantShare<'a> {
 }
 
 impl TenantShare<'_> {
-    /// The rule `object` asks for. `credential_types`: the credential Secret types it may
-    /// copy (`None` for ConfigMaps, which have none).
+    /// The rule `object` asks for. `credential_types`: the credential types it may copy (see
+    /// [`SourceMatch::credential_types`]).
     fn to_rule(
         &self,
         object: &impl RuleObject,
@@ -413,17 +422,7 @@ impl TenantShare<'_> {
         credential_types: Option<Vec<String>>,
     ) -> Result<Rule, Refusal> {
         let own_namespace = object.namespace().unwrap_or_default();
-        if self.source_namespace != own_namespace && !settings.allow_cross_namespace_sources {
-            return Err(Refusal {
-                reason: "CrossNamespaceSourceDenied",
-                message: format!(
-                    "sourceNamespace {:?} is not this {}'s namespace {own_namespace:?}; kopper copies from other \
-                     namespaces only when started with --allow-cross-namespace-sources",
-                    self.source_namespace,
-                    self.resource.as_str()
-                ),
-            });
-        }
+        self.refuse_foreign_source(&own_namespace, settings)?;
         let names: BTreeSet<String> = self
             .destination_namespace
             .into_iter()
@@ -458,6 +457,39 @@ impl TenantShare<'_> {
                     .transpose()?,
             },
         })
+    }
+
+    /// Refuses a source outside the rule's own namespace, unless it is one a tenant's rule
+    /// may read: a SecretSync never reads another namespace's Secrets (whoever may create
+    /// one in a namespace reads no Secret there through it), and a ConfigMapSync reads
+    /// another namespace only when kopper runs with `--allow-cross-namespace-sources`, and
+    /// never a protected one (kube-system, kopper's own, those the admin lists), flag or not.
+    fn refuse_foreign_source(&self, own_namespace: &str, settings: &Settings) -> Result<(), Refusal> {
+        let source = self.source_namespace;
+        if source == own_namespace {
+            return Ok(());
+        }
+        let resource = self.resource.as_str();
+        let message = if self.kind == ObjectKind::Secret {
+            format!(
+                "sourceNamespace {source:?} is not this {resource}'s namespace {own_namespace:?}: a {resource} \
+                 never reads another namespace's Secrets, whatever kopper's flags; the owner of {source:?} can \
+                 create the {resource} there"
+            )
+        } else if settings.destinations.protected.contains(source) {
+            format!(
+                "sourceNamespace {source:?} is a protected namespace, which no {resource} reads from, even with \
+                 --allow-cross-namespace-sources; copy from this {resource}'s namespace {own_namespace:?}"
+            )
+        } else if !settings.allow_cross_namespace_sources {
+            format!(
+                "sourceNamespace {source:?} is not this {resource}'s namespace {own_namespace:?}; kopper copies \
+                 from other namespaces only when started with --allow-cross-namespace-sources"
+            )
+        } else {
+            return Ok(());
+        };
+        Err(Refusal { reason: "CrossNamespaceSourceDenied", message })
     }
 
     /// A tenant sees only namespaces they named (and their own): no other namespace's name,
@@ -553,10 +585,19 @@ const MAX_LABEL_PREFIX_LENGTH: usize = 253;
 /// status and an Event, which the API server would refuse past its size limits.
 const QUOTED_CHARS: usize = 64;
 
+/// Whose rule a spec is: a cluster admin's (ReplicationRule) or a tenant's (ConfigMapSync,
+/// SecretSync), whose copies never carry the marks by which a tool takes an object for a
+/// credential of its own (see [`shape::credential_mark`](super::shape::credential_mark)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Author {
+    Admin,
+    Tenant,
+}
+
 /// How a rule's spec shapes its copies. The schema bounds every field; what it checks only
 /// with CEL (kube-apiserver 1.25+; not kubesim) is checked again here: the added labels are
-/// valid and none is one of kopper's own marks.
-fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>, Refusal> {
+/// valid and none is one of kopper's own marks, nor, for a tenant, a tool's credential mark.
+fn shape(shaping: &CopyShaping, secret_type: Option<&str>, author: Author) -> Result<Arc<Shape>, Refusal> {
     let CopyShaping { keys, copy_labels: labels, copy_annotations: annotations, keep_tool_marks, .. } =
         shaping;
     let (labels, annotations) = (labels.as_ref(), annotations.as_ref());
@@ -573,6 +614,9 @@ fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>,
                 quoted(key)
             ),
         });
+    }
+    if author == Author::Tenant {
+        refuse_tool_credential_labels(extra_labels)?;
     }
     let mut invalid =
         extra_labels.iter().filter_map(|(key, value)| label_problem(key, value).map(|why| (key, value, why)));
@@ -603,6 +647,7 @@ fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>,
         include: include.to_vec(),
         exclude: exclude.to_vec(),
         keep_tools: keep_tools.clone(),
+        drop_credential_marks: author == Author::Tenant,
     };
     Ok(Arc::new(Shape {
         keys: (!keys.is_empty()).then(|| keys.iter().cloned().collect()),
@@ -617,6 +662,29 @@ fn shape(shaping: &CopyShaping, secret_type: Option<&str>) -> Result<Arc<Shape>,
         ),
         extra_labels: extra_labels.clone(),
     }))
+}
+
+/// Refuses labels a tenant's rule would add by which a tool takes a copy for a credential of
+/// its own: `owner: helm` (Helm's release records) and any `argocd.argoproj.io/*` key (Argo
+/// CD's repository and cluster credentials, its tracking).
+fn refuse_tool_credential_labels(extra_labels: &BTreeMap<String, String>) -> Result<(), Refusal> {
+    let tool_label = extra_labels.iter().find(|(key, value)| {
+        key.starts_with("argocd.argoproj.io/")
+            || (key.as_str(), value.as_str()) == super::model::HELM_OWNER_LABEL
+    });
+    match tool_label {
+        Some((key, value)) => Err(Refusal {
+            reason: "InvalidShape",
+            message: format!(
+                "spec.copyLabels.add: {}: {} would make Helm or Argo CD take the copies for their own \
+                 records (owner=helm: a Helm release; argocd.argoproj.io/*: Argo CD credentials or tracking) \
+                 in the namespaces they land in; a tenant's rule never adds it: remove it",
+                quoted(key),
+                quoted(value)
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// What makes `key: value` a label the API server refuses, as apimachinery's
@@ -721,6 +789,8 @@ fn ready_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::replication::desired::refused_named_source;
+    use crate::controllers::replication::model::ObjectInfo;
     use crate::controllers::replication::types::ConfigMapSyncSpec;
     use serde_json::json;
 
@@ -753,6 +823,30 @@ mod tests {
         let allowed = Settings { allow_cross_namespace_sources: true, ..Settings::default() };
         assert!(sync("tenant", "other").to_rule(&allowed).is_ok());
         assert!(sync("tenant", "tenant").to_rule(&Settings::default()).is_ok());
+    }
+
+    /// With the flag on, a tenant still reads no protected namespace: kube-system, kopper's
+    /// own (its credentials), those the admin lists.
+    #[test]
+    fn a_protected_source_namespace_is_refused_even_with_the_flag() {
+        let allowed = Settings {
+            allow_cross_namespace_sources: true,
+            destinations: crate::tenancy::DestinationPolicy {
+                protected: crate::tenancy::ProtectedNamespaces::new(
+                    Some("kopper-system"),
+                    &["cert-manager".into()],
+                ),
+                allow_unconsented: false,
+            },
+            ..Settings::default()
+        };
+        for protected in ["kube-system", "kopper-system", "cert-manager"] {
+            let refusal = sync("tenant", protected).to_rule(&allowed).unwrap_err();
+            assert_eq!(refusal.reason, "CrossNamespaceSourceDenied", "{protected}");
+            assert!(refusal.message.contains("protected namespace"), "{}", refusal.message);
+        }
+        assert!(sync("tenant", "other").to_rule(&allowed).is_ok());
+        assert!(sync("kopper-system", "kopper-system").to_rule(&allowed).is_ok(), "its own namespace");
     }
 
     #[test]
@@ -1025,12 +1119,95 @@ mod tests {
         let foreign = foreign.to_rule(&Settings::default()).unwrap_err();
         assert_eq!(foreign.reason, "CrossNamespaceSourceDenied");
         assert!(foreign.message.contains("this SecretSync's namespace"), "{}", foreign.message);
+        let mut flagged = secret_sync("");
+        flagged.spec.source_namespace = "other".into();
+        let flag = Settings { allow_cross_namespace_sources: true, ..Settings::default() };
+        let flagged = flagged.to_rule(&flag).unwrap_err();
+        assert_eq!(flagged.reason, "CrossNamespaceSourceDenied", "a SecretSync reads its own namespace only");
+        assert!(flagged.message.contains("never reads another namespace's Secrets"), "{}", flagged.message);
+        assert!(flagged.message.contains("the owner of \"other\" can create the SecretSync there"));
         let credential =
             secret_sync("secretType: bootstrap.kubernetes.io/token").to_rule(&Settings::default());
         assert_eq!(credential.unwrap_err().reason, "InvalidShape");
         let mut nowhere = secret_sync("");
         nowhere.spec.destination_namespaces.clear();
         assert_eq!(nowhere.to_rule(&Settings::default()).unwrap_err().reason, "NoDestination");
+    }
+
+    fn object(namespace: &str, name: &str, labels: &[(&str, &str)]) -> ObjectInfo {
+        ObjectInfo {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: format!("{namespace}-{name}"),
+            labels: labels.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect(),
+            ..ObjectInfo::default()
+        }
+    }
+
+    /// Helm takes any object labelled owner=helm for a release record, whatever its name or
+    /// type: no tenant's rule copies one; an admin's Secret rule only naming the type.
+    #[test]
+    fn an_object_labelled_owner_helm_is_a_helm_release_record_no_tenant_shares() {
+        let helm = [("owner", "helm"), ("name", "web"), ("status", "deployed"), ("version", "1")];
+        let secret = secret_sync("").to_rule(&Settings::default()).unwrap();
+        assert!(!secret.sources.matches(&object("shop", "shop-ca", &helm)), "an Opaque Secret so labelled");
+        assert!(secret.sources.matches(&object("shop", "shop-ca", &[("owner", "team-a")])));
+        let problem =
+            refused_named_source(&secret, Some(&object("shop", "shop-ca", &helm)), None, false).unwrap();
+        assert_eq!(problem.reason(), "CredentialTypeRefused");
+        assert!(problem.message().contains("labelled owner=helm"), "{}", problem.message());
+
+        let config_map = sync("tenant", "tenant").to_rule(&Settings::default()).unwrap();
+        assert!(!config_map.sources.matches(&object("tenant", "cfg", &helm)), "Helm's configmap driver");
+        let problem = refused_named_source(&config_map, Some(&object("tenant", "cfg", &helm)), None, false);
+        assert_eq!(problem.as_ref().map(ShapeProblem::reason), Some("HelmReleaseRefused"));
+        let token_like = object("tenant", "cfg", &[]);
+        assert!(config_map.sources.matches(&token_like), "a ConfigMap is no token");
+        let bootstrap_named = object("tenant", "bootstrap-token-x", &[]);
+        let mut named = config_map.clone();
+        named.sources.name = Some("bootstrap-token-x".into());
+        assert!(named.sources.matches(&bootstrap_named), "nor a bootstrap token, whatever its name");
+
+        let admin = |credential_types: &str| -> Rule {
+            serde_yaml::from_str::<ReplicationRule>(&format!(
+                "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {{name: r}}\nspec: {{kind: \
+                 Secret, namespaces: [src], selector: {{matchLabels: {{owner: helm}}}}, {credential_types}}}"
+            ))
+            .unwrap()
+            .to_rule(&Settings::default())
+            .unwrap()
+        };
+        assert!(!admin("").sources.matches(&object("src", "web", &helm)));
+        assert!(admin("credentialTypes: [helm.sh/release.v1]").sources.matches(&object("src", "web", &helm)));
+    }
+
+    /// A tenant's rule adds no label by which Helm or Argo CD would take its copies for their
+    /// own records, and its copies carry none of the source's, whatever it keeps.
+    #[test]
+    fn a_tenant_s_copies_carry_no_tool_credential_label() {
+        for add in
+            ["{owner: helm}", "{argocd.argoproj.io/secret-type: repository}", "{argocd.argoproj.io/x: y}"]
+        {
+            let refusal = secret_sync(&format!("copyLabels: {{add: {add}}}")).to_rule(&Settings::default());
+            let refusal = refusal.unwrap_err();
+            assert_eq!(refusal.reason, "InvalidShape", "{add}");
+            assert!(refusal.message.starts_with("spec.copyLabels.add: "), "{}", refusal.message);
+            assert!(refusal.message.contains("remove it"), "{}", refusal.message);
+            let mut config_map = sync("tenant", "tenant");
+            config_map.spec.shaping = serde_yaml::from_str(&format!("copyLabels: {{add: {add}}}")).unwrap();
+            assert_eq!(config_map.to_rule(&Settings::default()).unwrap_err().reason, "InvalidShape", "{add}");
+        }
+        assert!(secret_sync("copyLabels: {add: {owner: team-a}}").to_rule(&Settings::default()).is_ok());
+        let admin = rule_adding_labels(&[("owner".to_owned(), "helm".to_owned())].into());
+        assert!(admin.to_rule(&Settings::default()).is_ok(), "an admin's rule may");
+
+        let tenant = secret_sync("keepToolMarks: [Helm, ArgoCD]").to_rule(&Settings::default()).unwrap();
+        assert!(!tenant.shape.labels.copies("argocd.argoproj.io/secret-type", "repository"));
+        assert!(!tenant.shape.labels.copies("owner", "helm"));
+        assert!(tenant.shape.labels.copies("argocd.argoproj.io/instance", "web"), "other marks as kept");
+        assert!(tenant.shape.labels.copies("owner", "team-a"));
+        let admin = rule_adding_labels(&BTreeMap::new()).to_rule(&Settings::default()).unwrap();
+        assert!(admin.shape.labels.copies("owner", "helm"));
     }
 
     #[test]

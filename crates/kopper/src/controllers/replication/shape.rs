@@ -44,16 +44,32 @@ const TOOL_MARKS: [(Tool, Mark); 7] = [
     (Tool::Kapp, Mark::Prefix("kapp.k14s.io/")),
 ];
 
+/// Labels by which a tool takes an object for a credential of its own, in whatever namespace
+/// it lies: Helm lists its release records by `owner: helm` (secret and configmap drivers
+/// alike), Argo CD takes a Secret labelled `argocd.argoproj.io/secret-type` for repository or
+/// cluster credentials. A tenant's copies never carry them, whatever the rule keeps: a tenant
+/// would plant a release or a repository in the namespaces it shares with.
+const CREDENTIAL_MARKS: [Mark; 2] =
+    [Mark::Pair("owner", "helm"), Mark::Key("argocd.argoproj.io/secret-type")];
+
+/// Whether the label `key: value` is one of [`CREDENTIAL_MARKS`].
+pub fn credential_mark(key: &str, value: &str) -> bool {
+    CREDENTIAL_MARKS.iter().any(|mark| mark.matches(key, value))
+}
+
+impl Mark {
+    fn matches(self, key: &str, value: &str) -> bool {
+        match self {
+            Mark::Prefix(prefix) => key.starts_with(prefix),
+            Mark::Key(name) => key == name,
+            Mark::Pair(name, mark_value) => key == name && value == mark_value,
+        }
+    }
+}
+
 /// The tool whose mark `key: value` is, if it is one of [`TOOL_MARKS`].
 pub fn tool_mark(key: &str, value: &str) -> Option<Tool> {
-    TOOL_MARKS.iter().find_map(|(tool, mark)| {
-        let matches = match mark {
-            Mark::Prefix(prefix) => key.starts_with(prefix),
-            Mark::Key(name) => key == *name,
-            Mark::Pair(name, mark_value) => key == *name && value == *mark_value,
-        };
-        matches.then_some(*tool)
-    })
+    TOOL_MARKS.iter().find_map(|(tool, mark)| mark.matches(key, value).then_some(*tool))
 }
 
 /// Which labels (or annotations) of a source its copies carry.
@@ -65,6 +81,8 @@ pub struct MarkFilter {
     pub exclude: Vec<String>,
     /// Tools whose marks are copied after all.
     pub keep_tools: BTreeSet<Tool>,
+    /// Never the [`CREDENTIAL_MARKS`] (a tenant's rule), whatever `keep_tools` says.
+    pub drop_credential_marks: bool,
 }
 
 impl MarkFilter {
@@ -73,7 +91,8 @@ impl MarkFilter {
         let included = self.include.is_empty() || self.include.iter().any(|prefix| key.starts_with(prefix));
         let excluded = self.exclude.iter().any(|prefix| key.starts_with(prefix));
         let tool_mark = tool_mark(key, value).is_some_and(|tool| !self.keep_tools.contains(&tool));
-        included && !excluded && !tool_mark
+        let credential = self.drop_credential_marks && credential_mark(key, value);
+        included && !excluded && !tool_mark && !credential
     }
 }
 

@@ -16,8 +16,10 @@ pub type ConfigMapSyncStatus = TenantSyncStatus;
 /// updated when the source changes, restored when edited or deleted, and removed when the
 /// source is deleted, a namespace stops being a destination, or this object is deleted.
 /// A ConfigMap of the same name that kopper did not create is never touched. The source must
-/// be in this object's namespace unless kopper runs with `--allow-cross-namespace-sources`.
-/// Copies go only into this object's own namespace and into namespaces whose owner accepts
+/// be in this object's namespace unless kopper runs with `--allow-cross-namespace-sources`,
+/// and is never in a protected namespace (kube-system, kopper's own, those the admin lists).
+/// A ConfigMap labelled `owner: helm` (a Helm release record, to Helm's configmap driver) is
+/// never shared. Copies go only into this object's own namespace and into namespaces whose owner accepts
 /// them with the annotation `kopper.dev/accept-replication-from` (a comma-separated list of
 /// namespaces, or `*`) on the Namespace; never into kube-system, kube-public,
 /// kube-node-lease or kopper's own namespace.
@@ -41,7 +43,7 @@ pub type ConfigMapSyncStatus = TenantSyncStatus;
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapSyncSpec {
     /// Namespace of the ConfigMap to copy. Must be this object's own namespace unless kopper
-    /// allows cross-namespace sources.
+    /// runs with `--allow-cross-namespace-sources`; never a protected namespace.
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub source_namespace: String,
 

@@ -17,20 +17,21 @@ pub type SecretSyncStatus = TenantSyncStatus;
 /// when the source changes, restored when edited or deleted, and removed when the source is
 /// deleted, a namespace stops being a destination (its owner withdraws consent, say), or
 /// this object is deleted. A Secret of the same name that kopper did not create is never
-/// touched. The source must be in this object's namespace unless kopper runs with
-/// `--allow-cross-namespace-sources`. Copies go only into namespaces whose owner accepts them
+/// touched. The source must be in this object's namespace, whatever kopper's flags
+/// (`--allow-cross-namespace-sources` is for ConfigMapSyncs only). Copies go only into namespaces whose owner accepts them
 /// with the annotation `kopper.dev/accept-replication-from` (a comma-separated list of
 /// namespaces, or `*`) on the Namespace; never into kube-system, kube-public,
 /// kube-node-lease or kopper's own namespace. Credentials of the cluster
 /// (`kubernetes.io/service-account-token`, `bootstrap.kubernetes.io/token`,
-/// `helm.sh/release.v1` Secrets) and Secrets kopper made (copies shared with this namespace,
+/// `helm.sh/release.v1` Secrets, and any Secret labelled `owner: helm`, by which Helm finds
+/// its release records) and Secrets kopper made (copies shared with this namespace,
 /// a Bucket's credentials) are never shared.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "kopper.dev",
     version = "v1alpha1",
     kind = "SecretSync",
-    doc = "Keeps a copy of one Secret of this namespace in other namespaces: the destinations named or selected, each only if it accepts copies from this namespace (annotation kopper.dev/accept-replication-from on the Namespace). Copies follow the source, are restored when edited or deleted, and are removed when this object goes or a destination withdraws its consent. Credentials of the cluster (service-account and bootstrap tokens, Helm releases) and Secrets kopper made are never shared. An object of the same name that kopper did not create is never touched; it is reported in status.",
+    doc = "Keeps a copy of one Secret of this namespace in other namespaces: the destinations named or selected, each only if it accepts copies from this namespace (annotation kopper.dev/accept-replication-from on the Namespace). Copies follow the source, are restored when edited or deleted, and are removed when this object goes or a destination withdraws its consent. Credentials of the cluster (service-account and bootstrap tokens, Helm releases and any Secret labelled owner=helm) and Secrets kopper made are never shared. An object of the same name that kopper did not create is never touched; it is reported in status.",
     plural = "secretsyncs",
     namespaced,
     shortname = "scs",
@@ -44,8 +45,8 @@ pub type SecretSyncStatus = TenantSyncStatus;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SecretSyncSpec {
-    /// Namespace of the Secret to copy. Must be this object's own namespace unless kopper
-    /// allows cross-namespace sources.
+    /// Namespace of the Secret to copy. Must be this object's own namespace: a SecretSync
+    /// never reads another namespace's Secrets (Ready=False, `CrossNamespaceSourceDenied`).
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub source_namespace: String,
 

@@ -43,14 +43,18 @@ pub struct TenantSyncStatus {
     pub refused_destinations: Vec<String>,
 
     /// `Ready` is True when every destination holds an up-to-date copy. Reason
-    /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own;
+    /// `CrossNamespaceSourceDenied` means the source namespace is not this object's own (or
+    /// is protected);
     /// `DestinationRefused` that a named destination does not accept copies from here;
     /// `Progressing` that copies are still being written; `CopyBeingDeleted` that copies are
     /// held in deletion by another controller's finalizer; `SourceKeysMissing` that the
     /// source lacks keys `keys` lists (the copies hold the others; lacking them all, it is
     /// not copied); `SecretTypeNeedsKeys` that the keys kept lack what the copies' Secret
     /// type requires (set `secretType`); `CredentialTypeRefused` that the source is a
-    /// credential of the cluster, never shared (its copies are removed);
+    /// credential of the cluster (a Secret labelled `owner: helm` among them), never shared
+    /// (its copies are removed); `HelmReleaseRefused` that the source ConfigMap is labelled
+    /// `owner: helm`, a Helm release record to Helm's configmap driver, never shared (its
+    /// copies are removed);
     /// `SourceMadeByKopper` that the source is a copy kopper made (or a Bucket's
     /// credentials), never passed on; `InvalidShape` that a shaping field asks for what
     /// kopper never writes (the message names it).
