@@ -181,6 +181,21 @@ fn succeeded<T>(service: &'static str, operation: &'static str, value: T) -> T {
     value
 }
 
+/// An SDK call's answer as a [`ProviderResult`], counted as a success or a failure.
+fn counted<T, E>(
+    service: &'static str,
+    operation: &'static str,
+    result: Result<T, SdkError<E, HttpResponse>>,
+) -> ProviderResult<T>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match result {
+        Ok(value) => Ok(succeeded(service, operation, value)),
+        Err(error) => Err(failed(service, operation, error)),
+    }
+}
+
 fn outcome(kind: FailureKind) -> &'static str {
     match kind {
         FailureKind::NotFound => "not_found",
@@ -249,6 +264,11 @@ fn iam_tags(tags: &BTreeMap<String, String>) -> Vec<aws_sdk_iam::types::Tag> {
         .collect()
 }
 
+/// IAM's tags of a user or role as a map.
+fn tag_map(tags: &[aws_sdk_iam::types::Tag]) -> BTreeMap<String, String> {
+    tags.iter().map(|tag| (tag.key().to_owned(), tag.value().to_owned())).collect()
+}
+
 fn invalid_request(
     service: &'static str,
     operation: &'static str,
@@ -288,7 +308,7 @@ impl AwsProvider {
         loop {
             let result =
                 self.s3.list_buckets().prefix(bucket).set_continuation_token(token.clone()).send().await;
-            let listed = succeeded("s3", "ListBuckets", result.map_err(|e| failed("s3", "ListBuckets", e))?);
+            let listed = counted("s3", "ListBuckets", result)?;
             if listed.buckets().iter().any(|listed| listed.name() == Some(bucket)) {
                 return Ok(true);
             }
@@ -310,15 +330,8 @@ impl AwsProvider {
 
     async fn delete_one_batch(&self, bucket: &str) -> ProviderResult<u64> {
         let batch = self.settings.delete_batch.unwrap_or(MAX_DELETE_BATCH).clamp(1, MAX_DELETE_BATCH);
-        let listed = self
-            .s3
-            .list_object_versions()
-            .bucket(bucket)
-            .max_keys(i32::from(batch))
-            .send()
-            .await
-            .map_err(|e| failed("s3", "ListObjectVersions", e))?;
-        let listed = succeeded("s3", "ListObjectVersions", listed);
+        let listed = self.s3.list_object_versions().bucket(bucket).max_keys(i32::from(batch)).send().await;
+        let listed = counted("s3", "ListObjectVersions", listed)?;
         let versions = listed.versions().iter().map(|v| (v.key(), v.version_id()));
         let markers = listed.delete_markers().iter().map(|m| (m.key(), m.version_id()));
         let objects: Vec<ObjectIdentifier> = versions
@@ -341,8 +354,7 @@ impl AwsProvider {
             .build()
             .map_err(|e| invalid_request("s3", "DeleteObjects", e))?;
         let deleted = self.s3.delete_objects().bucket(bucket).delete(delete).send().await;
-        let deleted =
-            succeeded("s3", "DeleteObjects", deleted.map_err(|e| failed("s3", "DeleteObjects", e))?);
+        let deleted = counted("s3", "DeleteObjects", deleted)?;
         if let Some(error) = deleted.errors().first() {
             return Err(ProviderError {
                 service: "s3",
@@ -434,9 +446,7 @@ impl Provider for AwsProvider {
                 .build()
                 .map_err(|e| invalid_request("s3", "PutBucketTagging", e))?;
             let result = self.s3.put_bucket_tagging().bucket(bucket).tagging(tagging).send().await;
-            result
-                .map(|o| drop(succeeded("s3", "PutBucketTagging", o)))
-                .map_err(|e| failed("s3", "PutBucketTagging", e))
+            counted("s3", "PutBucketTagging", result).map(drop)
         }
         .boxed()
     }
@@ -444,8 +454,7 @@ impl Provider for AwsProvider {
     fn versioning<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>> {
         async move {
             let output = self.s3.get_bucket_versioning().bucket(bucket).send().await;
-            let output = output.map_err(|e| failed("s3", "GetBucketVersioning", e))?;
-            let output = succeeded("s3", "GetBucketVersioning", output);
+            let output = counted("s3", "GetBucketVersioning", output)?;
             Ok(output.status() == Some(&BucketVersioningStatus::Enabled))
         }
         .boxed()
@@ -463,9 +472,7 @@ impl Provider for AwsProvider {
                 .versioning_configuration(configuration)
                 .send()
                 .await;
-            result
-                .map(|o| drop(succeeded("s3", "PutBucketVersioning", o)))
-                .map_err(|e| failed("s3", "PutBucketVersioning", e))
+            counted("s3", "PutBucketVersioning", result).map(drop)
         }
         .boxed()
     }
@@ -473,8 +480,7 @@ impl Provider for AwsProvider {
     fn bucket_is_empty<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>> {
         async move {
             let listed = self.s3.list_object_versions().bucket(bucket).max_keys(1).send().await;
-            let listed = listed.map_err(|e| failed("s3", "ListObjectVersions", e))?;
-            let listed = succeeded("s3", "ListObjectVersions", listed);
+            let listed = counted("s3", "ListObjectVersions", listed)?;
             Ok(listed.versions().is_empty() && listed.delete_markers().is_empty())
         }
         .boxed()
@@ -487,11 +493,7 @@ impl Provider for AwsProvider {
     fn delete_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
         async move {
             let result = self.s3.delete_bucket().bucket(bucket).send().await;
-            gone(
-                result
-                    .map(|o| drop(succeeded("s3", "DeleteBucket", o)))
-                    .map_err(|e| failed("s3", "DeleteBucket", e)),
-            )
+            gone(counted("s3", "DeleteBucket", result).map(drop))
         }
         .boxed()
     }
@@ -502,8 +504,7 @@ impl Provider for AwsProvider {
             let mut marker: Option<String> = None;
             loop {
                 let result = self.iam.list_users().set_marker(marker.clone()).send().await;
-                let listed =
-                    succeeded("iam", "ListUsers", result.map_err(|e| failed("iam", "ListUsers", e))?);
+                let listed = counted("iam", "ListUsers", result)?;
                 let page = listed.users().iter().map(|user| user.user_name());
                 names.extend(page.filter(|name| name.starts_with(prefix)).map(str::to_owned));
                 match listed.marker() {
@@ -530,13 +531,7 @@ impl Provider for AwsProvider {
     ) -> BoxFuture<'a, ProviderResult<Option<BTreeMap<String, String>>>> {
         async move {
             let result = self.iam.list_user_tags().user_name(user).send().await;
-            let result = result.map_err(|e| failed("iam", "ListUserTags", e)).map(|output| {
-                succeeded("iam", "ListUserTags", output)
-                    .tags()
-                    .iter()
-                    .map(|tag| (tag.key().to_owned(), tag.value().to_owned()))
-                    .collect()
-            });
+            let result = counted("iam", "ListUserTags", result).map(|output| tag_map(output.tags()));
             found(result)
         }
         .boxed()
@@ -549,9 +544,7 @@ impl Provider for AwsProvider {
     ) -> BoxFuture<'a, ProviderResult<()>> {
         async move {
             let result = self.iam.create_user().user_name(user).set_tags(Some(iam_tags(tags))).send().await;
-            result
-                .map(|o| drop(succeeded("iam", "CreateUser", o)))
-                .map_err(|e| failed("iam", "CreateUser", e))
+            counted("iam", "CreateUser", result).map(drop)
         }
         .boxed()
     }
@@ -559,11 +552,7 @@ impl Provider for AwsProvider {
     fn delete_user<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
         async move {
             let result = self.iam.delete_user().user_name(user).send().await;
-            gone(
-                result
-                    .map(|o| drop(succeeded("iam", "DeleteUser", o)))
-                    .map_err(|e| failed("iam", "DeleteUser", e)),
-            )
+            gone(counted("iam", "DeleteUser", result).map(drop))
         }
         .boxed()
     }
@@ -575,9 +564,8 @@ impl Provider for AwsProvider {
     ) -> BoxFuture<'a, ProviderResult<Option<serde_json::Value>>> {
         async move {
             let result = self.iam.get_user_policy().user_name(user).policy_name(policy).send().await;
-            let result = result
-                .map_err(|e| failed("iam", "GetUserPolicy", e))
-                .map(|output| parse_policy(succeeded("iam", "GetUserPolicy", output).policy_document()));
+            let result =
+                counted("iam", "GetUserPolicy", result).map(|output| parse_policy(output.policy_document()));
             found(result)
         }
         .boxed()
@@ -597,9 +585,7 @@ impl Provider for AwsProvider {
                 .policy_name(policy)
                 .policy_document(document.to_string());
             let result = request.send().await;
-            result
-                .map(|o| drop(succeeded("iam", "PutUserPolicy", o)))
-                .map_err(|e| failed("iam", "PutUserPolicy", e))
+            counted("iam", "PutUserPolicy", result).map(drop)
         }
         .boxed()
     }
@@ -607,11 +593,7 @@ impl Provider for AwsProvider {
     fn delete_user_policy<'a>(&'a self, user: &'a str, policy: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
         async move {
             let result = self.iam.delete_user_policy().user_name(user).policy_name(policy).send().await;
-            gone(
-                result
-                    .map(|o| drop(succeeded("iam", "DeleteUserPolicy", o)))
-                    .map_err(|e| failed("iam", "DeleteUserPolicy", e)),
-            )
+            gone(counted("iam", "DeleteUserPolicy", result).map(drop))
         }
         .boxed()
     }
@@ -619,8 +601,7 @@ impl Provider for AwsProvider {
     fn access_keys<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<Vec<AccessKey>>> {
         async move {
             let result = self.iam.list_access_keys().user_name(user).send().await;
-            let output =
-                succeeded("iam", "ListAccessKeys", result.map_err(|e| failed("iam", "ListAccessKeys", e))?);
+            let output = counted("iam", "ListAccessKeys", result)?;
             Ok(output
                 .access_key_metadata()
                 .iter()
@@ -636,8 +617,7 @@ impl Provider for AwsProvider {
     fn create_access_key<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<NewAccessKey>> {
         async move {
             let result = self.iam.create_access_key().user_name(user).send().await;
-            let output =
-                succeeded("iam", "CreateAccessKey", result.map_err(|e| failed("iam", "CreateAccessKey", e))?);
+            let output = counted("iam", "CreateAccessKey", result)?;
             let key = output.access_key().ok_or_else(|| ProviderError {
                 service: "iam",
                 operation: "CreateAccessKey",
@@ -656,11 +636,7 @@ impl Provider for AwsProvider {
     fn delete_access_key<'a>(&'a self, user: &'a str, key_id: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
         async move {
             let result = self.iam.delete_access_key().user_name(user).access_key_id(key_id).send().await;
-            gone(
-                result
-                    .map(|o| drop(succeeded("iam", "DeleteAccessKey", o)))
-                    .map_err(|e| failed("iam", "DeleteAccessKey", e)),
-            )
+            gone(counted("iam", "DeleteAccessKey", result).map(drop))
         }
         .boxed()
     }
@@ -672,8 +648,7 @@ impl Provider for AwsProvider {
             loop {
                 let request = self.iam.list_roles().path_prefix(path_prefix).set_marker(marker.clone());
                 let result = request.send().await;
-                let listed =
-                    succeeded("iam", "ListRoles", result.map_err(|e| failed("iam", "ListRoles", e))?);
+                let listed = counted("iam", "ListRoles", result)?;
                 // A service that ignores the path prefix lists every role: only ours count.
                 let page = listed.roles().iter().filter(|role| role.path().starts_with(path_prefix));
                 names.extend(page.map(|role| role.role_name().to_owned()));
@@ -700,13 +675,7 @@ impl Provider for AwsProvider {
     ) -> BoxFuture<'a, ProviderResult<Option<BTreeMap<String, String>>>> {
         async move {
             let result = self.iam.list_role_tags().role_name(role).send().await;
-            let result = result.map_err(|e| failed("iam", "ListRoleTags", e)).map(|output| {
-                succeeded("iam", "ListRoleTags", output)
-                    .tags()
-                    .iter()
-                    .map(|tag| (tag.key().to_owned(), tag.value().to_owned()))
-                    .collect()
-            });
+            let result = counted("iam", "ListRoleTags", result).map(|output| tag_map(output.tags()));
             found(result)
         }
         .boxed()
@@ -715,8 +684,7 @@ impl Provider for AwsProvider {
     fn role<'a>(&'a self, role: &'a str) -> BoxFuture<'a, ProviderResult<Option<Role>>> {
         async move {
             let result = self.iam.get_role().role_name(role).send().await;
-            let result = result.map_err(|e| failed("iam", "GetRole", e)).and_then(|output| {
-                let output = succeeded("iam", "GetRole", output);
+            let result = counted("iam", "GetRole", result).and_then(|output| {
                 let role = output.role().ok_or_else(|| ProviderError {
                     service: "iam",
                     operation: "GetRole",
@@ -746,11 +714,7 @@ impl Provider for AwsProvider {
                 .path(path)
                 .assume_role_policy_document(trust.to_string())
                 .set_tags(Some(iam_tags(tags)));
-            let output = succeeded(
-                "iam",
-                "CreateRole",
-                request.send().await.map_err(|e| failed("iam", "CreateRole", e))?,
-            );
+            let output = counted("iam", "CreateRole", request.send().await)?;
             output.role().map(|role| role.arn().to_owned()).ok_or_else(|| ProviderError {
                 service: "iam",
                 operation: "CreateRole",
@@ -769,11 +733,7 @@ impl Provider for AwsProvider {
         async move {
             let request =
                 self.iam.update_assume_role_policy().role_name(role).policy_document(trust.to_string());
-            request
-                .send()
-                .await
-                .map(|o| drop(succeeded("iam", "UpdateAssumeRolePolicy", o)))
-                .map_err(|e| failed("iam", "UpdateAssumeRolePolicy", e))
+            counted("iam", "UpdateAssumeRolePolicy", request.send().await).map(drop)
         }
         .boxed()
     }
@@ -781,11 +741,7 @@ impl Provider for AwsProvider {
     fn delete_role<'a>(&'a self, role: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
         async move {
             let result = self.iam.delete_role().role_name(role).send().await;
-            gone(
-                result
-                    .map(|o| drop(succeeded("iam", "DeleteRole", o)))
-                    .map_err(|e| failed("iam", "DeleteRole", e)),
-            )
+            gone(counted("iam", "DeleteRole", result).map(drop))
         }
         .boxed()
     }
@@ -797,9 +753,8 @@ impl Provider for AwsProvider {
     ) -> BoxFuture<'a, ProviderResult<Option<serde_json::Value>>> {
         async move {
             let result = self.iam.get_role_policy().role_name(role).policy_name(policy).send().await;
-            let result = result
-                .map_err(|e| failed("iam", "GetRolePolicy", e))
-                .map(|output| parse_policy(succeeded("iam", "GetRolePolicy", output).policy_document()));
+            let result =
+                counted("iam", "GetRolePolicy", result).map(|output| parse_policy(output.policy_document()));
             found(result)
         }
         .boxed()
@@ -818,11 +773,7 @@ impl Provider for AwsProvider {
                 .role_name(role)
                 .policy_name(policy)
                 .policy_document(document.to_string());
-            request
-                .send()
-                .await
-                .map(|o| drop(succeeded("iam", "PutRolePolicy", o)))
-                .map_err(|e| failed("iam", "PutRolePolicy", e))
+            counted("iam", "PutRolePolicy", request.send().await).map(drop)
         }
         .boxed()
     }
@@ -830,11 +781,7 @@ impl Provider for AwsProvider {
     fn delete_role_policy<'a>(&'a self, role: &'a str, policy: &'a str) -> BoxFuture<'a, ProviderResult<()>> {
         async move {
             let result = self.iam.delete_role_policy().role_name(role).policy_name(policy).send().await;
-            gone(
-                result
-                    .map(|o| drop(succeeded("iam", "DeleteRolePolicy", o)))
-                    .map_err(|e| failed("iam", "DeleteRolePolicy", e)),
-            )
+            gone(counted("iam", "DeleteRolePolicy", result).map(drop))
         }
         .boxed()
     }

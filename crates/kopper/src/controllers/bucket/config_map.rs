@@ -2,17 +2,16 @@
 //! the bucket and where it is. A ConfigMap, not a Secret: it holds nothing secret (the role
 //! can be assumed only with the ServiceAccount's token), so workloads and people may read it
 //! without the right to read Secrets, and it can be mounted or put into the environment
-//! (`envFrom`) as it is. Written like the Secret of a key (create, or replace conditioned on
-//! its resourceVersion), and only when something differs.
+//! (`envFrom`) as it is. Written as the Secret of a key is ([`super::secret::write`]:
+//! create, or replace conditioned on its resourceVersion), and only when something differs.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{ObjectMeta, PostParams};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
 
-use super::Error;
-use super::secret::{BUCKET_LABEL, Contents, owner_reference};
+use super::secret::{BUCKET_LABEL, Contents, holds_labels, owner_reference};
 use super::types::Bucket;
 
 /// Key of the role's ARN: the AWS SDKs' variable for web identity, with
@@ -41,33 +40,7 @@ pub fn desired(bucket: &Bucket, contents: &Contents, role_arn: &str) -> ConfigMa
 
 /// Whether `current` already holds what `desired` does.
 pub fn up_to_date(current: &ConfigMap, desired: &ConfigMap) -> bool {
-    desired.data == current.data
-        && desired.metadata.labels.iter().flatten().all(|(k, v)| current.labels().get(k) == Some(v))
-}
-
-/// Creates the ConfigMap, or replaces `current` conditioned on its resourceVersion, keeping
-/// the labels, annotations and finalizers others put on it.
-pub async fn write(
-    api: &Api<ConfigMap>,
-    current: Option<&ConfigMap>,
-    mut desired: ConfigMap,
-    field_manager: &str,
-) -> Result<(), Error> {
-    let name = desired.name_any();
-    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
-    let result = match current {
-        None => api.create(&params, &desired).await,
-        Some(current) => {
-            let mut labels = current.labels().clone();
-            labels.extend(desired.metadata.labels.take().unwrap_or_default());
-            desired.metadata.labels = Some(labels);
-            desired.metadata.annotations = current.metadata.annotations.clone();
-            desired.metadata.finalizers = current.metadata.finalizers.clone();
-            desired.metadata.resource_version = current.resource_version();
-            api.replace(&name, &params, &desired).await
-        }
-    };
-    result.map(drop).map_err(Error::kube(format!("writing ConfigMap {name}")))
+    desired.data == current.data && holds_labels(current, desired)
 }
 
 #[cfg(test)]

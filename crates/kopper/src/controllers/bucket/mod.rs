@@ -1014,7 +1014,7 @@ impl Pass<'_> {
         if current.as_ref().is_some_and(|current| config_map::up_to_date(current, &desired)) {
             return Ok(());
         }
-        config_map::write(&api, current.as_ref(), desired, &self.ctx.settings.field_manager_for(NAME)).await
+        secret::write(&api, current.as_ref(), desired, &self.ctx.settings.field_manager_for(NAME)).await
     }
 
     /// The ServiceAccount `account` when this Bucket holds it ([`service_account::holder`]) and

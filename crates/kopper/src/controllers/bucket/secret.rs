@@ -8,6 +8,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::Error;
 use super::aws::StaticCredentials;
@@ -131,34 +133,42 @@ pub fn refreshed(bucket: &Bucket, current: &Secret, contents: &Contents) -> Opti
     let key_id = String::from_utf8_lossy(&data.get(ACCESS_KEY_ID)?.0).into_owned();
     let secret_key = String::from_utf8_lossy(&data.get(SECRET_ACCESS_KEY)?.0).into_owned();
     let desired = desired(bucket, contents, &key_id, &secret_key);
-    let same = desired.data == current.data
-        && desired.metadata.labels.iter().flatten().all(|(k, v)| current.labels().get(k) == Some(v));
+    let same = desired.data == current.data && holds_labels(current, &desired);
     (!same).then_some(desired)
 }
 
-/// Creates the Secret, or replaces `current` conditioned on its resourceVersion; keeps the
-/// labels, annotations and finalizers others put on it.
-pub async fn write(
-    api: &Api<Secret>,
-    current: Option<&Secret>,
-    mut desired: Secret,
+/// Creates the Bucket's Secret (or ConfigMap), or replaces `current` conditioned on its
+/// resourceVersion; keeps the labels, annotations and finalizers others put on it.
+pub async fn write<K>(
+    api: &Api<K>,
+    current: Option<&K>,
+    mut desired: K,
     field_manager: &str,
-) -> Result<(), Error> {
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
     let name = desired.name_any();
     let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
     let result = match current {
         None => api.create(&params, &desired).await,
         Some(current) => {
             let mut labels = current.labels().clone();
-            labels.extend(desired.metadata.labels.take().unwrap_or_default());
-            desired.metadata.labels = Some(labels);
-            desired.metadata.annotations = current.metadata.annotations.clone();
-            desired.metadata.finalizers = current.metadata.finalizers.clone();
-            desired.metadata.resource_version = current.resource_version();
+            labels.extend(desired.meta_mut().labels.take().unwrap_or_default());
+            let meta = desired.meta_mut();
+            meta.labels = Some(labels);
+            meta.annotations = current.meta().annotations.clone();
+            meta.finalizers = current.meta().finalizers.clone();
+            meta.resource_version = current.resource_version();
             api.replace(&name, &params, &desired).await
         }
     };
-    result.map(drop).map_err(Error::kube(format!("writing Secret {name}")))
+    result.map(drop).map_err(Error::kube(format!("writing {} {name}", K::kind(&()))))
+}
+
+/// Whether `current` carries every label `desired` sets (others may add their own).
+pub fn holds_labels(current: &impl Resource, desired: &impl Resource) -> bool {
+    desired.meta().labels.iter().flatten().all(|(key, value)| current.labels().get(key) == Some(value))
 }
 
 /// Reads kopper's own provider credentials from `namespace/name` (keys `AWS_ACCESS_KEY_ID`,
