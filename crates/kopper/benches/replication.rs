@@ -36,7 +36,16 @@
 //!   that its p99 is the third slowest, not the slowest as over 50);
 //! - `REPLICATION_BENCH_UPDATES`: source updates timed for figure 2 at each scale
 //!   (default 20);
-//! - `REPLICATION_BENCH_NAMESPACES`: the namespaces of figure 5 (default 5000; 0 skips it).
+//! - `REPLICATION_BENCH_NAMESPACES`: the namespaces of figure 5 (default 5000; 0 skips it);
+//! - `REPLICATION_BENCH_NETWORK_POLICY`: the namespaces of figure 6 (default: the largest
+//!   scale; 0 skips it).
+//!
+//! 6. Then a NetworkPolicy run at one scale, next to the ConfigMap figures of that scale: one
+//!    rule copying a default-deny NetworkPolicy from a protected namespace into every
+//!    namespace (kopper run with `--replicate-kinds networking.k8s.io/v1/NetworkPolicy`);
+//!    new-namespace latency (create request to the copy, polled every 2 ms), fan-out of a
+//!    source update against kubesim taking the same N NetworkPolicy replaces from the bench
+//!    (its ratio), writes and dry-runs per copy and while idle, and kopper's peak memory.
 //!
 //! For a quick check: `REPLICATION_BENCH_SCALES=200 REPLICATION_BENCH_NEW_NAMESPACES=10
 //! REPLICATION_BENCH_UPDATES=3 REPLICATION_BENCH_NAMESPACES=0 cargo bench -p kopper --bench
@@ -258,6 +267,11 @@ struct Kopper {
 
 impl Kopper {
     fn start(kubeconfig: &Path) -> Self {
+        Self::start_with(kubeconfig, &[])
+    }
+
+    /// With `extra` flags of `kopper run`.
+    fn start_with(kubeconfig: &Path, extra: &[&str]) -> Self {
         let admin_port =
             TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kopper"))
@@ -265,6 +279,7 @@ impl Kopper {
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--admin-addr", &format!("127.0.0.1:{admin_port}"), "--log-level", "warn"])
+            .args(extra)
             .stdout(Stdio::null())
             .spawn()
             .expect("the kopper binary starts");
@@ -1141,10 +1156,190 @@ async fn main() {
         summaries.push(scale_figures(&scale).await);
     }
     print_summary(&summaries);
+    let largest = summaries.iter().map(|summary| summary.namespaces).max().unwrap_or(1_000);
+    let policy_namespaces = env_usize("REPLICATION_BENCH_NETWORK_POLICY", largest);
+    if policy_namespaces > 0 {
+        network_policy_figures(policy_namespaces, new_namespaces, updates).await;
+    }
     if memory_namespaces > 0 {
         memory_figures(memory_namespaces).await;
     }
     println!("  (whole benchmark: {:.0} s)", started.elapsed().as_secs_f64());
+}
+
+/// The protected namespace the NetworkPolicy run's source lives in.
+const POLICY_NAMESPACE: &str = "platform";
+
+/// A default-deny NetworkPolicy named `name`; `revision` goes into its pod selector and a
+/// label, so that a copy's revision shows in kubesim's label index.
+fn default_deny(
+    name: &str,
+    namespace: &str,
+    revision: usize,
+) -> k8s_openapi::api::networking::v1::NetworkPolicy {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"replicate": "default-deny", "revision": revision.to_string()}},
+        "spec": {"podSelector": {"matchExpressions": [
+            {"key": "revision", "operator": "NotIn", "values": [revision.to_string()]}]}},
+    }))
+    .unwrap()
+}
+
+impl Cluster {
+    fn policies(&self, namespace: &str) -> Api<k8s_openapi::api::networking::v1::NetworkPolicy> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// kopper's NetworkPolicy copies holding `revision`.
+    fn policy_copies(&self, revision: usize) -> usize {
+        let selector = format!("{},revision={revision}", copy_selector());
+        self.sim.count_labelled_in("networking.k8s.io", "networkpolicies", &selector).unwrap()
+    }
+
+    async fn wait_for_policy_copies(&self, count: usize, revision: usize) -> Duration {
+        let started = Instant::now();
+        while self.policy_copies(revision) < count {
+            assert!(
+                started.elapsed() < CONVERGENCE_LIMIT,
+                "timed out waiting for {count} NetworkPolicy copies"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        started.elapsed()
+    }
+
+    fn policy_writes(&self) -> (u64, u64) {
+        let counters = self.sim.counters();
+        (counters.writes("networkpolicies"), counters.dry_runs("networkpolicies"))
+    }
+}
+
+/// Figure 6: the NetworkPolicy run at `namespaces`.
+async fn network_policy_figures(namespaces: usize, new_count: usize, updates: usize) {
+    let cluster = Cluster::start().await;
+    let namespace_api: Api<Namespace> = Api::all(cluster.client.clone());
+    let platform: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": POLICY_NAMESPACE}})).unwrap();
+    namespace_api.create(&PostParams::default(), &platform).await.unwrap();
+    cluster.create_namespaces(0..namespaces).await;
+    // Baseline: kubesim taking N NetworkPolicy replaces straight from the bench, 16 at a time.
+    concurrently(0..namespaces, CREATE_WORKERS, |n| {
+        let api = cluster.policies(&namespace_name(n));
+        async move {
+            api.create(&PostParams::default(), &default_deny(BASELINE_NAME, &namespace_name(n), 0))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let baseline_started = Instant::now();
+    concurrently(0..namespaces, KOPPER_CONCURRENT_WRITES, |n| {
+        let api = cluster.policies(&namespace_name(n));
+        async move {
+            let mut policy = api.get(BASELINE_NAME).await.unwrap();
+            policy.metadata.labels.get_or_insert_default().insert("revision".into(), "1".into());
+            api.replace(BASELINE_NAME, &PostParams::default(), &policy).await.unwrap();
+        }
+    })
+    .await;
+    let baseline = baseline_started.elapsed();
+
+    let source = default_deny("default-deny", POLICY_NAMESPACE, 0);
+    cluster.policies(POLICY_NAMESPACE).create(&PostParams::default(), &source).await.unwrap();
+    let rule: ReplicationRule = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ReplicationRule", "metadata": {"name": "default-deny"},
+        "spec": {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "namespaces": [POLICY_NAMESPACE],
+                 "selector": {"matchLabels": {"replicate": "default-deny"}}},
+    }))
+    .unwrap();
+    Api::<ReplicationRule>::all(cluster.client.clone()).create(&PostParams::default(), &rule).await.unwrap();
+    let (writes, _) = cluster.policy_writes();
+    let kopper = Kopper::start_with(
+        &cluster.kubeconfig,
+        &[
+            "--replicate-kinds",
+            "networking.k8s.io/v1/NetworkPolicy",
+            "--protected-namespaces",
+            POLICY_NAMESPACE,
+        ],
+    );
+    let initial = cluster.wait_for_policy_copies(namespaces, 0).await;
+    let initial_writes = cluster.policy_writes().0 - writes;
+
+    let (writes, dry_runs) = cluster.policy_writes();
+    let mut fan_outs = Vec::with_capacity(updates);
+    for revision in 1..=updates {
+        let started = Instant::now();
+        let updated = default_deny("default-deny", POLICY_NAMESPACE, revision);
+        let params = PatchParams::apply("bench").force();
+        cluster
+            .policies(POLICY_NAMESPACE)
+            .patch("default-deny", &params, &Patch::Apply(&updated))
+            .await
+            .unwrap();
+        cluster.wait_for_policy_copies(namespaces, revision).await;
+        fan_outs.push(started.elapsed());
+    }
+    let (after, after_dry) = cluster.policy_writes();
+    let update_writes = (after - writes).saturating_sub(updates as u64);
+    let update_dry_runs = after_dry - dry_runs;
+    let (_, peak_kib) = kopper.memory_kib();
+
+    let mut arrivals = Vec::with_capacity(new_count);
+    let writes = cluster.policy_writes().0;
+    for n in namespaces..namespaces + new_count {
+        tokio::time::sleep(NEW_NAMESPACE_GAP).await;
+        let started = Instant::now();
+        cluster.create_namespace(n).await;
+        let api = cluster.policies(&namespace_name(n));
+        while api.get_opt("default-deny").await.unwrap().is_none() {
+            assert!(started.elapsed() < EVENT_LIMIT, "no copy in a new namespace");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        arrivals.push(started.elapsed());
+    }
+    let new_namespace_writes = cluster.policy_writes().0 - writes;
+
+    let idle = cluster.policy_writes();
+    tokio::time::sleep(STEADY_PERIOD).await;
+    let idle_after = cluster.policy_writes();
+    drop(kopper);
+    cluster.sim.shutdown().await;
+
+    let (new_p50, new_p99) = p50_p99(&arrivals, |d| *d);
+    let (fan_p50, fan_p99) = p50_p99(&fan_outs, |d| *d);
+    println!(
+        "replication of a NetworkPolicy at {namespaces} namespaces (1 default-deny source from a protected namespace)"
+    );
+    println!(
+        "  initial replication:          {:>8.2} s for {namespaces} copies   ({initial_writes} writes, {:.3} per copy)",
+        initial.as_secs_f64(),
+        initial_writes as f64 / namespaces as f64
+    );
+    println!(
+        "  new namespace to its copy:    {:>8.1} ms p50, {:.1} ms p99   (over {new_count}, polled every 2 ms; \
+         {new_namespace_writes} writes)",
+        ms(new_p50),
+        ms(new_p99)
+    );
+    println!(
+        "  fan-out of a source update:   {:>8.1} ms p50, {:.1} ms p99   (baseline: {:.1} ms for {namespaces} \
+         replaces from the bench; ratio {:.2}; {:.3} writes and {:.3} dry-runs per copy changed)",
+        ms(fan_p50),
+        ms(fan_p99),
+        ms(baseline),
+        fan_p50.as_secs_f64() / baseline.as_secs_f64().max(1e-9),
+        update_writes as f64 / (updates * namespaces) as f64,
+        update_dry_runs as f64 / (updates * namespaces) as f64
+    );
+    println!(
+        "  idle for {:.0} s:                 {} writes, {} dry-runs   (aim: 0)",
+        STEADY_PERIOD.as_secs_f64(),
+        idle_after.0 - idle.0,
+        idle_after.1 - idle.1
+    );
+    println!("  kopper resident:              {:>8.1} MiB peak (VmHWM)", mib(peak_kib * 1024));
 }
 
 /// A comma-separated list of namespace counts; `default` when unset or unreadable.

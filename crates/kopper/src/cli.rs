@@ -218,6 +218,16 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
 
+    /// Kinds besides ConfigMap and Secret that ReplicationRules may copy, as apiVersion/Kind,
+    /// comma-separated, e.g. `networking.k8s.io/v1/NetworkPolicy,v1/LimitRange`. kopper needs
+    /// get, list, watch, create, update and delete on each (the chart's
+    /// replication.extraKinds grants them). Kinds that grant rights or open the network (RBAC,
+    /// NetworkPolicy, any custom resource) are copied only from protected namespaces unless a
+    /// rule sets allowUnprotectedSources. A kind the API server does not serve is not fatal:
+    /// rules naming it wait for it (KindNotServed).
+    #[arg(long, env = "KOPPER_REPLICATE_KINDS", value_delimiter = ',', value_parser = crate::kinds::parse_entry)]
+    pub replicate_kinds: Vec<crate::kinds::KindEntry>,
+
     /// Base of the field managers kopper writes with: each controller writes as
     /// `<this>/<controller>` (e.g. `kopper/namespace-access`), so managedFields show which
     /// controller owns a field.
@@ -468,6 +478,7 @@ impl RunArgs {
                 ),
                 allow_unconsented: self.allow_unconsented_destinations,
             },
+            replicate_kinds: crate::kinds::AllowedKinds::new(self.replicate_kinds.iter().cloned()),
         }
     }
 
@@ -551,6 +562,9 @@ pub struct PlanArgs {
     /// The namespace kopper runs in, protected like the system ones (`kopper run --namespace`).
     #[arg(long, value_parser = parse_namespace)]
     pub kopper_namespace: Option<String>,
+    /// Plan as if kopper ran with these --replicate-kinds (apiVersion/Kind, comma-separated).
+    #[arg(long, env = "KOPPER_REPLICATE_KINDS", value_delimiter = ',', value_parser = crate::kinds::parse_entry)]
+    pub replicate_kinds: Vec<crate::kinds::KindEntry>,
 }
 
 impl PlanArgs {
@@ -565,6 +579,7 @@ impl PlanArgs {
                 ),
                 allow_unconsented: self.allow_unconsented_destinations,
             },
+            replicate_kinds: crate::kinds::AllowedKinds::new(self.replicate_kinds.iter().cloned()),
             ..Settings::default()
         }
     }
@@ -679,6 +694,28 @@ mod tests {
         assert!(!help.to_lowercase().contains("seed"), "help speaks of seeds:\n{help}");
         for (name, _) in crate::samples::BUILT_IN {
             assert!(!name.contains("seed"), "sample {name} is named after a seed");
+        }
+    }
+
+    #[test]
+    fn replicated_kinds_are_a_comma_list_deduplicated_and_a_bad_entry_is_refused_naming_the_flag() {
+        let Ok(Command::Run(run)) = parse(&[]) else { panic!("expected run") };
+        assert!(run.settings().replicate_kinds.is_empty(), "none by default");
+        let list = "networking.k8s.io/v1/NetworkPolicy,v1/LimitRange,v1/LimitRange,example.com/v1/Widget";
+        let Ok(Command::Run(run)) = parse(&["run", "--replicate-kinds", list]) else {
+            panic!("expected run")
+        };
+        let kinds = run.settings().replicate_kinds;
+        assert_eq!(
+            format!("{kinds:?}"),
+            r#"["v1/LimitRange", "example.com/v1/Widget", "networking.k8s.io/v1/NetworkPolicy"]"#
+        );
+        for bad in ["NetworkPolicy", "kopper.dev/v1alpha1/ReplicationRule", "v1/LimitRange,apps/Deployment"] {
+            let message = parse(&["run", "--replicate-kinds", bad]).err().unwrap().to_string();
+            assert!(
+                message.contains("--replicate-kinds") && message.contains("KOPPER_REPLICATE_KINDS"),
+                "{message}"
+            );
         }
     }
 

@@ -19,7 +19,7 @@ use crate::controllers::bucket::types::Bucket;
 use crate::controllers::replication::model::{
     MANAGED_BY_LABEL, REPLICATED_BY_LABEL, SOURCE_NAME_ANNOTATION, SOURCE_NAMESPACE_ANNOTATION,
 };
-use crate::controllers::replication::types::{ReplicatedKind, ReplicationRule};
+use crate::controllers::replication::types::ReplicationRule;
 use crate::runtime::Shutdown;
 
 const FIELD_MANAGER: &str = "kopper-demo";
@@ -115,6 +115,12 @@ fn run_args(args: &DemoArgs, kubeconfig: &Path) -> anyhow::Result<RunArgs> {
         "false".into(),
         "--admin-addr".into(),
         admin_addr(args).to_string(),
+        // The default-deny sample's source lives in kopper's own namespace, which is
+        // protected, and copies a kind the admin must allow.
+        "--namespace".into(),
+        "kopper-system".into(),
+        "--replicate-kinds".into(),
+        "networking.k8s.io/v1/NetworkPolicy".into(),
     ];
     match <Cli as clap::Parser>::try_parse_from(argv)?.into_command() {
         Command::Run(mut run) => {
@@ -303,8 +309,7 @@ async fn demo_copies_made(client: &kube::Client) -> bool {
         Api::<Namespace>::all(client.clone()).get_opt(name).await.ok().flatten().is_some()
     };
     let rules = Api::<ReplicationRule>::all(client.clone()).list(&ListParams::default()).await;
-    let copies_secrets =
-        rules.is_ok_and(|rules| rules.items.iter().any(|rule| rule.spec.kind == ReplicatedKind::Secret));
+    let copies_secrets = rules.is_ok_and(|rules| rules.items.iter().any(|rule| rule.spec.copies_secrets()));
     DEMO_NAMESPACES.iter().all(|ns| in_namespace(&copies, ns))
         && (!exists("destination-namespace").await || in_namespace(&copies, "destination-namespace"))
         && (!copies_secrets || DEMO_NAMESPACES.iter().all(|ns| in_namespace(&secrets, ns)))

@@ -5,6 +5,7 @@ pub mod controllers;
 pub mod crd_reference;
 pub mod crds;
 pub mod demo;
+pub mod kinds;
 pub mod operator;
 pub mod patterns;
 pub mod plan;

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// `config/samples/`, built into the binary, so that `kopper demo` works from any folder.
-pub const BUILT_IN: [(&str, &str); 7] = [
+pub const BUILT_IN: [(&str, &str); 8] = [
     ("bucket-with-credentials.yaml", include_str!("../../../config/samples/bucket-with-credentials.yaml")),
     (
         "configmapsync-across-namespaces.yaml",
@@ -23,6 +23,10 @@ pub const BUILT_IN: [(&str, &str); 7] = [
     (
         "replicationrule-ca-bundle.yaml",
         include_str!("../../../config/samples/replicationrule-ca-bundle.yaml"),
+    ),
+    (
+        "replicationrule-default-deny.yaml",
+        include_str!("../../../config/samples/replicationrule-default-deny.yaml"),
     ),
     (
         "replicationrule-shared-settings.yaml",

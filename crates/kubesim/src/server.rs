@@ -199,6 +199,11 @@ impl Faults {
     }
 }
 
+const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+/// How a dry-run write's verb is counted: `dryrun:update`.
+pub(crate) const DRY_RUN_PREFIX: &str = "dryrun:";
+
 /// Requests served, per verb and resource (`resource/subresource` for subresources), and
 /// responses sent, per status code.
 #[derive(Default)]
@@ -227,12 +232,15 @@ impl Counters {
         lock(&self.counts).get(&(verb.to_owned(), resource.to_owned())).copied().unwrap_or(0)
     }
 
-    /// Writes (create, update, patch, delete, deletecollection) to a resource.
+    /// Writes (create, update, patch, delete, deletecollection) to a resource; dry-runs,
+    /// which write nothing, are not counted (see [`Counters::dry_runs`]).
     pub fn writes(&self, resource: &str) -> u64 {
-        ["create", "update", "patch", "delete", "deletecollection"]
-            .iter()
-            .map(|v| self.get(v, resource))
-            .sum()
+        WRITE_VERBS.iter().map(|v| self.get(v, resource)).sum()
+    }
+
+    /// Writes to a resource made with `dryRun=All`: answered as if made, nothing stored.
+    pub fn dry_runs(&self, resource: &str) -> u64 {
+        WRITE_VERBS.iter().map(|v| self.get(&format!("{DRY_RUN_PREFIX}{v}"), resource)).sum()
     }
 
     pub fn snapshot(&self) -> BTreeMap<(String, String), u64> {
@@ -454,8 +462,18 @@ impl Server {
     /// Objects of a core (`v1`) resource whose labels match `label_selector`, counted in
     /// place: for benchmarks that poll large numbers without listing them.
     pub fn count_labelled(&self, resource: &str, label_selector: &str) -> Result<usize, String> {
+        self.count_labelled_in("", resource, label_selector)
+    }
+
+    /// [`Server::count_labelled`] for a resource of the API group `group`.
+    pub fn count_labelled_in(
+        &self,
+        group: &str,
+        resource: &str,
+        label_selector: &str,
+    ) -> Result<usize, String> {
         let selector = crate::selector::LabelSelector::parse(label_selector)?;
-        let storage = crate::registry::StorageKey { group: String::new(), resource: resource.to_owned() };
+        let storage = crate::registry::StorageKey { group: group.to_owned(), resource: resource.to_owned() };
         let state = self.sim.lock();
         Ok(state
             .scan(&storage, None, None)

@@ -20,7 +20,6 @@ use crate::controllers::namespace_access::NamespaceAccess;
 use crate::controllers::namespace_access::diff::managing_policy;
 use crate::controllers::namespace_access::plan::plan_policies;
 use crate::controllers::replication::plan::{ClusterObjects, plan_rules};
-use crate::controllers::replication::types::ReplicatedKind;
 
 /// Reads the cluster (and the files), prints the plan, and says how to exit.
 pub async fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
@@ -63,11 +62,12 @@ pub async fn plan(client: &Client, args: &PlanArgs, files: &FileRules) -> anyhow
     let policies = merged(&rules_in_cluster(client, args).await?, &files.namespace_accesses);
     let namespaces = merged(&list_all::<Namespace>(client).await?, &files.namespaces);
     // Secrets are read only when a rule copies Secrets: plan needs no more access than that.
-    let copies_secrets = !secret_syncs.is_empty()
-        || replication_rules.iter().any(|rule| rule.spec.kind == ReplicatedKind::Secret);
+    let copies_secrets =
+        !secret_syncs.is_empty() || replication_rules.iter().any(|rule| rule.spec.copies_secrets());
     let secrets = if copies_secrets { list_all::<Secret>(client).await? } else { Vec::new() };
     let config_maps = merged(&list_all::<ConfigMap>(client).await?, &files.config_maps);
-    let cluster = ClusterObjects::new(&namespaces, &config_maps, &secrets);
+    let mut cluster = ClusterObjects::new(&namespaces, &config_maps, &secrets);
+    add_other_kinds(client, &settings, &replication_rules, &mut cluster).await?;
     let mut bindings = list_all::<RoleBinding>(client).await?;
     if args.files_only {
         // The cluster's other policies are left out, not deleted: their bindings stay theirs.
@@ -106,6 +106,46 @@ where
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Vec::new()),
         Err(error) => Err(error.into()),
     }
+}
+
+/// Reads the objects of every kind besides ConfigMap and Secret that a rule copies and
+/// `--replicate-kinds` allows, as discovery finds them served (those not served leave their
+/// rules refused, as in the engine).
+async fn add_other_kinds(
+    client: &Client,
+    settings: &crate::runtime::Settings,
+    rules: &[crate::controllers::replication::types::ReplicationRule],
+    cluster: &mut ClusterObjects,
+) -> anyhow::Result<()> {
+    use crate::controllers::replication::model::ObjectKind;
+    let named: std::collections::BTreeSet<ObjectKind> = rules
+        .iter()
+        .filter_map(|rule| settings.replicate_kinds.find(rule.spec.api_version(), &rule.spec.kind))
+        .map(ObjectKind::Other)
+        .collect();
+    for kind in named {
+        let ObjectKind::Other(allowed) = kind else { continue };
+        if !crate::controllers::replication::cache::kinds::resolve(client, allowed).await {
+            continue;
+        }
+        let Some(resource) = kind.api_resource() else { continue };
+        let api = Api::<kube::core::DynamicObject>::all_with(client.clone(), &resource);
+        let objects: Vec<_> = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|object| {
+                let fields = match object.data {
+                    serde_json::Value::Object(fields) => fields,
+                    _ => serde_json::Map::new(),
+                };
+                (object.metadata, fields)
+            })
+            .collect();
+        cluster.add_kind(kind, &objects);
+    }
+    Ok(())
 }
 
 async fn list_all<K>(client: &Client) -> anyhow::Result<Vec<K>>

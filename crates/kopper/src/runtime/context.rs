@@ -40,6 +40,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Where tenants' resources may write: protected namespaces and destination consent.
     pub destinations: DestinationPolicy,
+    /// The kinds besides ConfigMap and Secret that ReplicationRules may copy.
+    pub replicate_kinds: crate::kinds::AllowedKinds,
 }
 
 impl Default for Settings {
@@ -51,6 +53,7 @@ impl Default for Settings {
             allow_cross_namespace_sources: false,
             concurrency: 4,
             destinations: DestinationPolicy::default(),
+            replicate_kinds: crate::kinds::AllowedKinds::default(),
         }
     }
 }

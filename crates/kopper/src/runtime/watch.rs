@@ -36,9 +36,22 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     K::DynamicType: Default,
 {
+    watcher_of(api, config, not_served_message::<K>())
+}
+
+/// [`watcher`] of a kind known only at run time (an `Api<DynamicObject>`, say): `not_served`
+/// is what to log when the API server does not serve it.
+pub fn watcher_of<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    not_served: String,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
     let fresh = move || kube::runtime::watcher(api.clone(), config.clone()).boxed();
-    let state = (fresh(), fresh, MissingKind::Unseen);
-    futures::stream::unfold(state, |(mut stream, fresh, mut missing)| async move {
+    let state = (fresh(), fresh, MissingKind::Unseen, not_served);
+    futures::stream::unfold(state, |(mut stream, fresh, mut missing, not_served)| async move {
         let item = stream.next().await?;
         match &item {
             Err(error) if is_stale(error) => {
@@ -54,14 +67,14 @@ where
             }
             Err(error) if is_not_served(error) => {
                 if missing == MissingKind::Unseen {
-                    tracing::warn!("{}", not_served_message::<K>());
+                    tracing::warn!("{not_served}");
                     missing = MissingKind::Reported;
                 }
             }
             Err(_) => {}
             Ok(_) => missing = MissingKind::Unseen,
         }
-        Some((item, (stream, fresh, missing)))
+        Some((item, (stream, fresh, missing, not_served)))
     })
 }
 

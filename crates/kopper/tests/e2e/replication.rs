@@ -2,6 +2,7 @@
 
 use crate::common;
 
+mod kinds;
 mod secret_sync;
 mod shaping;
 
@@ -59,17 +60,22 @@ impl Cluster {
             .with_test_writer()
             .try_init();
         let sim = kubesim::Server::start(config).await.unwrap();
+        let mut cluster = Self::on(sim, settings, crds).await;
+        cluster.start_operator();
+        cluster
+    }
+
+    /// The rule CRDs installed on `sim`, kopper not started yet.
+    async fn on(sim: kubesim::Server, settings: Settings, crds: [CustomResourceDefinition; 3]) -> Self {
         let client = sim.client();
         install_crds(&client, crds).await;
-        let mut cluster = Self {
+        Self {
             sim,
             client,
             metrics: Arc::new(Metrics::new(replication::register_metrics)),
             settings,
             operator: None,
-        };
-        cluster.start_operator();
-        cluster
+        }
     }
 
     /// Stops kubesim and starts it again on the same address with `config` (its store gone,

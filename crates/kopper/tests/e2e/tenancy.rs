@@ -1406,3 +1406,128 @@ async fn a_tenant_cannot_plant_a_helm_release_or_an_argo_cd_credential_in_a_cons
     assert_eq!(tenancy.holders("cm-release").await, ["tenant-a"], "nothing written");
     tenancy.stop().await;
 }
+
+/// kopper given NetworkPolicies as the chart's `replication.extraKinds` would: the flag, and
+/// the rights on them, bound to its ServiceAccount; alice may write NetworkPolicies in
+/// tenant-a.
+async fn network_policies_allowed() -> Tenancy {
+    let tenancy = Tenancy::start_with(&["--replicate-kinds", "networking.k8s.io/v1/NetworkPolicy"]).await;
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "kopper-extra-kinds"},
+        "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                   "verbs": ["get", "list", "watch", "create", "update", "delete"]}],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(tenancy.admin.clone()).create(&PostParams::default(), &role).await.unwrap();
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "kopper-extra-kinds"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kopper-extra-kinds"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kopper", "namespace": KOPPER_NAMESPACE}],
+    }))
+    .unwrap();
+    Api::all(tenancy.admin.clone()).create(&PostParams::default(), &binding).await.unwrap();
+    let tenant_policies: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-network-policies"},
+        "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["*"]}],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(tenancy.admin.clone())
+        .create(&PostParams::default(), &tenant_policies)
+        .await
+        .unwrap();
+    let alice_policies: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "alice-network-policies", "namespace": "tenant-a"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tenant-network-policies"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(tenancy.admin.clone(), "tenant-a")
+        .create(&PostParams::default(), &alice_policies)
+        .await
+        .unwrap();
+    tenancy
+}
+
+/// The NetworkPolicies named `name` outside tenant-a.
+async fn network_policies_elsewhere(admin: &Client, name: &str) -> Vec<String> {
+    let all: Api<k8s_openapi::api::networking::v1::NetworkPolicy> = Api::all(admin.clone());
+    let list = all.list(&ListParams::default().fields(&format!("metadata.name={name}"))).await.unwrap();
+    list.items.iter().filter_map(|policy| policy.namespace()).filter(|ns| ns != "tenant-a").collect()
+}
+
+/// An admin's rule copying NetworkPolicies from a namespace a tenant writes to is refused
+/// (SourceNotProtected): alice, editing the source there to allow everything, opens no other
+/// namespace's network.
+#[tokio::test]
+async fn a_tenant_editing_the_source_of_a_network_policy_rule_gets_nothing_copied() {
+    let tenancy = network_policies_allowed().await;
+    namespace(&tenancy.admin, "team-x", json!({})).await;
+    let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        Api::namespaced(tenancy.alice.clone(), "tenant-a");
+    let allow_all = |labels: Value| {
+        serde_json::from_value::<k8s_openapi::api::networking::v1::NetworkPolicy>(json!({
+            "metadata": {"name": "baseline", "namespace": "tenant-a", "labels": labels},
+            "spec": {"podSelector": {}, "ingress": [{}], "egress": [{}]},
+        }))
+        .unwrap()
+    };
+    policies.create(&PostParams::default(), &allow_all(json!({"replicate": "yes"}))).await.unwrap();
+    admin_rule(
+        &tenancy.admin,
+        "baseline-policy",
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "namespaces": ["tenant-a"],
+               "selector": {"matchLabels": {"replicate": "yes"}}}),
+    )
+    .await;
+    let status =
+        rule_status(&tenancy.admin, "baseline-policy", |s| ready_reason(s) == "SourceNotProtected").await;
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"tenant-a\"") && message.contains("spec.allowUnprotectedSources"),
+        "{message}"
+    );
+    // alice edits her source again: still refused, still nothing copied.
+    let edit = json!({"metadata": {"labels": {"replicate": "yes", "edited": "1"}}});
+    policies.patch("baseline", &PatchParams::default(), &Patch::Merge(&edit)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(network_policies_elsewhere(&tenancy.admin, "baseline").await.is_empty());
+    rule_status(&tenancy.admin, "baseline-policy", |s| ready_reason(s) == "SourceNotProtected").await;
+    tenancy.stop().await;
+}
+
+/// A tenant's ConfigMapSync and SecretSync copy ConfigMaps and Secrets only: naming another
+/// kind in their spec is dropped by the schema (no such field), so kopper copies no
+/// NetworkPolicy through them, into a namespace that consents to everything.
+#[tokio::test]
+async fn a_tenant_cannot_make_kopper_copy_another_kind_through_its_syncs() {
+    let tenancy = network_policies_allowed().await;
+    namespace(&tenancy.admin, "team-x", json!({"annotations": {CONSENT: "*"}})).await;
+    let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        Api::namespaced(tenancy.alice.clone(), "tenant-a");
+    let policy = serde_json::from_value(json!({
+        "metadata": {"name": "open", "namespace": "tenant-a"},
+        "spec": {"podSelector": {}, "ingress": [{}]},
+    }))
+    .unwrap();
+    policies.create(&PostParams::default(), &policy).await.unwrap();
+    // Sent as raw JSON, so the fields reach the API server.
+    let sneaky = |resource: kube::core::ApiResource, source_field: &str| {
+        let api =
+            Api::<kube::core::DynamicObject>::namespaced_with(tenancy.alice.clone(), "tenant-a", &resource);
+        let object: kube::core::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kopper.dev/v1alpha1", "kind": resource.kind,
+            "metadata": {"name": "open", "namespace": "tenant-a"},
+            "spec": {"sourceNamespace": "tenant-a", source_field: "open", "destinationNamespace": "team-x",
+                     "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy"},
+        }))
+        .unwrap();
+        async move { api.create(&PostParams::default(), &object).await.unwrap() }
+    };
+    let stored = sneaky(kube::core::ApiResource::erase::<ConfigMapSync>(&()), "configMapName").await;
+    assert!(stored.data["spec"].get("kind").is_none(), "pruned: {:?}", stored.data);
+    let stored = sneaky(kube::core::ApiResource::erase::<SecretSync>(&()), "secretName").await;
+    assert!(stored.data["spec"].get("apiVersion").is_none(), "pruned: {:?}", stored.data);
+    tenancy.sync_status("open", |s| ready_reason(s) == "SourceNotFound").await;
+    assert!(network_policies_elsewhere(&tenancy.admin, "open").await.is_empty());
+    tenancy.stop().await;
+}

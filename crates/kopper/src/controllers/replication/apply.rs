@@ -11,14 +11,15 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::core::{ObjectMeta, Status};
+use kube::core::{DynamicObject, ObjectMeta, Status};
 use kube::{Api, Client, Resource};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::desired::{Change, DesiredCopy};
 use super::model::{
-    CopyKey, ORPHANED_LABEL, ObjectKind, REPLICATED_BY_LABEL, RULE_ANNOTATION, RULE_UID_ANNOTATION, is_copy,
-    is_orphan_for, is_orphan_of,
+    CopyKey, ORPHANED_LABEL, ObjectKind, Payload, REPLICATED_BY_LABEL, RULE_ANNOTATION, RULE_UID_ANNOTATION,
+    is_copy, is_orphan_for, is_orphan_of,
 };
 
 /// Writes in flight at once for one rule.
@@ -42,6 +43,23 @@ pub enum WriteError {
     /// rule's copy: the rule's finalizer is kept, and the orphaning tried again.
     #[error("leaving {key} as an orphan: it changed while kopper marked it; trying again")]
     OrphanRaced { key: CopyKey },
+    /// Kopper's kind is not served (any more): discovery has not found it.
+    #[error("writing {key}: the API server does not serve {kind}")]
+    NotServed { key: CopyKey, kind: String },
+}
+
+/// The longest part of an API server's message a status quotes: an escalation refusal lists
+/// every rule kopper lacks, which may be long.
+const QUOTED_REASON_CHARS: usize = 300;
+
+/// A write the API server refused as a privilege escalation: kopper may not create a Role
+/// granting what it does not hold itself, nor a RoleBinding to a role it may not `bind`.
+/// Permanent until kopper's rights or the source change: reported by name, not retried hot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EscalationRefused {
+    pub key: CopyKey,
+    /// The API server's reason, cut to [`QUOTED_REASON_CHARS`].
+    pub reason: String,
 }
 
 /// What a plan's execution did.
@@ -62,10 +80,24 @@ pub struct Applied {
     /// judges these copies anew.
     pub raced: Vec<CopyKey>,
     pub failed: Vec<WriteError>,
+    /// Copies the API server refused to write as a privilege escalation.
+    pub escalations: Vec<EscalationRefused>,
+    /// Copies of kinds the server renders on its own terms (see
+    /// [`ObjectKind::is_generic`]) found, by a dry-run of their write, to hold what kopper
+    /// would write: in sync, nothing written.
+    pub verified: BTreeSet<CopyKey>,
+    /// For each copy of such a kind written or verified: the digest of the content kopper
+    /// wrote, and of the server's rendering of it.
+    pub renderings: Vec<(CopyKey, u64, u64)>,
 }
 
 enum Outcome {
-    Written(CopyKey, String),
+    /// Written; for a generic kind, with the digests of what was written and how the server
+    /// rendered it.
+    Written(CopyKey, String, Option<(u64, u64)>),
+    /// A dry-run showed the copy holds what the write would give it (digests as above).
+    Verified(CopyKey, (u64, u64)),
+    Escalation(EscalationRefused),
     Deleted(CopyKey),
     Orphaned(CopyKey, String),
     /// An object kopper did not make holds the place; it is left as it is.
@@ -91,10 +123,18 @@ pub async fn execute(client: &Client, field_manager: &str, changes: &[Change]) -
     let mut applied = Applied::default();
     for outcome in outcomes {
         match outcome {
-            Outcome::Written(key, version) => {
+            Outcome::Written(key, version, rendering) => {
+                if let Some((desired, rendered)) = rendering {
+                    applied.renderings.push((key.clone(), desired, rendered));
+                }
                 applied.written.insert(key.clone());
                 applied.versions.insert(key, version);
             }
+            Outcome::Verified(key, (desired, rendered)) => {
+                applied.renderings.push((key.clone(), desired, rendered));
+                applied.verified.insert(key);
+            }
+            Outcome::Escalation(refused) => applied.escalations.push(refused),
             Outcome::Deleted(key) => {
                 applied.deleted += 1;
                 applied.removed.insert(key);
@@ -141,7 +181,7 @@ async fn apply_change(client: &Client, field_manager: &str, change: &Change) -> 
             let seen = seen_version.as_deref();
             match patch_marks(client, field_manager, &copy.key, existing_uid, seen, still_orphan, marks).await
             {
-                Ok(version) => Outcome::Written(copy.key.clone(), version),
+                Ok(version) => Outcome::Written(copy.key.clone(), version, None),
                 Err(outcome) => outcome,
             }
         }
@@ -229,6 +269,13 @@ async fn patch_marks(
                 .patch_metadata(&key.name, &params, &Patch::Merge(&patch))
                 .await
                 .map(|object| object.metadata),
+            ObjectKind::Other(_) => match dynamic_api(client, key) {
+                Some(api) => api
+                    .patch_metadata(&key.name, &params, &Patch::Merge(&patch))
+                    .await
+                    .map(|object| object.metadata),
+                None => return Err(Outcome::Failed(not_served(key))),
+            },
         };
         match result {
             Ok(meta) => return Ok(meta.resource_version.unwrap_or_default()),
@@ -258,16 +305,24 @@ async fn create(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Out
 /// One POST of the copy; `None` if the name was held by an object that is gone now.
 async fn create_once(client: &Client, field_manager: &str, copy: &DesiredCopy) -> Option<Outcome> {
     let outcome = match write(client, field_manager, Write::Create, &copy.key, &Manifest::of(copy)).await {
-        Ok(version) => Outcome::Written(copy.key.clone(), version),
-        Err(error) if namespace_gone(&error) => Outcome::Skipped,
-        Err(kube::Error::Api(status)) if status.is_already_exists() => match look(client, &copy.key).await {
-            // kopper's own copy, made by a pass that raced this one.
-            Ok(Some(meta)) if is_copy(&meta) => Outcome::Raced(copy.key.clone()),
-            Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
-            Ok(None) => return None,
-            Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
-        },
-        Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
+        Ok(answer) => answer.outcome(copy),
+        Err(WriteFailure::NotServed(error)) => Outcome::Failed(error),
+        Err(WriteFailure::Api(error)) if escalation(&copy.key, &error).is_some() => {
+            escalation(&copy.key, &error).map_or(Outcome::Skipped, Outcome::Escalation)
+        }
+        Err(WriteFailure::Api(error)) if namespace_gone(&error) => Outcome::Skipped,
+        Err(WriteFailure::Api(kube::Error::Api(status))) if status.is_already_exists() => {
+            match look(client, &copy.key).await {
+                // kopper's own copy, made by a pass that raced this one.
+                Ok(Some(meta)) if is_copy(&meta) => Outcome::Raced(copy.key.clone()),
+                Ok(Some(_)) => Outcome::Unmanaged(copy.key.clone()),
+                Ok(None) => return None,
+                Err(source) => Outcome::Failed(WriteError::Write { key: copy.key.clone(), source }),
+            }
+        }
+        Err(WriteFailure::Api(source)) => {
+            Outcome::Failed(WriteError::Write { key: copy.key.clone(), source })
+        }
     };
     Some(outcome)
 }
@@ -325,24 +380,121 @@ async fn update_seen(
 }
 
 /// Replaces the copy with the desired content on the condition that it is still the object
-/// `current` describes (uid and resourceVersion), keeping its finalizers and owners.
+/// `current` describes (uid and resourceVersion), keeping its finalizers and owners. A copy
+/// whose rendering is all kopper does not know ([`DesiredCopy::rendering_check`]) is
+/// replaced in a dry-run first, and left as it is when the server would render the write
+/// as the copy stands. A RoleBinding whose `roleRef` changed, which the API server never
+/// updates, is deleted (on the same conditions) and created again.
 async fn rewrite(client: &Client, field_manager: &str, copy: &DesiredCopy, current: &ObjectMeta) -> Outcome {
     let key = &copy.key;
-    match write(client, field_manager, Write::Replace, key, &Manifest::replacing(copy, current)).await {
-        Ok(version) => Outcome::Written(key.clone(), version),
-        Err(error) if namespace_gone(&error) => Outcome::Skipped,
-        Err(kube::Error::Api(status)) if status.is_conflict() => Outcome::Stale,
-        Err(source) => Outcome::Failed(WriteError::Write { key: key.clone(), source }),
+    let manifest = Manifest::replacing(copy, current);
+    if let Some(in_place) = copy.rendering_check {
+        match write(client, field_manager, Write::DryRunReplace, key, &manifest).await {
+            Ok(WriteAnswer { rendered: Some(rendered), .. }) if rendered == in_place => {
+                return Outcome::Verified(key.clone(), (copy.content, rendered));
+            }
+            Ok(_) => {}
+            Err(failure) => return failed_rewrite(client, field_manager, copy, current, failure).await,
+        }
+    }
+    match write(client, field_manager, Write::Replace, key, &manifest).await {
+        Ok(answer) => answer.outcome(copy),
+        Err(failure) => failed_rewrite(client, field_manager, copy, current, failure).await,
+    }
+}
+
+/// What a refused replace of `copy` (the object `current` describes) comes to.
+async fn failed_rewrite(
+    client: &Client,
+    field_manager: &str,
+    copy: &DesiredCopy,
+    current: &ObjectMeta,
+    failure: WriteFailure,
+) -> Outcome {
+    let key = &copy.key;
+    let error = match failure {
+        WriteFailure::NotServed(error) => return Outcome::Failed(error),
+        WriteFailure::Api(error) => error,
+    };
+    if let Some(refused) = escalation(key, &error) {
+        return Outcome::Escalation(refused);
+    }
+    match error {
+        error if namespace_gone(&error) => Outcome::Skipped,
+        kube::Error::Api(status) if status.is_conflict() => Outcome::Stale,
+        kube::Error::Api(status) if refuses_role_ref_change(key, &status) => {
+            let uid = current.uid.as_deref().unwrap_or_default();
+            match delete(client, key, uid, current.resource_version.as_deref()).await {
+                Outcome::Deleted(_) => create(client, field_manager, copy).await,
+                other => other,
+            }
+        }
+        source => Outcome::Failed(WriteError::Write { key: key.clone(), source }),
+    }
+}
+
+/// Whether the API server refused a replace of the copy at `key` because it changes a
+/// RoleBinding's `roleRef`, which cannot change once set.
+fn refuses_role_ref_change(key: &CopyKey, status: &Status) -> bool {
+    key.kind.is(crate::kinds::RBAC_GROUP, "RoleBinding")
+        && status.code == 422
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|details| details.causes.iter().any(|cause| cause.field == "roleRef"))
+}
+
+/// The escalation refusal `error` is, for a copy of a kind of the RBAC group: the API
+/// server's 403 on a Role granting what kopper does not hold, or a binding to a role
+/// kopper may not bind ("attempting to grant RBAC permissions not currently held").
+fn escalation(key: &CopyKey, error: &kube::Error) -> Option<EscalationRefused> {
+    let ObjectKind::Other(kind) = key.kind else { return None };
+    let kube::Error::Api(status) = error else { return None };
+    let escalating = kind.entry.group == crate::kinds::RBAC_GROUP
+        && status.code == 403
+        && (status.message.contains("attempting to grant") || status.message.contains("escalat"));
+    escalating
+        .then(|| EscalationRefused { key: key.clone(), reason: cut(&status.message, QUOTED_REASON_CHARS) })
+}
+
+/// `text` cut to `chars` characters, marked when cut.
+fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}...", &text[..end]),
     }
 }
 
 /// How a write reaches the API server.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Write {
     /// POST: fails if the name is taken.
     Create,
     /// PUT: fails unless the object is still at the uid and resourceVersion sent.
     Replace,
+    /// The same PUT with `dryRun=All`: the object as it would be, nothing written.
+    DryRunReplace,
+}
+
+/// Why a write was not made.
+enum WriteFailure {
+    Api(kube::Error),
+    /// The copy's kind is not (yet) known to be served.
+    NotServed(WriteError),
+}
+
+/// What a write's answer tells: the copy's new resourceVersion, and for a generic kind the
+/// digest of the server's rendering of it (see [`Payload::generic`]).
+struct WriteAnswer {
+    version: String,
+    rendered: Option<u64>,
+}
+
+impl WriteAnswer {
+    fn outcome(self, copy: &DesiredCopy) -> Outcome {
+        let rendering = self.rendered.map(|rendered| (copy.content, rendered));
+        Outcome::Written(copy.key.clone(), self.version, rendering)
+    }
 }
 
 /// What kopper reads from the API server's answer to a write: the copy's new
@@ -363,35 +515,72 @@ struct WrittenMeta {
 
 /// Sends `manifest` as a create or a full replace of the copy at `key`, through kube's
 /// request builder and client like a typed call, and returns the resourceVersion the API
-/// server gave the copy. The body is serialised once, straight from the desired copy.
+/// server gave the copy (and, for a generic kind, the digest of its rendering). The body
+/// is serialised once, straight from the desired copy.
 async fn write(
     client: &Client,
     field_manager: &str,
     how: Write,
     key: &CopyKey,
     manifest: &Manifest<'_>,
-) -> kube::Result<String> {
-    let params = PostParams { field_manager: Some(field_manager.to_owned()), ..PostParams::default() };
+) -> Result<WriteAnswer, WriteFailure> {
+    let params =
+        PostParams { field_manager: Some(field_manager.to_owned()), dry_run: how == Write::DryRunReplace };
     let url_path = match key.kind {
         ObjectKind::ConfigMap => ConfigMap::url_path(&(), Some(&key.namespace)),
         ObjectKind::Secret => Secret::url_path(&(), Some(&key.namespace)),
+        ObjectKind::Other(kind) => match kind.resource() {
+            Some(resource) => DynamicObject::url_path(resource, Some(&key.namespace)),
+            None => return Err(WriteFailure::NotServed(not_served(key))),
+        },
     };
     let requests = kube::core::Request::new(url_path);
-    let body = serde_json::to_vec(manifest).map_err(kube::Error::SerdeError)?;
+    let body =
+        serde_json::to_vec(manifest).map_err(|error| WriteFailure::Api(kube::Error::SerdeError(error)))?;
     let (request, verb) = match how {
         Write::Create => (requests.create(&params, body), "create"),
-        Write::Replace => (requests.replace(&key.name, &params, body), "replace"),
+        Write::Replace | Write::DryRunReplace => (requests.replace(&key.name, &params, body), "replace"),
     };
-    let mut request = request.map_err(kube::Error::BuildRequest)?;
+    let mut request = request.map_err(|error| WriteFailure::Api(kube::Error::BuildRequest(error)))?;
     request.extensions_mut().insert(verb);
-    let written: Written = client.request(request).await?;
-    Ok(written.metadata.resource_version.unwrap_or_default())
+    if key.kind.is_generic() {
+        let answer: serde_json::Map<String, Value> =
+            client.request(request).await.map_err(WriteFailure::Api)?;
+        let version = answer
+            .get("metadata")
+            .and_then(|meta| meta.get("resourceVersion"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let rendered = Payload::generic(answer).digest();
+        return Ok(WriteAnswer { version, rendered: Some(rendered) });
+    }
+    let written: Written = client.request(request).await.map_err(WriteFailure::Api)?;
+    Ok(WriteAnswer { version: written.metadata.resource_version.unwrap_or_default(), rendered: None })
+}
+
+fn not_served(key: &CopyKey) -> WriteError {
+    WriteError::NotServed { key: key.clone(), kind: key.kind.to_string() }
+}
+
+/// The API of the copies of `key`'s kind in its namespace, for a kind other than ConfigMap
+/// and Secret, once discovery found it.
+fn dynamic_api(client: &Client, key: &CopyKey) -> Option<Api<DynamicObject>> {
+    let resource = key.kind.api_resource()?;
+    Some(Api::namespaced_with(client.clone(), &key.namespace, &resource))
 }
 
 /// The metadata of whatever is at `key`, if anything.
 async fn look(client: &Client, key: &CopyKey) -> Result<Option<ObjectMeta>, kube::Error> {
     let (namespace, name) = (&key.namespace, &key.name);
     Ok(match key.kind {
+        ObjectKind::Other(_) => {
+            let Some(resource) = key.kind.api_resource() else { return Ok(None) };
+            Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource)
+                .get_metadata_opt(name)
+                .await?
+                .map(|object| object.metadata)
+        }
         ObjectKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), namespace)
             .get_metadata_opt(name)
             .await?
@@ -420,6 +609,10 @@ async fn delete(client: &Client, key: &CopyKey, uid: &str, seen_version: Option<
             .delete(&key.name, &params)
             .await
             .map(drop),
+        ObjectKind::Other(_) => match dynamic_api(client, key) {
+            Some(api) => api.delete(&key.name, &params).await.map(drop),
+            None => return Outcome::Failed(not_served(key)),
+        },
     };
     match result {
         Ok(()) => Outcome::Deleted(key.clone()),
@@ -449,9 +642,12 @@ fn is_namespace_gone(status: &Status) -> bool {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest<'a> {
-    api_version: &'static str,
-    kind: &'static str,
+    api_version: String,
+    kind: &'a str,
     metadata: ManifestMeta<'a>,
+    /// A generic kind's content (empty for ConfigMaps and Secrets).
+    #[serde(flatten)]
+    fields: &'a BTreeMap<String, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     data: Option<Data<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -495,6 +691,7 @@ impl<'a> Manifest<'a> {
     pub fn of(copy: &'a DesiredCopy) -> Self {
         let payload = &*copy.payload;
         let (kind, data, binary_data, secret_type) = match copy.key.kind {
+            ObjectKind::Other(kind) => (kind.entry.kind.as_str(), None, None, None),
             ObjectKind::ConfigMap => (
                 "ConfigMap",
                 (!payload.data.is_empty()).then_some(Data::Text(&payload.data)),
@@ -518,10 +715,15 @@ impl<'a> Manifest<'a> {
             finalizers: None,
             owner_references: None,
         };
+        let api_version = match copy.key.kind {
+            ObjectKind::Other(kind) => kind.entry.api_version(),
+            ObjectKind::ConfigMap | ObjectKind::Secret => "v1".to_owned(),
+        };
         Self {
-            api_version: "v1",
+            api_version,
             kind,
             metadata,
+            fields: &payload.fields,
             data,
             binary_data,
             secret_type,

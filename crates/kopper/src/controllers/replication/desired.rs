@@ -27,6 +27,12 @@ pub struct DesiredCopy {
     pub shape: u64,
     /// Whether its rule keeps only some keys of the source's data or changes its type.
     pub reshaped: bool,
+    /// For a kind the server renders on its own terms ([`ObjectKind::is_generic`]): the
+    /// rendering digest of the copy in place, when its marks are right and only whether the
+    /// server would render this content as it stands is unknown (no write of kopper's since
+    /// a restart, say). The write is then a dry-run first, and made only if it would change
+    /// something.
+    pub rendering_check: Option<u64>,
 }
 
 /// What every copy of one source made by one rule has in common; built once per source, then
@@ -62,6 +68,7 @@ impl CopyTemplate<'_> {
             content: self.content,
             shape: self.shape,
             reshaped: self.reshaped,
+            rendering_check: None,
         }
     }
 
@@ -162,9 +169,10 @@ pub fn shaped_payload(shape: &Shape, kind: ObjectKind, payload: &Payload) -> Pay
             .collect(),
         secret_type: match kind {
             ObjectKind::Secret => shape.secret_type.clone().or_else(|| payload.secret_type.clone()),
-            ObjectKind::ConfigMap => payload.secret_type.clone(),
+            ObjectKind::ConfigMap | ObjectKind::Other(_) => payload.secret_type.clone(),
         },
         immutable: payload.immutable,
+        fields: payload.fields.clone(),
     }
 }
 
@@ -771,6 +779,7 @@ impl<'a> RulePass<'a> {
         &self,
         namespaces: &[&str],
         found: impl Fn(&str, &str) -> Found<'f>,
+        renderings: &dyn Renderings,
         plan: &mut RulePlan,
     ) {
         for namespace in namespaces {
@@ -800,7 +809,7 @@ impl<'a> RulePass<'a> {
                     }
                     _ => {
                         plan.wanted += 1;
-                        decide(template, namespace, found, plan);
+                        decide(template, namespace, found, renderings, plan);
                     }
                 }
             }
@@ -847,8 +856,28 @@ impl<'a> RulePass<'a> {
     }
 }
 
-/// Compares one copy this rule owns with what is where it belongs.
-fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: &mut RulePlan) {
+/// Compares one copy this rule owns with what is where it belongs. A copy of a generic kind
+/// is judged by what kopper wrote ([`Renderings`]): the server's rendering of it, never
+/// equal to its source's content once the server fills in defaults.
+fn decide(
+    template: &CopyTemplate<'_>,
+    namespace: &str,
+    found: Found<'_>,
+    renderings: &dyn Renderings,
+    plan: &mut RulePlan,
+) {
+    let name = template.source.info.name.as_str();
+    let judge = |state: &CopyState| {
+        if !template.kind.is_generic() {
+            return if state.content == template.content { Rendering::InSync } else { Rendering::Outdated };
+        }
+        renderings.judge(namespace, name, template.content, state.content)
+    };
+    let content_of = |state: &CopyState| match judge(state) {
+        Rendering::InSync => state.content,
+        // Anything but what is there.
+        Rendering::Outdated | Rendering::Unknown => !state.content,
+    };
     let state = match found {
         Found::Nothing => return plan.changes.push(Change::Create(template.into_namespace(namespace))),
         Found::Unknown => {
@@ -875,7 +904,7 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
         // what this rule would write, apart from the rule's own marks.
         Found::Orphan(state)
             if state.orphan_of(&template.source.info.uid)
-                && state.holds(template.content, template.shape, &template.adoptable) =>
+                && state.holds(content_of(state), template.shape, &template.adoptable) =>
         {
             let existing_uid = state.uid.to_string();
             let seen_version = state.seen_version();
@@ -884,12 +913,19 @@ fn decide(template: &CopyTemplate<'_>, namespace: &str, found: Found<'_>, plan: 
         }
         Found::Copy(state) | Found::Orphan(state) => state,
     };
-    if state.holds(template.content, template.shape, &template.marks) {
+    let rendering = judge(state);
+    if rendering == Rendering::InSync && state.holds(state.content, template.shape, &template.marks) {
         return plan.copy_in_sync(namespace);
     }
     let unchangeable = (state.immutable && state.content != template.content)
         || state.secret_type.as_deref() != template.payload.secret_type.as_deref();
-    let copy = template.into_namespace(namespace);
+    let mut copy = template.into_namespace(namespace);
+    if rendering == Rendering::Unknown
+        && state.shape == template.shape
+        && state.marks.contains_all(&template.marks)
+    {
+        copy.rendering_check = Some(state.content);
+    }
     let existing_uid = state.uid.to_string();
     let seen_version = state.seen_version();
     if unchangeable {
@@ -909,6 +945,17 @@ pub fn plan_rule(
     sources: &HashMap<String, Source>,
     existing: &BTreeMap<CopyKey, Existing>,
 ) -> RulePlan {
+    plan_rule_with(rule, world, sources, existing, &NoRenderings)
+}
+
+/// [`plan_rule`], knowing how the server rendered copies of generic kinds.
+pub fn plan_rule_with(
+    rule: &Rule,
+    world: &World<'_>,
+    sources: &HashMap<String, Source>,
+    existing: &BTreeMap<CopyKey, Existing>,
+    renderings: &dyn Renderings,
+) -> RulePlan {
     let pass = RulePass::new(rule, world, sources);
     let mut plan = RulePlan {
         sources_matched: pass.sources_matched,
@@ -919,7 +966,7 @@ pub fn plan_rule(
         let key = CopyKey { kind: rule.kind, namespace: namespace.to_owned(), name: name.to_owned() };
         existing.get(&key).map_or(Found::Nothing, Existing::found)
     };
-    pass.plan_copies(pass.targets(), found, &mut plan);
+    pass.plan_copies(pass.targets(), found, renderings, &mut plan);
     pass.stale_copies(own_copies(&rule.id, &rule.uid, rule.kind, existing), &mut plan);
     plan
 }

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::core::ObjectMeta;
+use kube::core::{DynamicObject, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -59,6 +59,10 @@ pub enum SyncError {
     },
     #[error("{count} writes failed, first: {first}")]
     Write { count: usize, first: Box<WriteError> },
+    /// Copies the API server refused as a privilege escalation: permanent until kopper's
+    /// rights or the sources change, so tried again only after the longest backoff.
+    #[error("the API server refused {count} copies as privilege escalations, first {}", first.key)]
+    Escalation { count: usize, first: Box<super::apply::EscalationRefused> },
     #[error("writing status of {rule}: {source}")]
     Status {
         rule: RuleId,
@@ -73,8 +77,13 @@ impl ErrorCategory for SyncError {
             Self::CacheStopped(_) | Self::ScopeNotReady(_) => "cache",
             Self::Read { .. } => "kube_api",
             Self::Write { .. } => "write",
+            Self::Escalation { .. } => "escalation",
             Self::Status { .. } => "status",
         }
+    }
+
+    fn is_permanent(&self) -> bool {
+        matches!(self, Self::Escalation { .. })
     }
 }
 
@@ -93,6 +102,8 @@ pub struct Engine {
     /// Uids of rule objects the API server confirmed as the current one of their name
     /// (see [`Engine::is_current`]), while they are in force.
     confirmed_current: Mutex<HashSet<String>>,
+    /// When discovery was last asked for each allowed kind not served yet.
+    rediscovery: super::cache::kinds::Rediscovery,
 }
 
 /// One gate per rule. A rule's passes are run one at a time by its controller, but
@@ -139,7 +150,13 @@ impl PassTally {
 
 impl Engine {
     pub fn new(caches: Caches, router: Arc<Router>) -> Self {
-        Self { caches, router, gates: RuleGates::default(), confirmed_current: Mutex::default() }
+        Self {
+            caches,
+            router,
+            gates: RuleGates::default(),
+            confirmed_current: Mutex::default(),
+            rediscovery: Default::default(),
+        }
     }
 
     /// Waits for every cache's first list, the rules' included.
@@ -150,6 +167,12 @@ impl Engine {
 
     /// Brings the copies of `object` in line and writes its status.
     pub async fn sync<R: RuleObject>(&self, ctx: &Context, object: &R) -> Result<Action, SyncError> {
+        // A kind allowed but not served at start may be now (its CRD installed since).
+        if let Some(kind) = object.allowed_kind(&ctx.settings)
+            && self.rediscovery.resolve(&ctx.client, kind).await
+        {
+            self.caches.watch_kind(ObjectKind::Other(kind));
+        }
         let rule = match object.to_rule(&ctx.settings) {
             Ok(rule) => rule,
             Err(refusal) => {
@@ -171,8 +194,13 @@ impl Engine {
                 };
                 let refused = RuleGauges { not_ready: true, ..RuleGauges::default() };
                 ctx.metrics.set_rule_gauges(controller_of(id.kind), &id.to_string(), Some(refused));
+                let not_served = refusal.reason == "KindNotServed";
                 self.report(ctx, object, Err(refusal)).await?;
-                return removed;
+                return match removed {
+                    // Looked for again: its CRD may be installed any time.
+                    Ok(_) if not_served => Ok(Action::requeue(crate::kinds::REDISCOVERY_INTERVAL)),
+                    other => other,
+                };
             }
         };
         let started = Instant::now();
@@ -187,8 +215,15 @@ impl Engine {
         ctx.metrics.set_rule_gauges(controller_of(rule.id.kind), &rule.id.to_string(), Some(gauges));
         self.caches.scoped.still_blocked(&rule.id, rule.kind, &blocked_names(&tally.findings));
         self.retire_scoped_watches();
+        let escalations = tally.findings.escalations.clone();
         self.report(ctx, object, Ok(object.redact(tally.findings))).await?;
-        failures(tally.failed)
+        failures(tally.failed)?;
+        match escalations.first() {
+            Some(first) => {
+                Err(SyncError::Escalation { count: escalations.len(), first: Box::new(first.clone()) })
+            }
+            None => Ok(Action::await_change()),
+        }
     }
 
     /// Removes every copy the rule `id` (whose object has uid `uid`) made, or leaves them in
@@ -216,7 +251,9 @@ impl Engine {
         let _alone = self.gates.exclusive(id).await;
         let labels = RuleLabels::of(id);
         let field_manager = ctx.settings.field_manager_for(FIELD_MANAGER_NAME);
-        let cached: Vec<Change> = ObjectKind::ALL
+        let cached: Vec<Change> = self
+            .caches
+            .kinds()
             .into_iter()
             .flat_map(|kind| {
                 let copies = self.caches.copies(kind).read();
@@ -266,12 +303,16 @@ impl Engine {
         let selector =
             format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{REPLICATED_BY_LABEL}={}", labels.current);
         let mut changes = Vec::new();
-        for kind in ObjectKind::ALL {
+        for kind in self.caches.kinds() {
             let mut page = ListParams::default().labels(&selector).limit(METADATA_PAGE_SIZE);
             loop {
                 let (listed, next) = match kind {
-                    ObjectKind::ConfigMap => list_page::<ConfigMap>(client, &page).await,
-                    ObjectKind::Secret => list_page::<Secret>(client, &page).await,
+                    ObjectKind::ConfigMap => list_page::<ConfigMap>(client, &page, &()).await,
+                    ObjectKind::Secret => list_page::<Secret>(client, &page, &()).await,
+                    ObjectKind::Other(_) => match kind.api_resource() {
+                        Some(resource) => list_page::<DynamicObject>(client, &page, &resource).await,
+                        None => break,
+                    },
                 }
                 .map_err(|source| SyncError::Read {
                     what: format!("the {kind} copies of {}", labels.current),
@@ -356,7 +397,8 @@ impl Engine {
             None => self.namespaces(),
             Some(names) => self.namespaces_named(names),
         };
-        ObjectKind::ALL
+        self.caches
+            .kinds()
             .into_iter()
             .flat_map(|kind| {
                 let copies = self.caches.copies(kind).read();
@@ -390,14 +432,15 @@ impl Engine {
 
     /// Whether any copy of either kind is one `select` picks.
     fn any_copy(&self, select: impl Fn(&CopyState) -> bool) -> bool {
-        ObjectKind::ALL
+        self.caches
+            .kinds()
             .into_iter()
             .any(|kind| CopyIndex::all(&self.caches.copies(kind).read()).any(|(_, _, copy)| select(copy)))
     }
 
     /// Deletions of the copies of either kind that `select` picks (not those already going).
     fn copies_where(&self, select: impl Fn(&CopyState) -> bool) -> Vec<Change> {
-        ObjectKind::ALL.into_iter().flat_map(|kind| self.deletions(kind, &select)).collect()
+        self.caches.kinds().into_iter().flat_map(|kind| self.deletions(kind, &select)).collect()
     }
 
     /// Deletions of the copies of `kind` that `select` picks (not those already going).
@@ -409,6 +452,8 @@ impl Engine {
     /// One pass of `rule`: gathers what it depends on, then decides and writes its copies a
     /// few namespaces at a time, then removes the copies it no longer wants.
     async fn pass(&self, ctx: &Context, rule: &Rule) -> Result<PassTally, SyncError> {
+        self.caches.watch_kind(rule.kind);
+        self.caches.wait_for_kind(rule.kind).await?;
         let copies = self.caches.copies(rule.kind);
         if !copies.caught_up(CATCH_UP_LIMIT).await {
             tracing::debug!(rule = %rule.id, "the copy watch is behind kopper's own writes; deciding anyway");
@@ -450,7 +495,7 @@ impl Engine {
                 let found = |namespace: &str, name: &str| {
                     CopyIndex::found(&map, namespace, name).unwrap_or_else(|| view.found(namespace, name))
                 };
-                pass.plan_copies(targets, found, &mut plan);
+                pass.plan_copies(targets, found, &copies.renderings, &mut plan);
             }
             self.apply_batch(ctx, rule, plan, &mut tally).await;
         }
@@ -469,8 +514,10 @@ impl Engine {
             let map = copies.read();
             pass.stale_copies(CopyIndex::all(&map).filter(|(_, _, copy)| own(copy)), &mut plan);
         }
-        // Copies of the kind the rule copied before its spec changed.
-        plan.changes.extend(self.deletions(other_kind(rule.kind), own));
+        // Copies of the kinds the rule copied before its spec changed.
+        for kind in self.caches.kinds().into_iter().filter(|kind| *kind != rule.kind) {
+            plan.changes.extend(self.deletions(kind, own));
+        }
         self.apply_batch(ctx, rule, plan, &mut tally).await;
         tally.findings.conflicts.sort();
         Ok(tally)
@@ -511,6 +558,9 @@ impl Engine {
             apply::execute(&ctx.client, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME), &plan.changes)
                 .await;
         applied.versions.values().for_each(|version| copies.wrote(version));
+        for (key, desired, rendered) in &applied.renderings {
+            copies.renderings.record(&key.namespace, &key.name, *desired, *rendered);
+        }
         let not_written =
             plan.writes().filter_map(Change::copy).filter(|copy| !applied.written.contains(&copy.key));
         not_written.for_each(|copy| copies.not_written(&copy.key));
@@ -544,7 +594,7 @@ impl Engine {
         let mut needed: HashSet<(ObjectKind, Scope)> = HashSet::new();
         let mut source_names: HashSet<(ObjectKind, String)> = HashSet::new();
         let mut source_uids: HashSet<(ObjectKind, String)> = HashSet::new();
-        for kind in ObjectKind::ALL {
+        for kind in self.caches.kinds() {
             let scopes = self.caches.scoped.for_sources(kind, source_namespaces(&rules, kind).into_iter());
             needed.extend(scopes.into_iter().map(|scope| (kind, scope)));
             // One look at each watched object, asking only the rules that read its namespace:
@@ -744,14 +794,6 @@ fn is_own_copy(labels: &RuleLabels, uid: &str, with_predecessors: bool, copy: &C
     labels.marks(copy) && (with_predecessors || copy.deletable_by(uid))
 }
 
-/// The kind a rule of `kind` copied if its spec changed kind: its copies of it are stale.
-fn other_kind(kind: ObjectKind) -> ObjectKind {
-    match kind {
-        ObjectKind::ConfigMap => ObjectKind::Secret,
-        ObjectKind::Secret => ObjectKind::ConfigMap,
-    }
-}
-
 /// Whether `copy` belongs to no rule that exists (`rules`, by label value): its rule
 /// vanished without its finalizer running.
 fn is_orphan(copy: &CopyState, rules: &HashSet<String>) -> bool {
@@ -789,18 +831,17 @@ async fn current_uid(client: &Client, rule: &RuleId) -> Result<Option<String>, k
     Ok(uids.into_iter().flatten().next())
 }
 
-/// One page of metadata of objects of kind `K`, and the token of the next page if any.
+/// One page of metadata of objects of kind `K` (described by `dynamic`), and the token of the
+/// next page if any.
 async fn list_page<K>(
     client: &Client,
     params: &ListParams,
+    dynamic: &K::DynamicType,
 ) -> Result<(Vec<ObjectMeta>, Option<String>), kube::Error>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let list = Api::<K>::all(client.clone()).list_metadata(params).await?;
+    let list = Api::<K>::all_with(client.clone(), dynamic).list_metadata(params).await?;
     let next = list.metadata.continue_.filter(|token| !token.is_empty());
     Ok((list.items.into_iter().map(|object| object.metadata).collect(), next))
 }
@@ -852,6 +893,20 @@ pub async fn read(
             .map(|object| {
                 Source::new(ObjectInfo::from_meta(&object.metadata), Payload::from_secret(&object))
             }),
+        ObjectKind::Other(_) => {
+            let Some(resource) = kind.api_resource() else { return Ok(None) };
+            Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource)
+                .get_opt(name)
+                .await
+                .map_err(|source| SyncError::Read { what: what(), source })?
+                .map(|object| {
+                    let fields = match object.data {
+                        serde_json::Value::Object(fields) => fields.into_iter().collect::<Vec<_>>(),
+                        _ => Vec::new(),
+                    };
+                    Source::new(ObjectInfo::from_meta(&object.metadata), Payload::generic(fields))
+                })
+        }
     };
     Ok(source)
 }
@@ -988,8 +1043,6 @@ mod tests {
         assert!(!is_own_copy(&labels, "u1", false, &predecessor));
         assert!(is_own_copy(&labels, "u1", true, &predecessor));
         assert!(!is_own_copy(&other, "u1", true, &mine), "another rule's copy is never its own");
-        assert_eq!(other_kind(ObjectKind::ConfigMap), ObjectKind::Secret);
-        assert_eq!(other_kind(ObjectKind::Secret), ObjectKind::ConfigMap);
     }
 
     #[test]

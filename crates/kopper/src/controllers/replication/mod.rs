@@ -132,6 +132,8 @@ pub async fn run(
     let secret_sync_controller = Controller::for_stream(secret_syncs.0, secret_syncs.1)
         .with_config(config)
         .reconcile_on(pacing::paced(secret_sync_wakes, pacing::MIN_WAKE_GAP));
+    // Nothing is asked of discovery when no other kind is allowed.
+    self::cache::kinds::resolve_all(&client, &ctx.settings.replicate_kinds).await;
     let memo = Arc::new(Memo::default());
     let router = Arc::new(Router {
         rules: RuleStores::new(
@@ -153,6 +155,7 @@ pub async fn run(
         // Metrics not built with the engine's registration (tests of other parts) get
         // gauges nobody exports.
         ctx.metrics.kept::<ReplicationMetrics>().unwrap_or_default(),
+        &ctx.settings.replicate_kinds,
         shutdown.clone(),
     );
     let engine = Arc::new(Engine::new(caches, router));

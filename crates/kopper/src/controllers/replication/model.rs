@@ -10,10 +10,12 @@ use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::core::{ObjectMeta, Selector, SelectorExt};
+use kube::core::{ApiResource, ObjectMeta, Selector, SelectorExt};
+use serde_json::Value;
 
 use super::shape::Shape;
 use super::types::DeletionPolicy;
+use crate::kinds::AllowedKind;
 use crate::patterns::glob_matches;
 use crate::tenancy::{CREDENTIAL_SECRET_TYPES, Consent, DestinationPolicy, ProtectedNamespaces};
 
@@ -81,15 +83,41 @@ pub const SOURCE_ONLY_ANNOTATIONS: [&str; 2] =
 /// a tenant could search for.
 const RULE_DIGEST_HEX: usize = 60;
 
-/// The kinds of object the engine replicates.
+/// The kinds of object the engine replicates: ConfigMaps and Secrets, always, and the kinds
+/// the admin allows with `--replicate-kinds` ([`AllowedKind`], made once per configured kind
+/// at start and never freed, so this stays `Copy` and cheap to compare).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectKind {
     ConfigMap,
     Secret,
+    /// Any other namespaced kind the admin allows: copied whole, but for its identity and
+    /// what the server owns (see [`Payload::generic`]).
+    Other(&'static AllowedKind),
 }
 
 impl ObjectKind {
+    /// The kinds always replicated, whatever the flags say.
     pub const ALL: [ObjectKind; 2] = [ObjectKind::ConfigMap, ObjectKind::Secret];
+
+    /// Whether copies of this kind are judged by what kopper wrote rather than by content
+    /// (see [`Rendered`]): the API server fills in and defaults fields of such kinds.
+    pub fn is_generic(self) -> bool {
+        matches!(self, Self::Other(_))
+    }
+
+    /// The resource this kind is served as, if known (an allowed kind, once discovery found it).
+    pub fn api_resource(self) -> Option<ApiResource> {
+        match self {
+            Self::ConfigMap => Some(ApiResource::erase::<ConfigMap>(&())),
+            Self::Secret => Some(ApiResource::erase::<Secret>(&())),
+            Self::Other(kind) => kind.resource().cloned(),
+        }
+    }
+
+    /// Whether this kind is one of the API group `group`, kind `kind`.
+    pub fn is(self, group: &str, kind: &str) -> bool {
+        matches!(self, Self::Other(allowed) if allowed.entry.group == group && allowed.entry.kind == kind)
+    }
 }
 
 impl fmt::Display for ObjectKind {
@@ -97,6 +125,7 @@ impl fmt::Display for ObjectKind {
         f.write_str(match self {
             Self::ConfigMap => "ConfigMap",
             Self::Secret => "Secret",
+            Self::Other(kind) => &kind.entry.kind,
         })
     }
 }
@@ -460,9 +489,9 @@ impl fmt::Display for CopyKey {
     }
 }
 
-/// The content a copy takes from its source. Secrets keep their bytes in `binary_data`.
-/// Its `Debug` form names the keys and never shows a value, so no log or error message
-/// can carry a Secret's content.
+/// The content a copy takes from its source. Secrets keep their bytes in `binary_data`;
+/// any other kind its top-level fields in `fields`. Its `Debug` form names the keys and never
+/// shows a value, so no log or error message can carry a Secret's content.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Payload {
     pub data: BTreeMap<String, String>,
@@ -470,6 +499,9 @@ pub struct Payload {
     /// A Secret's type; `Opaque` when the source has none, as the API server defaults it.
     pub secret_type: Option<String>,
     pub immutable: bool,
+    /// Of a kind other than ConfigMap and Secret: every top-level field but `apiVersion`,
+    /// `kind`, `metadata` and `status` (see [`Payload::generic`]).
+    pub fields: BTreeMap<String, Value>,
 }
 
 impl fmt::Debug for Payload {
@@ -479,11 +511,26 @@ impl fmt::Debug for Payload {
             .field("binary_data", &self.binary_data.keys().collect::<Vec<_>>())
             .field("secret_type", &self.secret_type)
             .field("immutable", &self.immutable)
+            .field("fields", &self.fields.keys().collect::<Vec<_>>())
             .finish()
     }
 }
 
+/// Top-level fields of an object that are not its content: its identity and what the server
+/// owns. Labels and annotations reach a copy through its rule's shaping, not as content.
+const NOT_CONTENT: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
+
 impl Payload {
+    /// The content of an object of a kind other than ConfigMap and Secret, from its
+    /// top-level fields as the API server sends them: all of them but [`NOT_CONTENT`].
+    /// Sources and copies (as watched, or as a write's answer) are read through here alike.
+    pub fn generic(fields: impl IntoIterator<Item = (String, Value)>) -> Self {
+        Self {
+            fields: fields.into_iter().filter(|(key, _)| !NOT_CONTENT.contains(&key.as_str())).collect(),
+            ..Self::default()
+        }
+    }
+
     pub fn from_config_map(config_map: &ConfigMap) -> Self {
         Self::config_map(config_map.data.clone(), config_map.binary_data.clone(), config_map.immutable)
     }
@@ -505,6 +552,7 @@ impl Payload {
             binary_data: binary_data.unwrap_or_default(),
             secret_type: None,
             immutable: immutable.unwrap_or(false),
+            fields: BTreeMap::new(),
         }
     }
 
@@ -519,6 +567,7 @@ impl Payload {
             binary_data: data.unwrap_or_default(),
             secret_type: Some(type_.unwrap_or_else(|| "Opaque".to_owned())),
             immutable: immutable.unwrap_or(false),
+            fields: BTreeMap::new(),
         }
     }
 }
@@ -551,7 +600,43 @@ impl Payload {
     pub fn digest(&self) -> u64 {
         let binary: Vec<(&String, &[u8])> =
             self.binary_data.iter().map(|(key, value)| (key, value.0.as_slice())).collect();
-        digest(&(&self.data, &binary, &self.secret_type, self.immutable))
+        let fields = CanonicalJson(&self.fields);
+        digest(&(&self.data, &binary, &self.secret_type, self.immutable, fields))
+    }
+}
+
+/// JSON content hashed the same whatever order its objects' keys came in (serde_json may
+/// keep insertion order), so a copy as watched and as a write's answer give one digest.
+struct CanonicalJson<'a>(&'a BTreeMap<String, Value>);
+
+impl Hash for CanonicalJson<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for (key, value) in self.0 {
+            key.hash(state);
+            hash_value(value, state);
+        }
+    }
+}
+
+fn hash_value<H: std::hash::Hasher>(value: &Value, state: &mut H) {
+    match value {
+        Value::Null => 0u8.hash(state),
+        Value::Bool(flag) => (1u8, flag).hash(state),
+        Value::Number(number) => (2u8, number.to_string()).hash(state),
+        Value::String(text) => (3u8, text).hash(state),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(state);
+            items.iter().for_each(|item| hash_value(item, state));
+        }
+        Value::Object(map) => {
+            (5u8, map.len()).hash(state);
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            for (key, value) in entries {
+                key.hash(state);
+                hash_value(value, state);
+            }
+        }
     }
 }
 
@@ -779,6 +864,36 @@ pub fn is_orphan_for(meta: &ObjectMeta, source: &str, kind: RuleKind) -> bool {
 /// are opaque: only one written exactly as the server wrote it may be sent back).
 pub fn canonical_number(version: &str) -> Option<NonZeroU64> {
     version.parse().ok().filter(|number: &NonZeroU64| number.to_string() == version)
+}
+
+/// How the API server rendered kopper's writes of copies of generic kinds
+/// ([`ObjectKind::is_generic`]), which it fills in and defaults: a copy is judged by what
+/// kopper wrote, never by comparing the server's rendering with the source.
+pub trait Renderings {
+    /// What the copy at `namespace/name`, whose rendering (as watched) has digest `in_place`,
+    /// is to content of digest `desired`.
+    fn judge(&self, namespace: &str, name: &str, desired: u64, in_place: u64) -> Rendering;
+}
+
+/// What kopper knows of a copy of a generic kind against the content it wants there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rendering {
+    /// It is what kopper's write of that content was rendered as (there or elsewhere).
+    InSync,
+    /// It is as kopper's last write left it, of other content: to be written.
+    Outdated,
+    /// Nothing known (no write since a restart), or changed by someone since: a dry-run of
+    /// the write tells whether it would change anything.
+    Unknown,
+}
+
+/// Knows no rendering: every copy of a generic kind is checked with a dry-run.
+pub struct NoRenderings;
+
+impl Renderings for NoRenderings {
+    fn judge(&self, _: &str, _: &str, _: u64, _: u64) -> Rendering {
+        Rendering::Unknown
+    }
 }
 
 /// What one scoped watch covers.

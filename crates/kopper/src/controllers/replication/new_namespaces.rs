@@ -82,7 +82,7 @@ async fn serve_batch(engine: &Engine, ctx: &Context, changes: &[Merged]) {
         .collect();
     concerned.iter().filter(|id| !writing.contains(*id)).for_each(|id| engine.router.wakers.wake(id));
     let mut served = HashSet::new();
-    for kind in ObjectKind::ALL {
+    for kind in engine.caches.kinds() {
         match copy_into_new_targets(engine, ctx, &rules, &kept, &finalized, kind, changes).await {
             Ok(done) => served.extend(done),
             Err(error) => {
@@ -157,11 +157,12 @@ async fn copy_into_new_targets(
         let pass = RulePass::new(rule, &world, &sources);
         let mut plan = RulePlan::default();
         {
-            let copies = engine.caches.copies(kind).read();
+            let index = engine.caches.copies(kind);
+            let copies = index.read();
             let found = |namespace: &str, name: &str| {
                 CopyIndex::found(&copies, namespace, name).unwrap_or_else(|| view.found(namespace, name))
             };
-            pass.plan_copies(pass.targets(), found, &mut plan);
+            pass.plan_copies(pass.targets(), found, &index.renderings, &mut plan);
         }
         let mut tally = PassTally::default();
         engine.apply_batch(ctx, rule, plan, &mut tally).await;

@@ -22,7 +22,9 @@ pub struct ClusterObjects {
     pub namespaces: BTreeMap<String, NamespaceInfo>,
     pub config_maps: Vec<Source>,
     pub secrets: Vec<Source>,
-    /// Every ConfigMap and Secret where a copy may belong, as the engine judges it.
+    /// The objects of the other kinds the rules copy (see [`ClusterObjects::add_kind`]).
+    pub others: BTreeMap<ObjectKind, Vec<Source>>,
+    /// Every object where a copy may belong, as the engine judges it.
     pub existing: BTreeMap<CopyKey, Existing>,
 }
 
@@ -51,7 +53,29 @@ impl ClusterObjects {
                 .map(|(meta, payload)| Source::new(ObjectInfo::from_meta(meta), payload))
                 .collect()
         };
-        Self { namespaces, config_maps: sources(config_maps), secrets: sources(secrets), existing }
+        Self {
+            namespaces,
+            config_maps: sources(config_maps),
+            secrets: sources(secrets),
+            others: BTreeMap::new(),
+            existing,
+        }
+    }
+
+    /// Adds the objects of `kind`, a kind besides ConfigMap and Secret, as the API server
+    /// sends them: their metadata and their top-level fields.
+    pub fn add_kind(
+        &mut self,
+        kind: ObjectKind,
+        objects: &[(ObjectMeta, serde_json::Map<String, serde_json::Value>)],
+    ) {
+        let mut sources = Vec::new();
+        for (meta, fields) in objects {
+            let payload = Payload::generic(fields.clone());
+            self.existing.insert(ObjectInfo::from_meta(meta).key(kind), as_the_engine_finds(meta, &payload));
+            sources.push(Source::new(ObjectInfo::from_meta(meta), payload));
+        }
+        self.others.insert(kind, sources);
     }
 }
 
@@ -102,8 +126,15 @@ pub fn plan_rules(
         let objects = match rule.kind {
             ObjectKind::ConfigMap => &cluster.config_maps,
             ObjectKind::Secret => &cluster.secrets,
+            ObjectKind::Other(_) => cluster.others.get(&rule.kind).map_or(&[][..], Vec::as_slice),
         };
-        let plan = plan_one(rule, &rules, &kept, cluster, objects);
+        let mut plan = plan_one(rule, &rules, &kept, cluster, objects);
+        // A copy of another kind whose marks are right, and whose content only a dry-run of
+        // its write can judge (the server defaults fields), is taken as in sync: plan writes
+        // nothing, not even a dry-run.
+        plan.changes.retain(
+            |change| !matches!(change, Change::Update { copy, .. } if copy.rendering_check.is_some()),
+        );
         let refused_source = plan.shape_problems.iter().any(ShapeProblem::refuses_source);
         let mut unmet = unmet(rule, &cluster.namespaces, plan.sources_matched, refused_source);
         unmet.extend(plan.shape_problems.iter().map(ShapeProblem::message));

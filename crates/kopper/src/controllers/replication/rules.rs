@@ -12,7 +12,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::apply::Applied;
+use super::apply::{Applied, EscalationRefused};
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
@@ -21,9 +21,10 @@ use super::model::{MANAGED_BY_LABEL, ObjectKind, Rule, RuleId, RuleKind, SourceM
 use super::shape::{MarkFilter, Shape, Tool};
 use crate::controllers::replication::types::{ConfigMapSync, SecretSync, TenantSyncStatus};
 use crate::controllers::replication::types::{
-    CopyConflict, CopyShaping, DeletionPolicy, ReplicatedKind, ReplicationRule, ReplicationRuleStatus,
+    CopyConflict, CopyShaping, DeletionPolicy, ReplicationRule, ReplicationRuleSpec, ReplicationRuleStatus,
     ToolMarks,
 };
+use crate::kinds::AllowedKind;
 use crate::runtime::Settings;
 
 /// Conflicts listed in status; the count covers the rest.
@@ -32,6 +33,14 @@ pub const MAX_LISTED_CONFLICTS: usize = 20;
 /// covers the rest.
 pub const MAX_LISTED_NAMESPACES: usize = 100;
 const READY: &str = "Ready";
+
+/// Refusals that leave a rule's copies as they are: a shape kopper cannot write (a typo in
+/// an edit must not empty every namespace), and a kind kopper does not replicate now
+/// (`KindNotAllowed`: the flag changed; `KindNotServed`: its CRD is gone or not yet
+/// installed), whose copies kopper no longer watches and so could not delete safely:
+/// deleting copies because a flag or a CRD was missing for a moment would leave every
+/// namespace without its NetworkPolicy, say, until both are back.
+const KEEPING_REFUSALS: [&str; 3] = ["InvalidShape", "KindNotAllowed", "KindNotServed"];
 
 /// Why a rule's spec is not acted on. Permanent: it waits for the spec to change.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +57,7 @@ impl Refusal {
     /// empty every namespace). Any other refusal (a source kopper no longer lets the rule
     /// read, say) revokes what the rule was allowed before.
     pub fn revokes_copies(&self) -> bool {
-        self.reason != "InvalidShape"
+        !KEEPING_REFUSALS.contains(&self.reason)
     }
 }
 
@@ -82,16 +91,20 @@ pub struct Findings {
     /// Sources copied otherwise than the rule asks (keys they lack), or not at all (their
     /// copies would lack keys their type requires).
     pub shape_problems: Vec<ShapeProblem>,
+    /// Copies the API server refused as a privilege escalation.
+    pub escalations: Vec<EscalationRefused>,
 }
 
 impl Findings {
     /// Adds one batch of a pass: `plan`, once `applied` tells which of its writes were made.
     pub fn add(&mut self, plan: &RulePlan, applied: &Applied) {
         self.wanted += plan.wanted;
-        self.copies_in_sync += plan.in_sync + applied.written.len();
+        self.copies_in_sync += plan.in_sync + applied.written.len() + applied.verified.len();
         self.copies_being_deleted += plan.being_deleted;
         self.synced_namespaces.extend(plan.in_sync_namespaces.iter().cloned());
         self.synced_namespaces.extend(applied.written.iter().map(|key| key.namespace.clone()));
+        self.synced_namespaces.extend(applied.verified.iter().map(|key| key.namespace.clone()));
+        self.escalations.extend(applied.escalations.iter().cloned());
         let found_unmanaged = applied.unmanaged.iter().map(|key| (key, &ConflictReason::NotManagedByKopper));
         self.conflicts.extend(plan.conflicts().chain(found_unmanaged).map(|(key, reason)| CopyConflict {
             namespace: key.namespace.clone(),
@@ -110,7 +123,23 @@ impl Findings {
 
     /// The `Ready` condition's status, reason and message.
     pub(super) fn readiness(&self) -> (&'static str, &'static str, String) {
-        if self.failed > 0 {
+        if let Some(first) = self.escalations.first() {
+            let more = match self.escalations.len() - 1 {
+                0 => String::new(),
+                more => format!(" ({more} more like it)"),
+            };
+            (
+                "False",
+                "EscalationRefused",
+                format!(
+                    "the API server refused {} as a privilege escalation{more}: kopper may only write a Role \
+                     granting what it holds itself, and a RoleBinding to a role it holds or may bind; grant \
+                     kopper those rights (or `bind` on the role), or change the source. Tried again in \
+                     minutes. The server said: {}",
+                    first.key, first.reason
+                ),
+            )
+        } else if self.failed > 0 {
             ("False", "WriteFailed", format!("{} could not be written; retrying", copies(self.failed)))
         } else if !self.conflicts.is_empty() || self.hidden_conflicts > 0 {
             let count = self.conflicts.len() + self.hidden_conflicts;
@@ -185,6 +214,11 @@ pub trait RuleObject:
     fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal>;
     /// What becomes of its copies when it is deleted.
     fn deletion_policy(&self) -> DeletionPolicy;
+    /// The kind besides ConfigMap and Secret it copies, if the admin allows it (only a
+    /// ReplicationRule copies other kinds).
+    fn allowed_kind(&self, _settings: &Settings) -> Option<&'static AllowedKind> {
+        None
+    }
     /// The status to write after a pass, given what the engine found (or why the spec is
     /// refused); `None` when the current status already says it.
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value>;
@@ -211,11 +245,8 @@ impl RuleObject for ReplicationRule {
 
     fn to_rule(&self, settings: &Settings) -> Result<Rule, Refusal> {
         let spec = &self.spec;
-        let kind = match spec.kind {
-            ReplicatedKind::ConfigMap => ObjectKind::ConfigMap,
-            ReplicatedKind::Secret => ObjectKind::Secret,
-        };
-        if kind == ObjectKind::ConfigMap && spec.secret_type.is_some() {
+        let kind = replicated_kind(spec, settings)?;
+        if kind != ObjectKind::Secret && spec.secret_type.is_some() {
             return Err(Refusal {
                 reason: "InvalidShape",
                 message: "spec.secretType applies to kind Secret only; remove it".to_owned(),
@@ -251,6 +282,10 @@ impl RuleObject for ReplicationRule {
 
     fn deletion_policy(&self) -> DeletionPolicy {
         self.spec.shaping.deletion_policy
+    }
+
+    fn allowed_kind(&self, settings: &Settings) -> Option<&'static AllowedKind> {
+        settings.replicate_kinds.find(self.spec.api_version(), &self.spec.kind)
     }
 
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
@@ -554,6 +589,60 @@ fn tenant_next_status(
         }
     }
     (new != old).then(|| serde_json::json!({ "status": new }))
+}
+
+/// The kind a ReplicationRule copies, or why it may not: ConfigMap and Secret always; another
+/// kind only if the admin allows it (`--replicate-kinds`) and the API server serves it, and
+/// one that grants rights or opens the network only from protected namespaces, unless the
+/// rule says otherwise. Fields that shape data apply to ConfigMaps and Secrets only (the
+/// schema says so with CEL, which not every API server runs).
+fn replicated_kind(spec: &ReplicationRuleSpec, settings: &Settings) -> Result<ObjectKind, Refusal> {
+    let api_version = spec.api_version();
+    match (api_version, spec.kind.as_str()) {
+        ("v1", "ConfigMap") => return Ok(ObjectKind::ConfigMap),
+        ("v1", "Secret") => return Ok(ObjectKind::Secret),
+        _ => {}
+    }
+    let named = format!("{api_version}/{}", spec.kind);
+    let shaping =
+        [("keys", !spec.shaping.keys.is_empty()), ("credentialTypes", !spec.credential_types.is_empty())];
+    if let Some((field, _)) = shaping.iter().find(|(_, set)| *set) {
+        return Err(Refusal {
+            reason: "InvalidShape",
+            message: format!(
+                "spec.{field} applies to kind ConfigMap or Secret (apiVersion v1) only; remove it: a {named} is                  copied whole"
+            ),
+        });
+    }
+    let Some(allowed) = settings.replicate_kinds.find(api_version, &spec.kind) else {
+        return Err(Refusal {
+            reason: "KindNotAllowed",
+            message: format!(
+                "kopper does not replicate {named}: the cluster admin allows kinds besides ConfigMap and Secret                  with --replicate-kinds (KOPPER_REPLICATE_KINDS; chart value replication.extraKinds, which also                  grants kopper the RBAC for them), e.g. {named}. Existing copies are left as they are"
+            ),
+        });
+    };
+    if allowed.resource().is_none() {
+        return Err(Refusal {
+            reason: "KindNotServed",
+            message: format!(
+                "the API server does not serve {named} as a namespaced kind: install the CustomResourceDefinition                  that defines it (or correct spec.apiVersion and spec.kind); kopper looks again every                  {}s. Existing copies are left as they are",
+                crate::kinds::REDISCOVERY_INTERVAL.as_secs()
+            ),
+        });
+    }
+    if allowed.sensitive && !spec.allow_unprotected_sources {
+        let protected = &settings.destinations.protected;
+        if let Some(namespace) = spec.namespaces.iter().find(|namespace| !protected.contains(namespace)) {
+            return Err(Refusal {
+                reason: "SourceNotProtected",
+                message: format!(
+                    "{named} grants rights or opens the network in every namespace it is copied into, so its                      sources must be in protected namespaces, which tenants cannot write to; spec.namespaces                      names {namespace:?}, which is not protected: move the source to a protected namespace                      (kopper's own, or one listed in --protected-namespaces), or set                      spec.allowUnprotectedSources: true if whoever can write in {namespace:?} may decide this                      for every namespace"
+                ),
+            });
+        }
+    }
+    Ok(ObjectKind::Other(allowed))
 }
 
 /// A `secretType` naming a credential type of the cluster, which kopper never writes from
@@ -936,6 +1025,111 @@ mod tests {
         assert!(two.starts_with("a, b do not accept copies from this namespace: the owner of each"), "{two}");
     }
 
+    /// A rule for `kind` (`apiVersion/Kind`) from `namespaces`, with `extra` spec fields.
+    fn kind_rule(api_version: &str, kind: &str, namespaces: &str, extra: &str) -> ReplicationRule {
+        serde_yaml::from_str(&format!(
+            "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {{name: r}}\nspec: {{apiVersion: \
+             {api_version}, kind: {kind}, namespaces: {namespaces}, selector: {{matchLabels: {{a: b}}}}{extra}}}"
+        ))
+        .unwrap()
+    }
+
+    /// Settings allowing `entries`, kopper's own namespace `platform`; every entry served.
+    fn allowing(entries: &[&str]) -> Settings {
+        let kinds =
+            crate::kinds::AllowedKinds::new(entries.iter().map(|e| crate::kinds::parse_entry(e).unwrap()));
+        for kind in kinds.iter() {
+            if !kind.entry.kind.starts_with("Unserved") {
+                let entry = &kind.entry;
+                kind.resolved(kube::core::ApiResource {
+                    group: entry.group.clone(),
+                    version: entry.version.clone(),
+                    api_version: entry.api_version(),
+                    kind: entry.kind.clone(),
+                    plural: format!("{}s", entry.kind.to_lowercase()),
+                });
+            }
+        }
+        let destinations = crate::tenancy::DestinationPolicy {
+            protected: crate::tenancy::ProtectedNamespaces::new(Some("platform"), &[]),
+            ..Default::default()
+        };
+        Settings { replicate_kinds: kinds, destinations, ..Settings::default() }
+    }
+
+    #[test]
+    fn another_kind_is_copied_only_when_allowed_served_and_sensitive_kinds_only_from_protected_sources() {
+        let settings = allowing(&[
+            "networking.k8s.io/v1/NetworkPolicy",
+            "v1/LimitRange",
+            "example.com/v1/UnservedGadget",
+        ]);
+        let refusal = |rule: ReplicationRule| rule.to_rule(&settings).unwrap_err();
+
+        let not_allowed = refusal(kind_rule("v1", "ResourceQuota", "[platform]", ""));
+        assert_eq!(not_allowed.reason, "KindNotAllowed");
+        for named in
+            ["--replicate-kinds", "KOPPER_REPLICATE_KINDS", "replication.extraKinds", "v1/ResourceQuota"]
+        {
+            assert!(not_allowed.message.contains(named), "{named}: {}", not_allowed.message);
+        }
+        let not_served = refusal(kind_rule("example.com/v1", "UnservedGadget", "[platform]", ""));
+        assert_eq!(not_served.reason, "KindNotServed");
+        assert!(not_served.message.contains("CustomResourceDefinition"), "{}", not_served.message);
+        assert!(!not_allowed.revokes_copies() && !not_served.revokes_copies(), "copies are kept");
+
+        let unprotected =
+            refusal(kind_rule("networking.k8s.io/v1", "NetworkPolicy", "[platform, team-a]", ""));
+        assert_eq!(unprotected.reason, "SourceNotProtected");
+        assert!(
+            unprotected.message.contains("\"team-a\"")
+                && unprotected.message.contains("spec.allowUnprotectedSources")
+        );
+        assert!(unprotected.revokes_copies());
+
+        let rule =
+            kind_rule("networking.k8s.io/v1", "NetworkPolicy", "[team-a]", ", allowUnprotectedSources: true");
+        assert!(rule.to_rule(&settings).unwrap().kind.is_generic(), "the admin said so");
+        let rule = kind_rule("networking.k8s.io/v1", "NetworkPolicy", "[platform]", "");
+        assert_eq!(rule.to_rule(&settings).unwrap().kind.to_string(), "NetworkPolicy");
+        let limits = kind_rule("v1", "LimitRange", "[team-a]", "").to_rule(&settings).unwrap();
+        assert!(limits.kind.is_generic(), "not sensitive: any source namespace");
+        assert_eq!(limits.sources.credential_types, None);
+
+        for (field, extra) in
+            [("keys", ", keys: [a]"), ("credentialTypes", ", credentialTypes: [helm.sh/release.v1]")]
+        {
+            let shaped = refusal(kind_rule("v1", "LimitRange", "[platform]", extra));
+            assert_eq!(shaped.reason, "InvalidShape", "{field}");
+            assert!(shaped.message.contains(&format!("spec.{field}")), "{}", shaped.message);
+        }
+        let typed = refusal(kind_rule("v1", "LimitRange", "[platform]", ", secretType: Opaque"));
+        assert!(typed.message.contains("spec.secretType"), "{}", typed.message);
+
+        let config_maps = kind_rule("v1", "ConfigMap", "[team-a]", "").to_rule(&Settings::default()).unwrap();
+        assert_eq!(config_maps.kind, ObjectKind::ConfigMap, "always allowed, from anywhere, as before");
+    }
+
+    #[test]
+    fn a_refused_escalation_is_the_ready_condition_naming_the_copy_and_the_server_s_reason() {
+        let key = crate::controllers::replication::model::CopyKey {
+            kind: ObjectKind::ConfigMap,
+            namespace: "team-a".into(),
+            name: "exec".into(),
+        };
+        let findings = Findings {
+            escalations: vec![EscalationRefused {
+                key,
+                reason: "attempting to grant RBAC permissions".into(),
+            }],
+            failed: 1,
+            ..Findings::default()
+        };
+        let (status, reason, message) = findings.readiness();
+        assert_eq!((status, reason), ("False", "EscalationRefused"));
+        assert!(message.contains("team-a/exec") && message.contains("attempting to grant"), "{message}");
+    }
+
     #[test]
     fn a_shape_that_would_override_kopper_s_marks_or_write_a_credential_type_is_refused() {
         let rule_with = |spec: &str| -> ReplicationRule {
@@ -1276,7 +1470,7 @@ mod tests {
         let crd = serde_json::to_value(ReplicationRule::crd()).unwrap();
         let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
         let rules = spec["x-kubernetes-validations"].to_string();
-        assert!(rules.contains("!has(self.secretType) || self.kind == 'Secret'"), "{rules}");
+        assert!(rules.contains("!has(self.secretType) || (self.kind == 'Secret'"), "{rules}");
         let credential = spec["properties"]["secretType"]["x-kubernetes-validations"].to_string();
         for kind in crate::tenancy::CREDENTIAL_SECRET_TYPES {
             assert!(credential.contains(&format!("'{kind}'")), "{credential}");

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::core::{NamespaceResourceScope, ObjectMeta};
+use kube::core::{ApiResource, DynamicObject, NamespaceResourceScope, ObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
@@ -24,7 +24,8 @@ use super::scoped::Scoped;
 use crate::controllers::replication::desired::{DesiredCopy, Found};
 use crate::controllers::replication::model::RULE_CONTROLLER;
 use crate::controllers::replication::model::{
-    CopyKey, CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload, canonical_number,
+    CopyKey, CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload, Rendering,
+    Renderings, canonical_number,
 };
 use crate::runtime::Metrics;
 use crate::runtime::cache::FirstList;
@@ -220,6 +221,11 @@ pub struct CopyIndex {
     /// its answer; one entry per copy being written, dropped when an event shows the copy
     /// holding it, when the write is not made, when the copy is deleted, and at a relist.
     being_written: std::sync::Mutex<HashMap<(String, String), Written>>,
+    /// How the server rendered kopper's writes of copies of a generic kind.
+    pub renderings: RenderingMemory,
+    /// Whether the watch that feeds this index was started (a kind the admin allows is
+    /// watched once discovery found it).
+    watched: std::sync::atomic::AtomicBool,
 }
 
 /// Where a copy is, as [`CopyIndex::being_written`] keys it.
@@ -232,9 +238,10 @@ fn place_of(meta: &ObjectMeta) -> (String, String) {
     place(meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
 }
 
-/// What a copy holds once kopper's write of it lands.
+/// What a copy holds once kopper's write of it lands; the content of a generic kind is the
+/// server's rendering of it, not known before the write's answer, and not compared.
 struct Written {
-    content: u64,
+    content: Option<u64>,
     shape: u64,
     marks: Arc<Marks>,
 }
@@ -250,7 +257,19 @@ impl CopyIndex {
             written: AtomicU64::new(0),
             delivered: tokio::sync::watch::Sender::new(0),
             being_written: std::sync::Mutex::default(),
+            renderings: RenderingMemory::default(),
+            watched: std::sync::atomic::AtomicBool::new(!kind.is_generic()),
         }
+    }
+
+    /// Marks the watch of this index started; whether it was not before (the caller starts it).
+    pub fn start_watch(&self) -> bool {
+        !self.watched.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether a watch feeds this index.
+    pub fn watched(&self) -> bool {
+        self.watched.load(Ordering::Acquire)
     }
 
     /// kopper wrote a copy and the API server gave it `version`. Versions are opaque to
@@ -264,7 +283,8 @@ impl CopyIndex {
 
     /// kopper is about to write `copy`.
     pub fn writing(&self, copy: &DesiredCopy) {
-        let written = Written { content: copy.content, shape: copy.shape, marks: copy.marks.clone() };
+        let content = (!copy.key.kind.is_generic()).then_some(copy.content);
+        let written = Written { content, shape: copy.shape, marks: copy.marks.clone() };
         self.being_written().insert(place(&copy.key.namespace, &copy.key.name), written);
     }
 
@@ -281,9 +301,9 @@ impl CopyIndex {
             return false;
         }
         let key = place_of(meta);
-        let holds = being_written
-            .get(&key)
-            .is_some_and(|written| state.holds(written.content, written.shape, &written.marks));
+        let holds = being_written.get(&key).is_some_and(|written| {
+            state.holds(written.content.unwrap_or(state.content), written.shape, &written.marks)
+        });
         if holds {
             being_written.remove(&key);
         }
@@ -472,6 +492,65 @@ impl CopyIndex {
     }
 }
 
+/// Renderings learnt per content digest, at most: enough for every source of a large
+/// cluster's rules, bounded whatever tenants do.
+const LEARNT_RENDERINGS: usize = 4096;
+
+/// How the API server rendered kopper's writes (and dry-runs) of copies of a generic kind:
+/// per copy, the digest of the content written and of its rendering; and per content
+/// digest, the last rendering seen (at most [`LEARNT_RENDERINGS`], the oldest forgotten
+/// first), so that after a restart one dry-run per source, not per copy, tells that the
+/// copies of that source are in sync. Lives in this process only: a restart starts empty.
+#[derive(Default)]
+pub struct RenderingMemory {
+    places: std::sync::Mutex<HashMap<(String, String), (u64, u64)>>,
+    learnt: std::sync::Mutex<(HashMap<u64, u64>, std::collections::VecDeque<u64>)>,
+}
+
+impl RenderingMemory {
+    /// kopper wrote (or verified) content of digest `desired` at `namespace/name`, which the
+    /// server renders as `rendered`.
+    pub fn record(&self, namespace: &str, name: &str, desired: u64, rendered: u64) {
+        lock(&self.places).insert(place(namespace, name), (desired, rendered));
+        let mut learnt = lock(&self.learnt);
+        let (map, order) = &mut *learnt;
+        if map.insert(desired, rendered).is_none() {
+            order.push_back(desired);
+            if order.len() > LEARNT_RENDERINGS
+                && let Some(oldest) = order.pop_front()
+            {
+                map.remove(&oldest);
+            }
+        }
+    }
+
+    /// The copy `meta` names is gone.
+    fn forget(&self, meta: &ObjectMeta) {
+        lock(&self.places).remove(&place_of(meta));
+    }
+}
+
+impl Renderings for RenderingMemory {
+    fn judge(&self, namespace: &str, name: &str, desired: u64, in_place: u64) -> Rendering {
+        let at_place = lock(&self.places).get(&place(namespace, name)).copied();
+        match at_place {
+            Some((written, rendered)) if rendered == in_place && written == desired => {
+                return Rendering::InSync;
+            }
+            Some((_, rendered)) if rendered == in_place => return Rendering::Outdated,
+            _ => {}
+        }
+        match lock(&self.learnt).0.get(&desired) {
+            Some(rendered) if *rendered == in_place => Rendering::InSync,
+            _ => Rendering::Unknown,
+        }
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Strings beyond two per copy kept before they are pruned (see
 /// [`CopyIndex::prune_strings_if_outgrown`]).
 const STRINGS_SLACK: usize = 1024;
@@ -494,9 +573,53 @@ pub fn spawn<K: Replicable>(
 ) -> JoinHandle<()> {
     let config = watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE);
     let events = crate::runtime::watch::watcher(Api::<WatchedCopy<K>>::all(client.clone()), config)
+        .map(|event| event.map(|event| reduced(event, WatchedCopy::into_parts)))
         .default_backoff()
         .take_until(shutdown);
-    let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: K::KIND.to_string() };
+    follow(events, index, scoped, observer, metrics)
+}
+
+/// Keeps `index` from a watch of kopper's copies of a kind the admin allows (of the resource
+/// `resource`), as [`spawn`] does for ConfigMaps and Secrets. The objects are decoded whole
+/// and reduced at once to their digests: nothing of their content is kept.
+pub fn spawn_generic(
+    client: &Client,
+    resource: &ApiResource,
+    index: Arc<CopyIndex>,
+    scoped: Arc<Scoped>,
+    observer: Arc<dyn CacheEvents>,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    let config = watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE);
+    let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+    let not_served = format!("the API server no longer serves {} ({})", resource.kind, resource.api_version);
+    let events = crate::runtime::watch::watcher_of(api, config, not_served)
+        .map(|event| event.map(|event| reduced(event, generic_parts)))
+        .default_backoff()
+        .take_until(shutdown);
+    follow(events, index, scoped, observer, metrics)
+}
+
+/// A copy of a generic kind as its metadata and content (see [`Payload::generic`]).
+fn generic_parts(object: DynamicObject) -> (ObjectMeta, Payload) {
+    let fields = match object.data {
+        serde_json::Value::Object(fields) => fields.into_iter().collect::<Vec<_>>(),
+        _ => Vec::new(),
+    };
+    let meta = ObjectMeta { managed_fields: None, ..object.metadata };
+    (meta, Payload::generic(fields))
+}
+
+/// Applies the copy watch's `events` to `index` until they end.
+fn follow(
+    events: impl futures::Stream<Item = watcher::Result<CopyEvent>> + Send + 'static,
+    index: Arc<CopyIndex>,
+    scoped: Arc<Scoped>,
+    observer: Arc<dyn CacheEvents>,
+    metrics: Arc<Metrics>,
+) -> JoinHandle<()> {
+    let labels = CacheLabels { controller: RULE_CONTROLLER.to_owned(), kind: index.kind.to_string() };
     tokio::spawn(async move {
         let mut events = std::pin::pin!(events);
         let mut listing: Option<CopyMap> = None;
@@ -524,17 +647,31 @@ pub fn spawn<K: Replicable>(
     })
 }
 
-fn apply_event<K: Replicable>(
+/// One watch event of a copy, reduced to its metadata and content.
+type CopyEvent = watcher::Event<(ObjectMeta, Payload)>;
+
+/// `event` with each object reduced by `parts`.
+fn reduced<T>(event: watcher::Event<T>, parts: impl Fn(T) -> (ObjectMeta, Payload)) -> CopyEvent {
+    match event {
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(parts(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+        watcher::Event::Apply(object) => watcher::Event::Apply(parts(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(parts(object)),
+    }
+}
+
+fn apply_event(
     index: &CopyIndex,
     scoped: &Scoped,
     observer: &dyn CacheEvents,
-    event: watcher::Event<WatchedCopy<K>>,
+    event: CopyEvent,
     listing: &mut Option<CopyMap>,
 ) {
+    let kind = index.kind;
     match event {
         watcher::Event::Init => *listing = Some(CopyMap::new()),
-        watcher::Event::InitApply(object) => {
-            let (meta, payload) = object.into_parts();
+        watcher::Event::InitApply((meta, payload)) => {
             index.delivered(&meta);
             index.insert_into(listing.get_or_insert_default(), &meta, CopyState::new(&meta, &payload));
         }
@@ -546,24 +683,23 @@ fn apply_event<K: Replicable>(
             // Whatever happened while the watch was down is only known now.
             observer.relisted();
         }
-        watcher::Event::Apply(object) => {
-            let (meta, payload) = object.into_parts();
+        watcher::Event::Apply((meta, payload)) => {
             index.delivered(&meta);
             let state = CopyState::new(&meta, &payload);
             let as_written = index.holds_what_kopper_wrote(&meta, &state);
             let after = state.rule.clone();
             let before = index.insert(&meta, state);
             let made_by = [before.and_then(|copy| copy.rule), after];
-            let change = CopyChange { kind: K::KIND, meta: &meta, made_by, as_written };
-            observer.copy_changed(&scoped.view(K::KIND), change);
+            let change = CopyChange { kind, meta: &meta, made_by, as_written };
+            observer.copy_changed(&scoped.view(kind), change);
         }
-        watcher::Event::Delete(object) => {
-            let meta = object.meta().clone();
+        watcher::Event::Delete((meta, _)) => {
             index.delivered(&meta);
             index.forget_write(&meta);
+            index.renderings.forget(&meta);
             let made_by = [index.remove(&meta).and_then(|copy| copy.rule), None];
-            let change = CopyChange { kind: K::KIND, meta: &meta, made_by, as_written: false };
-            observer.copy_changed(&scoped.view(K::KIND), change);
+            let change = CopyChange { kind, meta: &meta, made_by, as_written: false };
+            observer.copy_changed(&scoped.view(kind), change);
         }
     }
 }
@@ -774,6 +910,61 @@ mod tests {
             ..at_version("7")
         };
         CopyState::new(&meta, &copy.payload)
+    }
+
+    /// What a copy of another kind holds: every top-level field but its identity and what the
+    /// server owns, digested the same whatever order the server sent keys in; its `Debug`
+    /// form names the fields, no value.
+    #[test]
+    fn a_generic_copy_holds_its_fields_but_identity_metadata_and_status() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny", "namespace": "team-a", "labels": {"a": "b"}, "managedFields": [{}]},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+            "status": {"conditions": []},
+        }))
+        .unwrap();
+        let (meta, payload) = generic_parts(object);
+        assert_eq!(payload.fields.keys().collect::<Vec<_>>(), ["spec"]);
+        assert!(meta.managed_fields.is_none() && meta.labels.is_some());
+        let reordered = Payload::generic(
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(
+                r#"{"status": {"x": 1}, "spec": {"policyTypes": ["Ingress"], "podSelector": {}}}"#,
+            )
+            .unwrap(),
+        );
+        assert_eq!(reordered.digest(), payload.digest(), "key order and status play no part");
+        let other = Payload::generic([("spec".to_owned(), serde_json::json!({"podSelector": {"a": 1}}))]);
+        assert_ne!(other.digest(), payload.digest());
+        let shown = format!("{payload:?}");
+        assert!(shown.contains(r#"fields: ["spec"]"#) && !shown.contains("Ingress"), "{shown}");
+    }
+
+    /// In sync is what kopper's write was rendered as; as kopper left it but of other
+    /// content, outdated; anything else (a restart, an edit) unknown until a dry-run. What one
+    /// copy's write taught serves the other copies of the same content, within a bound.
+    #[test]
+    fn renderings_judge_a_copy_by_what_kopper_wrote() {
+        let memory = RenderingMemory::default();
+        assert_eq!(memory.judge("a", "deny", 1, 10), Rendering::Unknown, "nothing known after a restart");
+        memory.record("a", "deny", 1, 10);
+        assert_eq!(memory.judge("a", "deny", 1, 10), Rendering::InSync);
+        assert_eq!(memory.judge("a", "deny", 2, 10), Rendering::Outdated, "the source changed");
+        assert_eq!(memory.judge("a", "deny", 1, 11), Rendering::Unknown, "edited by someone");
+        assert_eq!(memory.judge("b", "deny", 1, 10), Rendering::InSync, "learnt from a's write");
+        assert_eq!(memory.judge("b", "deny", 1, 12), Rendering::Unknown);
+        memory.forget(&ObjectMeta {
+            namespace: Some("a".into()),
+            name: Some("deny".into()),
+            ..ObjectMeta::default()
+        });
+        assert_eq!(memory.judge("a", "deny", 2, 10), Rendering::Unknown, "gone with its copy");
+        for desired in 100..100 + LEARNT_RENDERINGS as u64 + 10 {
+            memory.record("c", "x", desired, desired);
+        }
+        let learnt = lock(&memory.learnt);
+        assert_eq!((learnt.0.len(), learnt.1.len()), (LEARNT_RENDERINGS, LEARNT_RENDERINGS), "bounded");
+        assert!(!learnt.0.contains_key(&100), "the oldest forgotten first");
     }
 
     #[test]

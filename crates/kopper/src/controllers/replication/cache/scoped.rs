@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::core::PartialObjectMeta;
+use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
 
 type Meta<K> = PartialObjectMeta<K>;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -247,8 +247,18 @@ impl Scoped {
         }
         let store = Arc::new(ScopeStore::new());
         let task = match kind {
-            ObjectKind::ConfigMap => self.spawn::<ConfigMap>(&scope, store.clone()),
-            ObjectKind::Secret => self.spawn::<Secret>(&scope, store.clone()),
+            ObjectKind::ConfigMap => self.spawn(kind, &scope, store.clone(), self.api::<ConfigMap>(&scope)),
+            ObjectKind::Secret => self.spawn(kind, &scope, store.clone(), self.api::<Secret>(&scope)),
+            ObjectKind::Other(_) => match kind.api_resource() {
+                Some(resource) => {
+                    self.spawn(kind, &scope, store.clone(), self.dynamic_api(&scope, &resource))
+                }
+                // Not served: a store never ready, whose waiters give up.
+                None => {
+                    store.ready.mark_stopped();
+                    tokio::spawn(async {})
+                }
+            },
         };
         tracing::debug!(%kind, ?scope, "started a scoped watch");
         watches.insert((kind, scope), Running { store: store.clone(), task });
@@ -271,7 +281,9 @@ impl Scoped {
 
     /// Sets `kopper_scoped_watches` from the watches running.
     fn count_watches(&self, watches: &HashMap<(ObjectKind, Scope), Running>) {
-        for kind in ObjectKind::ALL {
+        let kinds: BTreeSet<ObjectKind> =
+            ObjectKind::ALL.into_iter().chain(watches.keys().map(|(kind, _)| *kind)).collect();
+        for kind in kinds {
             for (label, is) in [
                 ("namespace", (|s: &Scope| matches!(s, Scope::Namespace(_))) as fn(&Scope) -> bool),
                 ("name", |s: &Scope| matches!(s, Scope::Name(_))),
@@ -388,7 +400,8 @@ impl Scoped {
         for (kind, scope) in needed {
             self.start(&mut watches, *kind, scope.clone());
         }
-        for kind in ObjectKind::ALL {
+        let kinds: Vec<ObjectKind> = blocked.keys().copied().collect();
+        for kind in kinds {
             if watches.contains_key(&(kind, Scope::Cluster)) {
                 continue;
             }
@@ -445,26 +458,45 @@ impl Scoped {
         self.retain(|_, _| false);
     }
 
-    fn spawn<K>(self: &Arc<Self>, scope: &Scope, store: Arc<ScopeStore>) -> JoinHandle<()>
+    /// The metadata API of objects of `K`, a ConfigMap or Secret, that `scope` covers.
+    fn api<K>(&self, scope: &Scope) -> Api<Meta<K>>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
             + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+            + std::fmt::Debug,
     {
-        let api = match scope {
-            Scope::Namespace(namespace) => Api::<Meta<K>>::namespaced(self.client.clone(), namespace),
-            Scope::Name(_) | Scope::Cluster => Api::<Meta<K>>::all(self.client.clone()),
-        };
+        match scope {
+            Scope::Namespace(namespace) => Api::namespaced(self.client.clone(), namespace),
+            Scope::Name(_) | Scope::Cluster => Api::all(self.client.clone()),
+        }
+    }
+
+    /// The metadata API of objects of the resource `resource` that `scope` covers.
+    fn dynamic_api(&self, scope: &Scope, resource: &ApiResource) -> Api<Meta<DynamicObject>> {
+        match scope {
+            Scope::Namespace(namespace) => Api::namespaced_with(self.client.clone(), namespace, resource),
+            Scope::Name(_) | Scope::Cluster => Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    fn spawn<K>(
+        self: &Arc<Self>,
+        kind: ObjectKind,
+        scope: &Scope,
+        store: Arc<ScopeStore>,
+        api: Api<Meta<K>>,
+    ) -> JoinHandle<()>
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    {
         let config = watch_config(scope);
-        let events =
-            crate::runtime::watch::watcher(api, config).default_backoff().take_until(self.shutdown.clone());
+        let not_served = format!("the API server does not serve {kind}");
+        let events = crate::runtime::watch::watcher_of(api, config, not_served)
+            .default_backoff()
+            .take_until(self.shutdown.clone());
         let scoped = self.clone();
         let metrics = self.metrics.clone();
-        let kind = kind_of::<K>();
         let scope = scope.clone();
         tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
@@ -500,10 +532,6 @@ fn watch_config(scope: &Scope) -> watcher::Config {
     };
     let page = if *scope == Scope::Cluster { CLUSTER_PAGE_SIZE } else { METADATA_PAGE_SIZE };
     config.labels(&format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}")).page_size(page)
-}
-
-fn kind_of<K: Resource<DynamicType = ()>>() -> ObjectKind {
-    if K::kind(&()) == "Secret" { ObjectKind::Secret } else { ObjectKind::ConfigMap }
 }
 
 /// What is kept of an object that is not a copy: enough to match it as a source, and of its

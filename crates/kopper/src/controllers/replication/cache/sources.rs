@@ -99,7 +99,8 @@ impl SourceCache {
 fn size_of_payload(payload: &Payload) -> usize {
     let data: usize = payload.data.iter().map(|(key, value)| key.len() + value.len()).sum();
     let binary: usize = payload.binary_data.iter().map(|(key, value)| key.len() + value.0.len()).sum();
-    data + binary
+    let fields: usize = payload.fields.iter().map(|(key, value)| key.len() + value.to_string().len()).sum();
+    data + binary + fields
 }
 
 /// What the engine remembers between passes, all of it rebuilt from the cluster after a

@@ -659,7 +659,7 @@ fn a_pass_decided_in_batches_decides_as_one_in_a_go() {
     };
     let mut batched = RulePlan { sources_matched: pass.sources_matched, ..RulePlan::default() };
     for batch in pass.targets().chunks(1) {
-        pass.plan_copies(batch, found, &mut batched);
+        pass.plan_copies(batch, found, &NoRenderings, &mut batched);
     }
     pass.stale_copies(own_copies(&rules[0].id, RULE_UID, ObjectKind::ConfigMap, &existing), &mut batched);
     assert_eq!(batched, whole);
@@ -1571,4 +1571,84 @@ fn a_secret_sync_orphan_ranks_as_a_tenant_s_and_goes_with_its_consent() {
     let state = CopyState::from_info(&info, &Payload::default());
     assert_eq!(state.orphan_tenant.as_deref(), Some("tenant-a"));
     assert!(state.outranked_by(RuleKind::ReplicationRule) && !state.outranked_by(RuleKind::SecretSync));
+}
+
+/// A kind the admin allows, as the tests' rules copy it.
+fn widget_kind() -> ObjectKind {
+    let kinds =
+        crate::kinds::AllowedKinds::new([crate::kinds::parse_entry("example.com/v1/Widget").unwrap()]);
+    let widget = kinds.find("example.com/v1", "Widget").unwrap();
+    ObjectKind::Other(widget)
+}
+
+/// Renderings as a map from (namespace, desired) to what is known.
+struct Known(Vec<(&'static str, u64, u64, Rendering)>);
+
+impl Renderings for Known {
+    fn judge(&self, namespace: &str, _: &str, desired: u64, in_place: u64) -> Rendering {
+        self.0
+            .iter()
+            .find(|(at, wanted, rendered, _)| *at == namespace && *wanted == desired && *rendered == in_place)
+            .map_or(Rendering::Unknown, |(_, _, _, judged)| *judged)
+    }
+}
+
+/// A copy of a kind the server fills in is judged by what kopper wrote, never by its content
+/// against the source's: in sync as kopper's write was rendered; otherwise a dry-run checks a
+/// copy whose marks are right; a copy kopper wrote of other content, or with wrong marks, is
+/// written.
+#[test]
+fn a_generic_copy_is_judged_by_its_rendering_not_by_its_content() {
+    let kind = widget_kind();
+    let mut rule = rule("widgets", 0);
+    rule.kind = kind;
+    let rules = [rule];
+    let objects = [source("src", "w", "s1", "1")];
+    let ns = namespaces(&["src", "a", "b", "c", "d"]);
+    let world = World::new(&rules, &ns, &objects);
+    let fields = Payload::generic([("spec".to_owned(), serde_json::json!({"color": "blue"}))]);
+    let sources: HashMap<String, Source> = [("s1".to_owned(), read(&objects[0], fields.clone()))].into();
+    let first = plan_rule(&rules[0], &world, &sources, &BTreeMap::new());
+    let Some(Change::Create(template)) = first.changes.first() else { panic!("{:?}", first.changes) };
+    // As the server renders it: with a default filled in.
+    let rendered = |copy: &DesiredCopy, namespace: &str| {
+        let mut copy = copy.clone();
+        copy.key.namespace = namespace.to_owned();
+        written_as(&copy, |_, payload| {
+            payload.fields.insert("spec".to_owned(), serde_json::json!({"color": "blue", "size": 3}));
+        })
+    };
+    let Existing::Copy(state) = rendered(template, "a") else { unreachable!() };
+    let in_place = state.content;
+    let existing: BTreeMap<CopyKey, Existing> = ["a", "b", "c", "d"]
+        .into_iter()
+        .map(|namespace| {
+            let key = CopyKey { kind, namespace: namespace.to_owned(), name: "w".to_owned() };
+            let copy = if namespace == "d" {
+                written_as(template, |info, payload| {
+                    info.namespace = "d".into();
+                    info.annotations.remove(SOURCE_VERSION_ANNOTATION);
+                    payload.fields.insert("spec".to_owned(), serde_json::json!({"color": "blue", "size": 3}));
+                })
+            } else {
+                rendered(template, namespace)
+            };
+            (key, copy)
+        })
+        .collect();
+    let known = Known(vec![
+        ("a", template.content, in_place, Rendering::InSync),
+        ("b", template.content, in_place, Rendering::Outdated),
+    ]);
+    let plan = plan_rule_with(&rules[0], &world, &sources, &existing, &known);
+    assert_eq!(plan.in_sync_namespaces, BTreeSet::from(["a".to_owned()]), "{:?}", plan.changes);
+    let update_in = |namespace: &str| {
+        plan.changes.iter().find_map(|change| match change {
+            Change::Update { copy, .. } if copy.key.namespace == namespace => Some(copy.rendering_check),
+            _ => None,
+        })
+    };
+    assert_eq!(update_in("b"), Some(None), "as kopper left it, of other content: written");
+    assert_eq!(update_in("c"), Some(Some(in_place)), "nothing known: a dry-run first");
+    assert_eq!(update_in("d"), Some(None), "one of kopper's marks gone: written, no dry-run needed");
 }

@@ -10,8 +10,7 @@ pub mod sync_status;
 
 pub use self::config_map_sync::{ConfigMapSync, ConfigMapSyncSpec, ConfigMapSyncStatus};
 pub use self::replication_rule::{
-    CopyConflict, CredentialSecretType, ReplicatedKind, ReplicationRule, ReplicationRuleSpec,
-    ReplicationRuleStatus,
+    CopyConflict, CredentialSecretType, ReplicationRule, ReplicationRuleSpec, ReplicationRuleStatus,
 };
 pub use self::secret_sync::{SecretSync, SecretSyncSpec, SecretSyncStatus};
 pub use self::shaping::{CopiedLabels, CopiedMetadata, CopyShaping, DeletionPolicy, ToolMarks};

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::shaping::CopyShaping;
 
-/// Copies every ConfigMap or Secret that matches into every target namespace: copies are
+/// Copies every object of its kind that matches into every target namespace: copies are
 /// created when a source or a namespace appears, updated when the source changes, restored
 /// when edited or deleted, and removed when the source goes away, stops matching, or this
 /// rule is deleted. An object of the same name that kopper did not create is never touched;
@@ -18,11 +18,12 @@ use super::shaping::CopyShaping;
     group = "kopper.dev",
     version = "v1alpha1",
     kind = "ReplicationRule",
-    doc = "Copies every ConfigMap or Secret of the source namespaces whose labels match the selector into every namespace the rule selects, including namespaces created later. Copies follow their source, are restored when edited or deleted, and are removed when the source stops matching or this rule is deleted. An object of the same name that kopper did not create is never touched; it is reported in status.",
+    doc = "Copies every object of its kind (a ConfigMap, a Secret, or another namespaced kind the cluster admin allows with --replicate-kinds) of the source namespaces whose labels match the selector into every namespace the rule selects, including namespaces created later. Copies follow their source, are restored when edited or deleted, and are removed when the source stops matching or this rule is deleted. An object of the same name that kopper did not create is never touched; it is reported in status.",
     plural = "replicationrules",
     shortname = "rr",
     status = "ReplicationRuleStatus",
     printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
+    printcolumn = r#"{"name":"API version","type":"string","jsonPath":".spec.apiVersion","priority":1}"#,
     printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.sourcesMatched","description":"Sources this rule copies"}"#,
     printcolumn = r#"{"name":"In sync","type":"integer","jsonPath":".status.copiesInSync","description":"Copies in place and up to date"}"#,
     printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflictCount"}"#,
@@ -33,13 +34,48 @@ use super::shaping::CopyShaping;
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "!has(self.secretType) || self.kind == 'Secret'",
-        "message": "secretType applies to kind Secret only; remove it"
+        "rule": "!has(self.secretType) || (self.kind == 'Secret' && (!has(self.apiVersion) || self.apiVersion == 'v1'))",
+        "message": "secretType applies to kind Secret (apiVersion v1) only; remove it"
+    },
+    {
+        "rule": "!has(self.keys) || (self.kind in ['ConfigMap', 'Secret'] && (!has(self.apiVersion) || self.apiVersion == 'v1'))",
+        "message": "keys applies to kind ConfigMap or Secret (apiVersion v1) only; remove it: other kinds are copied whole"
+    },
+    {
+        "rule": "!has(self.credentialTypes) || (self.kind in ['ConfigMap', 'Secret'] && (!has(self.apiVersion) || self.apiVersion == 'v1'))",
+        "message": "credentialTypes applies to kind ConfigMap or Secret (apiVersion v1) only; remove it"
     }
 ]))]
 pub struct ReplicationRuleSpec {
-    /// What to copy: ConfigMap or Secret.
-    pub kind: ReplicatedKind,
+    /// The API version of the kind to copy, e.g. `v1` (the default) or
+    /// `networking.k8s.io/v1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 317),
+        pattern(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9][a-z0-9]*$")
+    )]
+    pub api_version: Option<String>,
+
+    /// What to copy: `ConfigMap` or `Secret`, always, or another namespaced kind the
+    /// cluster admin allows with `--replicate-kinds` (chart value `replication.extraKinds`),
+    /// e.g. `NetworkPolicy` (apiVersion `networking.k8s.io/v1`), `LimitRange`,
+    /// `ResourceQuota`, `Role`, `RoleBinding` or a custom resource. A kind not allowed is
+    /// refused (Ready=False, reason `KindNotAllowed`); one the API server does not serve
+    /// waits for its CRD (reason `KindNotServed`). A copy of another kind holds every field of
+    /// its source but `apiVersion`, `kind`, `metadata` (labels and annotations are shaped
+    /// by `copyLabels` and `copyAnnotations`) and `status`.
+    #[schemars(length(min = 1, max = 63), pattern(r"^[A-Z][A-Za-z0-9]{0,62}$"))]
+    pub kind: String,
+
+    /// Kinds that grant rights or open the network (every kind of
+    /// `rbac.authorization.k8s.io`, NetworkPolicy, and every custom resource, whose meaning
+    /// kopper cannot know) are copied only from protected namespaces, which tenants cannot
+    /// write to (kube-system, kopper's own, those the admin protects): otherwise the rule is
+    /// Ready=False with reason `SourceNotProtected`. `true` copies them from any source
+    /// namespace listed: whoever may write there decides what every target namespace
+    /// allows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_unprotected_sources: bool,
 
     /// Namespaces the sources are read from: 1 to 32 namespace names.
     #[schemars(
@@ -73,7 +109,7 @@ pub struct ReplicationRuleSpec {
     pub exclude_namespaces: Vec<String>,
 
     /// Secret types that are credentials of the cluster itself, which this rule may copy
-    /// (kind Secret only). They are never copied otherwise, however broad the selector:
+    /// (kinds ConfigMap and Secret only). They are never copied otherwise, however broad the selector:
     /// `kubernetes.io/service-account-token` (a copy is a live token of that ServiceAccount
     /// in every namespace it lands in), `bootstrap.kubernetes.io/token` and
     /// `helm.sh/release.v1` (Helm's release records).
@@ -125,11 +161,16 @@ impl CredentialSecretType {
     }
 }
 
-/// The kind of object a rule copies.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum ReplicatedKind {
-    ConfigMap,
-    Secret,
+impl ReplicationRuleSpec {
+    /// The API version of the kind copied: `v1` unless set.
+    pub fn api_version(&self) -> &str {
+        self.api_version.as_deref().unwrap_or("v1")
+    }
+
+    /// Whether the rule copies Secrets.
+    pub fn copies_secrets(&self) -> bool {
+        self.kind == "Secret" && self.api_version() == "v1"
+    }
 }
 
 /// What kopper last observed for this rule.
@@ -166,7 +207,12 @@ pub struct ReplicationRuleStatus {
     /// `Ready` is True when every copy this rule wants is in place and up to date. Reason
     /// `Conflict`: an object kopper did not make (or a rule that takes precedence) holds a
     /// place; `WriteFailed`: writes fail and are retried; `Progressing`: copies are still
-    /// being written (after a write met another writer, say); `CopyBeingDeleted`: copies are
+    /// being written (after a write met another writer, say); `KindNotAllowed`: kopper does not
+    /// replicate this kind (the admin allows it with `--replicate-kinds`); `KindNotServed`:
+    /// the API server does not serve it (install its CRD); `SourceNotProtected`: a kind that
+    /// grants rights or opens the network from a source namespace tenants can write to;
+    /// `EscalationRefused`: the API server refused a copy as a privilege escalation (kopper
+    /// lacks what a Role grants, or `bind` on a RoleBinding's role); `CopyBeingDeleted`: copies are
     /// being deleted but held by another controller's finalizer, and are made again once
     /// gone; `SourceKeysMissing`: a source lacks keys `keys` lists (its copies hold the
     /// others; one lacking them all is not copied); `SecretTypeNeedsKeys`: the keys kept lack what the copies' type requires, so
@@ -224,8 +270,8 @@ mod tests {
         assert!(
             required.contains(&"kind") && required.contains(&"namespaces") && required.contains(&"selector")
         );
-        let kinds = spec["properties"]["kind"]["enum"].as_array().unwrap();
-        assert_eq!(kinds.len(), 2);
+        assert_eq!(spec["properties"]["kind"]["pattern"], "^[A-Z][A-Za-z0-9]{0,62}$");
+        assert!(spec["properties"]["kind"].get("enum").is_none(), "any kind the admin allows");
         assert_eq!(spec["properties"]["namespaces"]["minItems"], 1);
         assert!(spec["properties"]["namespaces"]["items"]["pattern"].is_string());
     }
@@ -234,7 +280,8 @@ mod tests {
     fn seed_sample_parses() {
         let sample = include_str!("../../../../../../config/samples/replicationrule-shared-settings.yaml");
         let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
-        assert_eq!(rule.spec.kind, ReplicatedKind::ConfigMap);
+        assert_eq!(rule.spec.kind, "ConfigMap");
+        assert_eq!(rule.spec.api_version(), "v1");
         assert_eq!(rule.spec.namespaces, vec!["default".to_owned()]);
     }
 
@@ -242,7 +289,7 @@ mod tests {
     fn ca_bundle_sample_copies_only_the_ca_certificate_as_an_opaque_secret() {
         let sample = include_str!("../../../../../../config/samples/replicationrule-ca-bundle.yaml");
         let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
-        assert_eq!(rule.spec.kind, ReplicatedKind::Secret);
+        assert!(rule.spec.copies_secrets());
         assert_eq!(rule.spec.shaping.keys, ["ca.crt"]);
         assert_eq!(rule.spec.secret_type.as_deref(), Some("Opaque"));
         assert_eq!(rule.spec.shaping.deletion_policy, DeletionPolicy::Orphan);
@@ -250,6 +297,38 @@ mod tests {
         assert_eq!(source.type_.as_deref(), Some("kubernetes.io/tls"));
         let keys: Vec<&String> = source.string_data.iter().flatten().map(|(key, _)| key).collect();
         assert_eq!(keys, ["ca.crt", "tls.crt", "tls.key"]);
+    }
+
+    #[test]
+    fn default_deny_sample_copies_a_network_policy_from_a_protected_namespace() {
+        let sample = include_str!("../../../../../../config/samples/replicationrule-default-deny.yaml");
+        let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
+        assert_eq!(
+            (rule.spec.api_version(), rule.spec.kind.as_str()),
+            ("networking.k8s.io/v1", "NetworkPolicy")
+        );
+        assert!(!rule.spec.allow_unprotected_sources, "the source lives where tenants cannot write");
+        let source: k8s_openapi::api::networking::v1::NetworkPolicy =
+            crate::samples::of_kind(sample, "NetworkPolicy").unwrap();
+        assert_eq!(source.metadata.namespace, Some(rule.spec.namespaces[0].clone()));
+        let spec = source.spec.unwrap();
+        assert_eq!(spec.pod_selector, Some(Default::default()), "every pod");
+        assert!(spec.ingress.is_none() && spec.egress.is_none(), "no traffic allowed");
+        let labels = source.metadata.labels.unwrap();
+        let selected = rule.spec.selector.match_labels.unwrap();
+        assert!(
+            selected.iter().all(|(key, value)| labels.get(key) == Some(value)),
+            "the selector matches it"
+        );
+    }
+
+    #[test]
+    fn shaping_of_data_applies_to_config_maps_and_secrets_only() {
+        let rules = schema()["properties"]["spec"]["x-kubernetes-validations"].to_string();
+        for field in ["keys", "secretType", "credentialTypes"] {
+            assert!(rules.contains(&format!("!has(self.{field})")), "{field}: {rules}");
+        }
+        assert!(rules.contains("self.apiVersion == 'v1'"), "{rules}");
     }
 
     #[test]
