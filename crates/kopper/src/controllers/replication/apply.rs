@@ -91,6 +91,23 @@ pub struct Applied {
     pub renderings: Vec<(CopyKey, u64, u64)>,
 }
 
+impl Applied {
+    /// Adds what another execution did.
+    pub fn merge(&mut self, other: Applied) {
+        self.written.extend(other.written);
+        self.versions.extend(other.versions);
+        self.removed.extend(other.removed);
+        self.deleted += other.deleted;
+        self.orphaned += other.orphaned;
+        self.unmanaged.extend(other.unmanaged);
+        self.raced.extend(other.raced);
+        self.failed.extend(other.failed);
+        self.escalations.extend(other.escalations);
+        self.verified.extend(other.verified);
+        self.renderings.extend(other.renderings);
+    }
+}
+
 enum Outcome {
     /// Written; for a generic kind, with the digests of what was written and how the server
     /// rendered it.

@@ -26,8 +26,8 @@ use super::desired::{
 use super::metrics::SOURCE_TO_COPY_SECONDS;
 use super::model::{
     CopyKey, CopyState, FIELD_MANAGER_NAME, KeptRules, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NamespaceInfo,
-    ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL, RULE_CONTROLLER, Rule, RuleId, RuleKind,
-    RuleLabels, SYNC_CONTROLLER, Scope, Source, controller_of,
+    ObjectInfo, ObjectKind, Payload, REPLICATED_BY_LABEL, RULE_CONTROLLER, Rendering, Renderings, Rule,
+    RuleId, RuleKind, RuleLabels, SYNC_CONTROLLER, Scope, Source, controller_of,
 };
 use super::rules::{Findings, Refusal, RuleObject};
 use super::types::{ConfigMapSync, DeletionPolicy, ReplicationRule, SecretSync};
@@ -554,13 +554,31 @@ impl Engine {
         let kind = rule.kind;
         let copies = self.caches.copies(kind);
         plan.writes().filter_map(Change::copy).for_each(|copy| copies.writing(copy));
-        let applied =
-            apply::execute(&ctx.client, &ctx.settings.field_manager_for(FIELD_MANAGER_NAME), &plan.changes)
-                .await;
-        applied.versions.values().for_each(|version| copies.wrote(version));
+        let field_manager = ctx.settings.field_manager_for(FIELD_MANAGER_NAME);
+        // Of the copies only a dry-run can judge, one per content first: its answer judges the
+        // others of that content (see `RenderingMemory`), so a restart costs a dry-run per
+        // source, not per copy.
+        let (first, later) = one_check_per_content(&plan.changes);
+        let mut applied = apply::execute(&ctx.client, &field_manager, &first).await;
         for (key, desired, rendered) in &applied.renderings {
             copies.renderings.record(&key.namespace, &key.name, *desired, *rendered);
         }
+        if !later.is_empty() {
+            let (known, unknown): (Vec<Change>, Vec<Change>) =
+                later.into_iter().partition(|change| rendering_known(&copies.renderings, change));
+            for copy in known.iter().filter_map(Change::copy) {
+                if let Some(rendered) = copy.rendering_check {
+                    copies.renderings.record(&copy.key.namespace, &copy.key.name, copy.content, rendered);
+                }
+                applied.verified.insert(copy.key.clone());
+            }
+            let more = apply::execute(&ctx.client, &field_manager, &unknown).await;
+            for (key, desired, rendered) in &more.renderings {
+                copies.renderings.record(&key.namespace, &key.name, *desired, *rendered);
+            }
+            applied.merge(more);
+        }
+        applied.versions.values().for_each(|version| copies.wrote(version));
         let not_written =
             plan.writes().filter_map(Change::copy).filter(|copy| !applied.written.contains(&copy.key));
         not_written.for_each(|copy| copies.not_written(&copy.key));
@@ -743,6 +761,26 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
 
 /// The Ready reasons of a source copied otherwise than its rule asks.
 const SHAPE_REASONS: [&str; 2] = ["SourceKeysMissing", "SecretTypeNeedsKeys"];
+
+/// `changes` split in two: all but the copies of a generic kind waiting on a dry-run whose
+/// content another change before them holds too; and those.
+fn one_check_per_content(changes: &[Change]) -> (Vec<Change>, Vec<Change>) {
+    let mut checked = HashSet::new();
+    changes.iter().cloned().partition(|change| match change.copy() {
+        Some(copy) if copy.rendering_check.is_some() => checked.insert(copy.content),
+        _ => true,
+    })
+}
+
+/// Whether the copy `change` writes, waiting on a dry-run, is known in sync by now: its
+/// rendering is what the server rendered that content as elsewhere.
+fn rendering_known(renderings: &dyn Renderings, change: &Change) -> bool {
+    change.copy().is_some_and(|copy| {
+        copy.rendering_check.is_some_and(|in_place| {
+            renderings.judge(&copy.key.namespace, &copy.key.name, copy.content, in_place) == Rendering::InSync
+        })
+    })
+}
 
 /// Where a cleanup looks for the copies it deletes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

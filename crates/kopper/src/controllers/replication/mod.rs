@@ -106,6 +106,18 @@ impl ErrorCategory for Error {
             },
         }
     }
+
+    /// A pass that met only permanent refusals (an escalation the API server refused) is
+    /// tried again after the longest backoff, not hot.
+    fn is_permanent(&self) -> bool {
+        match self {
+            Self::Finalizer(error) => match error.as_ref() {
+                finalizer::Error::ApplyFailed(error) => error.is_permanent(),
+                _ => false,
+            },
+            Self::CacheStopped(_) | Self::RemoveFinalizer(_) => false,
+        }
+    }
 }
 
 /// Runs the ReplicationRule, ConfigMapSync and SecretSync controllers until `shutdown` resolves and
