@@ -255,3 +255,44 @@ async fn roles_need_verbs_and_resources_and_bindings_a_role_they_may_reference()
         "{causes:?}"
     );
 }
+
+/// What a replicator that judges its copies by the server's rendering relies on: a dry-run
+/// replace answers with the object as it would be stored (server defaults filled in) and
+/// stores nothing; it is held to the resourceVersion sent (409 when stale) and to the same
+/// validation as a real one (a RoleBinding's roleRef cannot change).
+#[tokio::test]
+async fn a_dry_run_replace_renders_defaults_stores_nothing_and_is_validated_as_a_real_one() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("dryrun").await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(cluster.client.clone(), &ns);
+    let policy: NetworkPolicy = object("deny", json!({"spec": {"podSelector": {}}}));
+    let created = policies.create(&PostParams::default(), &policy).await.unwrap();
+    let version = created.metadata.resource_version.clone();
+    let mut changed: NetworkPolicy =
+        object("deny", json!({"spec": {"podSelector": {"matchLabels": {"app": "web"}}}}));
+    changed.metadata.resource_version = version.clone();
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    let answered = policies.replace("deny", &dry_run, &changed).await.unwrap();
+    let spec = answered.spec.unwrap();
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_owned()]), "defaults filled in");
+    assert!(spec.pod_selector.is_some_and(|selector| selector.match_labels.is_some()));
+    let stored = policies.get("deny").await.unwrap();
+    assert_eq!(stored.metadata.resource_version, version, "nothing stored");
+    assert!(stored.spec.unwrap().pod_selector.is_none_or(|selector| selector.match_labels.is_none()));
+
+    changed.metadata.resource_version = Some("1".to_owned());
+    let status = api_error(policies.replace("deny", &dry_run, &changed).await);
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"), "{}", status.message);
+
+    let bindings: Api<RoleBinding> = Api::namespaced(cluster.client.clone(), &ns);
+    let subjects = json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "readers"}]);
+    let view = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"});
+    let binding: RoleBinding = object("b", json!({"roleRef": view, "subjects": subjects}));
+    let created = bindings.create(&PostParams::default(), &binding).await.unwrap();
+    let mut to_edit: RoleBinding = object("b", json!({"roleRef": view, "subjects": subjects}));
+    to_edit.role_ref.name = "edit".to_owned();
+    to_edit.metadata.resource_version = created.metadata.resource_version;
+    let causes = invalid_causes(api_error(bindings.replace("b", &dry_run, &to_edit).await));
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(causes[0].0, "roleRef");
+}
