@@ -1250,7 +1250,9 @@ async fn network_policy_figures(namespaces: usize, new_count: usize, updates: us
     let rule: ReplicationRule = serde_json::from_value(json!({
         "apiVersion": "kopper.dev/v1alpha1", "kind": "ReplicationRule", "metadata": {"name": "default-deny"},
         "spec": {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "namespaces": [POLICY_NAMESPACE],
-                 "selector": {"matchLabels": {"replicate": "default-deny"}}},
+                 "selector": {"matchLabels": {"replicate": "default-deny"}},
+                 // Only the bench's namespaces, so copies and namespaces are as many.
+                 "excludeNamespaces": ["default"]},
     }))
     .unwrap();
     Api::<ReplicationRule>::all(cluster.client.clone()).create(&PostParams::default(), &rule).await.unwrap();
