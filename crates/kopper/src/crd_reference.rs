@@ -124,7 +124,7 @@ mod tests {
             ),
             "{reference}"
         );
-        assert!(reference.contains("| `spec.kind` | string: `ConfigMap`, `Secret` | yes |"), "{reference}");
+        assert!(reference.contains("| `spec.kind` | string (at most 63 characters) | yes |"), "{reference}");
         assert!(
             reference
                 .contains("`spec.credentialTypes` | array of string: `kubernetes.io/service-account-token`")

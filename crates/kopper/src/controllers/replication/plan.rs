@@ -258,6 +258,85 @@ mod tests {
         );
     }
 
+    /// `kopper plan` decides for an allowed kind as the engine does: a copy to create where
+    /// there is none; none where kopper's copy carries its marks (only a dry-run, which plan
+    /// never sends, could judge its content against the server's defaults); and a rule for a
+    /// kind not allowed refused by name.
+    #[test]
+    fn plan_covers_kinds_the_admin_allows() {
+        let kinds = crate::kinds::AllowedKinds::new([crate::kinds::parse_entry(
+            "networking.k8s.io/v1/NetworkPolicy",
+        )
+        .unwrap()]);
+        let allowed = kinds.iter().next().unwrap();
+        allowed
+            .resolved(kube::core::ApiResource::erase::<k8s_openapi::api::networking::v1::NetworkPolicy>(&()));
+        let settings = Settings { replicate_kinds: kinds, ..Settings::default() };
+        let rule = |kind: &str| -> ReplicationRule {
+            serde_yaml::from_str(&format!(
+                "apiVersion: kopper.dev/v1alpha1\nkind: ReplicationRule\nmetadata: {{name: {}, uid: u1}}\n\
+                 spec: {{apiVersion: networking.k8s.io/v1, kind: {kind}, namespaces: [kube-system], \
+                 selector: {{matchLabels: {{copy: 'yes'}}}}}}",
+                kind.to_lowercase()
+            ))
+            .unwrap()
+        };
+        let source = json!({
+            "metadata": {"name": "deny", "namespace": "kube-system", "uid": "s1", "resourceVersion": "3",
+                         "labels": {"copy": "yes"}},
+            "spec": {"podSelector": {}},
+        });
+        let mut cluster =
+            ClusterObjects::new(&[namespace("kube-system"), namespace("a"), namespace("b")], &[], &[]);
+        let objects =
+            |extra: Vec<serde_json::Value>| -> Vec<(ObjectMeta, serde_json::Map<String, serde_json::Value>)> {
+                std::iter::once(source.clone())
+                    .chain(extra)
+                    .map(|object| {
+                        let meta: ObjectMeta = serde_json::from_value(object["metadata"].clone()).unwrap();
+                        (meta, object.as_object().unwrap().clone())
+                    })
+                    .collect()
+            };
+        let kind = ObjectKind::Other(allowed);
+        cluster.add_kind(kind, &objects(Vec::new()));
+        let plans = plan_rules(&[rule("NetworkPolicy")], &[], &[], &settings, &cluster);
+        let creates: Vec<&str> = plans[0]
+            .changes
+            .iter()
+            .filter_map(|change| match change {
+                Change::Create(copy) => Some(copy.key.namespace.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(creates, ["a", "b"], "{:?}", plans[0].changes);
+
+        // kopper's copies in place, as the server renders them (policyTypes filled in).
+        let copies: Vec<serde_json::Value> = plans[0]
+            .changes
+            .iter()
+            .filter_map(Change::copy)
+            .map(|copy| {
+                json!({
+                    "metadata": {"name": "deny", "namespace": copy.key.namespace, "uid": format!("c-{}", copy.key.namespace),
+                                 "resourceVersion": "9", "labels": *copy.labels, "annotations": *copy.annotations},
+                    "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+                })
+            })
+            .collect();
+        let mut cluster =
+            ClusterObjects::new(&[namespace("kube-system"), namespace("a"), namespace("b")], &[], &[]);
+        cluster.add_kind(kind, &objects(copies));
+        let plans = plan_rules(&[rule("NetworkPolicy"), rule("Ingress")], &[], &[], &settings, &cluster);
+        let policy = plans.iter().find(|plan| plan.id.name == "networkpolicy").unwrap();
+        assert!(policy.changes.is_empty() && policy.refused.is_none(), "{policy:?}");
+        let ingress = plans.iter().find(|plan| plan.id.name == "ingress").unwrap();
+        assert!(
+            ingress.refused.as_deref().is_some_and(|why| why.starts_with("KindNotAllowed")),
+            "{ingress:?}"
+        );
+    }
+
     fn secret(name: &str, extra: serde_json::Value) -> Secret {
         let mut object = serde_json::json!({
             "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
