@@ -58,7 +58,7 @@ const QUOTED_REASON_CHARS: usize = 300;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EscalationRefused {
     pub key: CopyKey,
-    /// The API server's reason, cut to [`QUOTED_REASON_CHARS`].
+    /// The API server's reason, cut to a few hundred characters.
     pub reason: String,
 }
 

@@ -745,9 +745,10 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
                 .take(super::rules::MAX_LISTED_CONFLICTS)
                 .map(|conflict| (conflict.reason.clone(), conflict.message.clone()))
                 .collect();
-            // A source copied otherwise than asked, once, as its Ready condition starts saying so.
+            // A source copied otherwise than asked, or a copy refused as an escalation, once,
+            // as its Ready condition starts saying so.
             let (_, reason, message) = findings.readiness();
-            if SHAPE_REASONS.contains(&reason) && object.ready_reason().as_deref() != Some(reason) {
+            if EVENT_REASONS.contains(&reason) && object.ready_reason().as_deref() != Some(reason) {
                 warnings.push((reason.to_owned(), message));
             }
             warnings
@@ -759,8 +760,9 @@ fn new_warnings<R: RuleObject>(object: &R, outcome: &Result<Findings, Refusal>) 
     }
 }
 
-/// The Ready reasons of a source copied otherwise than its rule asks.
-const SHAPE_REASONS: [&str; 2] = ["SourceKeysMissing", "SecretTypeNeedsKeys"];
+/// The Ready reasons of a pass that ran, worth an Event when new: a source copied otherwise
+/// than its rule asks, a copy the API server refused as an escalation.
+const EVENT_REASONS: [&str; 3] = ["SourceKeysMissing", "SecretTypeNeedsKeys", "EscalationRefused"];
 
 /// `changes` split in two: all but the copies of a generic kind waiting on a dry-run whose
 /// content another change before them holds too; and those.

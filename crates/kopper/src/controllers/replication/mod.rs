@@ -32,7 +32,11 @@
 //! [`model::KeptRules`]), go then and as each namespace change is served.
 //! So besides get/list/watch on namespaces, ConfigMaps and Secrets, create/patch/delete on
 //! ConfigMaps and Secrets and patch on the status subresources, kopper needs `patch` on
-//! `configmapsyncs`, `replicationrules` and `secretsyncs` themselves.
+//! `configmapsyncs`, `replicationrules` and `secretsyncs` themselves, and get/list/watch/
+//! create/update/delete on each kind `--replicate-kinds` allows ([`crate::kinds`]): those are
+//! resolved by discovery at start ([`cache::kinds`]), their copies watched as
+//! `DynamicObject`s and judged by the server's rendering of kopper's writes
+//! ([`cache::copies::RenderingMemory`]); with no kind allowed, nothing of that runs.
 
 pub mod apply;
 pub mod cache;

@@ -100,7 +100,7 @@ impl ObjectKind {
     pub const ALL: [ObjectKind; 2] = [ObjectKind::ConfigMap, ObjectKind::Secret];
 
     /// Whether copies of this kind are judged by what kopper wrote rather than by content
-    /// (see [`Rendered`]): the API server fills in and defaults fields of such kinds.
+    /// (see [`Renderings`]): the API server fills in and defaults fields of such kinds.
     pub fn is_generic(self) -> bool {
         matches!(self, Self::Other(_))
     }
@@ -522,7 +522,8 @@ const NOT_CONTENT: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
 
 impl Payload {
     /// The content of an object of a kind other than ConfigMap and Secret, from its
-    /// top-level fields as the API server sends them: all of them but [`NOT_CONTENT`].
+    /// top-level fields as the API server sends them: all of them but `apiVersion`, `kind`,
+    /// `metadata` and `status`.
     /// Sources and copies (as watched, or as a write's answer) are read through here alike.
     pub fn generic(fields: impl IntoIterator<Item = (String, Value)>) -> Self {
         Self {

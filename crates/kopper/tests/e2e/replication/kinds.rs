@@ -467,6 +467,39 @@ async fn kinds_not_allowed_or_not_served_are_refused_naming_the_setting() {
     assert!(text.contains("example.com/v1/Gadget") && text.contains("CustomResourceDefinition"), "{text}");
 }
 
+/// A kind allowed but not served at start is looked for again while a rule names it: once
+/// its CRD is installed, the rule copies without a restart.
+#[tokio::test]
+async fn a_kind_whose_crd_is_installed_later_is_copied_without_a_restart() {
+    let cluster = cluster_with(&["example.com/v1/Gadget"]).await;
+    let gadget = Kind {
+        entry: "example.com/v1/Gadget",
+        resource: resource("example.com", "v1", "Gadget", "gadgets"),
+        ..widget()
+    };
+    cluster.kind_rule("gadgets", &gadget, &[PLATFORM], json!({"includeNamespaces": ["team-*"]})).await;
+    cluster.rule_status("gadgets", |s| reason(s) == "KindNotServed").await;
+    let mut crd = widget_crd();
+    crd.metadata.name = Some("gadgets.example.com".into());
+    crd.spec.names.kind = "Gadget".into();
+    crd.spec.names.plural = "gadgets".into();
+    crd.spec.names.singular = Some("gadget".into());
+    crd.spec.names.list_kind = Some("GadgetList".into());
+    Api::<CustomResourceDefinition>::all(cluster.client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap();
+    wait_served(&cluster.client, &gadget.resource).await;
+    cluster.put_source(&gadget, PLATFORM, "g", &gadget.source).await;
+    let api = cluster.objects(&gadget, "team-a");
+    let limit = crate::common::DEADLINE + kopper::kinds::REDISCOVERY_INTERVAL;
+    eventually_within(limit, "the Gadget copied once its CRD is installed", || async {
+        api.get_opt("g").await.unwrap().map(drop)
+    })
+    .await;
+    cluster.rule_status("gadgets", |s| reason(s) == "Synced").await;
+}
+
 /// A RoleBinding's roleRef cannot change: when its source's does, the copy is deleted and
 /// made again (a new uid, the same name).
 #[tokio::test]
@@ -530,6 +563,12 @@ async fn a_refused_escalation_is_reported_by_name_and_not_retried_hot() {
     let text = message(&status);
     assert!(text.contains("Role team-a/exec"), "names the copy: {text}");
     assert!(text.contains("attempting to grant RBAC permissions not currently held"), "{text}");
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(admin.clone());
+    eventually("a Warning Event for the refused escalation", || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items.iter().any(|event| event.reason.as_deref() == Some("EscalationRefused")).then_some(())
+    })
+    .await;
     let roles = Api::<DynamicObject>::namespaced_with(admin.clone(), "team-a", &role().resource);
     eventually("the Role kopper may grant", || async { roles.get_opt("granted").await.unwrap().map(drop) })
         .await;

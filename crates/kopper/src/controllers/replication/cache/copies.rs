@@ -498,7 +498,7 @@ const LEARNT_RENDERINGS: usize = 4096;
 
 /// How the API server rendered kopper's writes (and dry-runs) of copies of a generic kind:
 /// per copy, the digest of the content written and of its rendering; and per content
-/// digest, the last rendering seen (at most [`LEARNT_RENDERINGS`], the oldest forgotten
+/// digest, the last rendering seen (at most `LEARNT_RENDERINGS`, the oldest forgotten
 /// first), so that after a restart one dry-run per source, not per copy, tells that the
 /// copies of that source are in sync. Lives in this process only: a restart starts empty.
 #[derive(Default)]

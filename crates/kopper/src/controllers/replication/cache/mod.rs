@@ -1,6 +1,7 @@
 //! The engine's watch-fed caches: kopper's copies ([`copies`]), the scoped watches of
-//! everything else ([`scoped`]), sources' content ([`sources`]), the rules ([`rules`]) and
-//! the namespace changes waiting to be served ([`namespaces`]). They know nothing of passes:
+//! everything else ([`scoped`]), sources' content ([`sources`]), the rules ([`rules`]), the
+//! namespace changes waiting to be served ([`namespaces`]), and the discovery of the kinds
+//! the admin allows besides ConfigMap and Secret ([`kinds`]). They know nothing of passes:
 //! each change is told to the [`events::CacheEvents`] they are given, which routes it.
 
 pub mod copies;
