@@ -225,8 +225,8 @@ pub struct RunArgs {
     /// NetworkPolicy, any custom resource) are copied only from protected namespaces unless a
     /// rule sets allowUnprotectedSources. A kind the API server does not serve is not fatal:
     /// rules naming it wait for it (KindNotServed).
-    #[arg(long, env = "KOPPER_REPLICATE_KINDS", value_delimiter = ',', value_parser = crate::kinds::parse_entry)]
-    pub replicate_kinds: Vec<crate::kinds::KindEntry>,
+    #[arg(long, env = "KOPPER_REPLICATE_KINDS", value_delimiter = ',', value_parser = crate::kinds::parse_listed)]
+    pub replicate_kinds: Vec<Option<crate::kinds::KindEntry>>,
 
     /// Base of the field managers kopper writes with: each controller writes as
     /// `<this>/<controller>` (e.g. `kopper/namespace-access`), so managedFields show which
@@ -478,7 +478,7 @@ impl RunArgs {
                 ),
                 allow_unconsented: self.allow_unconsented_destinations,
             },
-            replicate_kinds: crate::kinds::AllowedKinds::new(self.replicate_kinds.iter().cloned()),
+            replicate_kinds: crate::kinds::AllowedKinds::new(self.replicate_kinds.iter().flatten().cloned()),
         }
     }
 
@@ -563,8 +563,8 @@ pub struct PlanArgs {
     #[arg(long, value_parser = parse_namespace)]
     pub kopper_namespace: Option<String>,
     /// Plan as if kopper ran with these --replicate-kinds (apiVersion/Kind, comma-separated).
-    #[arg(long, env = "KOPPER_REPLICATE_KINDS", value_delimiter = ',', value_parser = crate::kinds::parse_entry)]
-    pub replicate_kinds: Vec<crate::kinds::KindEntry>,
+    #[arg(long, env = "KOPPER_REPLICATE_KINDS", value_delimiter = ',', value_parser = crate::kinds::parse_listed)]
+    pub replicate_kinds: Vec<Option<crate::kinds::KindEntry>>,
 }
 
 impl PlanArgs {
@@ -579,7 +579,7 @@ impl PlanArgs {
                 ),
                 allow_unconsented: self.allow_unconsented_destinations,
             },
-            replicate_kinds: crate::kinds::AllowedKinds::new(self.replicate_kinds.iter().cloned()),
+            replicate_kinds: crate::kinds::AllowedKinds::new(self.replicate_kinds.iter().flatten().cloned()),
             ..Settings::default()
         }
     }
@@ -710,6 +710,12 @@ mod tests {
             format!("{kinds:?}"),
             r#"["v1/LimitRange", "example.com/v1/Widget", "networking.k8s.io/v1/NetworkPolicy"]"#
         );
+        for blank in ["", "v1/LimitRange,", ",v1/LimitRange, ,"] {
+            let Ok(Command::Run(run)) = parse(&["run", "--replicate-kinds", blank]) else {
+                panic!("blank elements of {blank:?} are ignored")
+            };
+            assert!(run.settings().replicate_kinds.find("v1", "LimitRange").is_some() || blank.is_empty());
+        }
         for bad in ["NetworkPolicy", "kopper.dev/v1alpha1/ReplicationRule", "v1/LimitRange,apps/Deployment"] {
             let message = parse(&["run", "--replicate-kinds", bad]).err().unwrap().to_string();
             assert!(

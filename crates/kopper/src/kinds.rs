@@ -1,11 +1,19 @@
 //! The kinds besides ConfigMap and Secret a cluster admin lets kopper replicate
-//! (`--replicate-kinds`), and which of them are sensitive. Pure, unit-tested; the discovery
+//! (`--replicate-kinds`). Pure, unit-tested; the discovery
 //! that resolves an entry to its resource is done once at start (and again for an entry not
 //! served yet), by the replication engine.
 //!
 //! Which kinds kopper may copy is the admin's choice, made with the flag (and, in the chart,
 //! the RBAC that goes with it): a ReplicationRule naming any other kind is refused, so
 //! creating a rule never widens what kopper writes.
+//!
+//! Every such kind is copied only from protected namespaces, unless a rule says otherwise
+//! (`allowUnprotectedSources`): there is no list of harmless kinds. A LimitRange or a
+//! ResourceQuota (`pods: "0"`) shuts every target namespace down as surely as a NetworkPolicy
+//! opens it, a Deployment or CronJob runs code there, a Service or EndpointSlice redirects
+//! its traffic, and a custom kind means whatever its controller makes of it. Whoever writes
+//! a source decides for every namespace it is copied into, so only those who may write in
+//! protected namespaces decide by default.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -15,39 +23,11 @@ use kube::core::ApiResource;
 /// kopper's own API group: its resources are never replicated (a copied rule would copy).
 const OWN_GROUP: &str = "kopper.dev";
 
-/// The API groups built into Kubernetes. A kind of any other group comes from a
-/// CustomResourceDefinition, whose meaning kopper cannot know (a Calico or Cilium policy opens
-/// the network as a NetworkPolicy does), so it counts as sensitive.
-const BUILT_IN_GROUPS: [&str; 22] = [
-    "",
-    "admissionregistration.k8s.io",
-    "apiextensions.k8s.io",
-    "apiregistration.k8s.io",
-    "apps",
-    "authentication.k8s.io",
-    "authorization.k8s.io",
-    "autoscaling",
-    "batch",
-    "certificates.k8s.io",
-    "coordination.k8s.io",
-    "discovery.k8s.io",
-    "events.k8s.io",
-    "extensions",
-    "flowcontrol.apiserver.k8s.io",
-    "internal.apiserver.k8s.io",
-    "networking.k8s.io",
-    "node.k8s.io",
-    "policy",
-    "rbac.authorization.k8s.io",
-    "resource.k8s.io",
-    "scheduling.k8s.io",
-];
-
 /// The shortest time between two discovery requests for one allowed kind not served yet,
 /// while rules name it.
 pub const REDISCOVERY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The group whose every kind grants rights.
+/// The RBAC group, whose Roles and RoleBindings the API server checks for escalation.
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// One `apiVersion/Kind` entry of `--replicate-kinds`, as given.
@@ -68,14 +48,6 @@ impl KindEntry {
     /// ConfigMap and Secret of the core group: always replicated, never listed.
     pub fn is_config_map_or_secret(&self) -> bool {
         self.group.is_empty() && self.version == "v1" && (self.kind == "ConfigMap" || self.kind == "Secret")
-    }
-
-    /// Whether copies of this kind grant rights or open the network: every kind of the RBAC
-    /// group, NetworkPolicy, and every kind not built into Kubernetes.
-    pub fn is_sensitive(&self) -> bool {
-        self.group == RBAC_GROUP
-            || (self.group == "networking.k8s.io" && self.kind == "NetworkPolicy")
-            || !BUILT_IN_GROUPS.contains(&self.group.as_str())
     }
 }
 
@@ -133,13 +105,19 @@ pub fn parse_entry(text: &str) -> Result<KindEntry, String> {
     Ok(KindEntry { group: group.to_owned(), version: version.to_owned(), kind: kind.to_owned() })
 }
 
+/// One element of the `--replicate-kinds` list: an entry, or nothing for a blank one (an
+/// empty `KOPPER_REPLICATE_KINDS`, a trailing comma), which a generated manifest or a chart
+/// template easily gives and which names no kind.
+pub fn parse_listed(text: &str) -> Result<Option<KindEntry>, String> {
+    if text.trim().is_empty() { Ok(None) } else { parse_entry(text).map(Some) }
+}
+
 /// One kind kopper may replicate: its entry and, once discovery found it served and
 /// namespaced, its resource. Made once per configured kind at start and never freed, so a
 /// copy's kind is a `Copy` reference (see `ObjectKind::Other` of the replication engine);
 /// their number is bounded by the configuration.
 pub struct AllowedKind {
     pub entry: KindEntry,
-    pub sensitive: bool,
     resource: OnceLock<ApiResource>,
 }
 
@@ -216,10 +194,7 @@ impl AllowedKinds {
         Self(
             entries
                 .into_iter()
-                .map(|entry| {
-                    let sensitive = entry.is_sensitive();
-                    &*Box::leak(Box::new(AllowedKind { entry, sensitive, resource: OnceLock::new() }))
-                })
+                .map(|entry| &*Box::leak(Box::new(AllowedKind { entry, resource: OnceLock::new() })))
                 .collect(),
         )
     }
@@ -281,21 +256,8 @@ mod tests {
             assert!(message.contains("apiVersion/Kind"), "{message}");
         }
         assert!(parse_entry("kopper.dev/v1alpha1/ReplicationRule").unwrap_err().contains("kopper's own"));
-    }
-
-    #[test]
-    fn rbac_network_policies_and_custom_kinds_are_sensitive_limits_and_quotas_are_not() {
-        let sensitive = |text: &str| parse_entry(text).unwrap().is_sensitive();
-        assert!(sensitive("rbac.authorization.k8s.io/v1/Role"));
-        assert!(sensitive("rbac.authorization.k8s.io/v1/RoleBinding"));
-        assert!(sensitive("networking.k8s.io/v1/NetworkPolicy"));
-        assert!(sensitive("crd.projectcalico.org/v1/NetworkPolicy"));
-        assert!(sensitive("cilium.io/v2/CiliumNetworkPolicy"));
-        assert!(sensitive("example.com/v1/Widget"));
-        assert!(sensitive("gateway.networking.k8s.io/v1/HTTPRoute"), "a CRD group under k8s.io");
-        assert!(!sensitive("v1/LimitRange"));
-        assert!(!sensitive("v1/ResourceQuota"));
-        assert!(!sensitive("networking.k8s.io/v1/Ingress"));
+        assert_eq!(parse_listed(" "), Ok(None), "a blank element names no kind");
+        assert!(parse_listed("v1/LimitRange").unwrap().is_some());
     }
 
     #[test]
@@ -306,7 +268,7 @@ mod tests {
         let kinds = AllowedKinds::new(entries);
         assert_eq!(format!("{kinds:?}"), r#"["v1/LimitRange", "example.com/v1/Widget"]"#);
         let widget = kinds.find("example.com/v1", "Widget").unwrap();
-        assert!(widget.sensitive && widget.resource().is_none());
+        assert!(widget.resource().is_none());
         assert!(kinds.find("v1", "ConfigMap").is_none());
         assert!(kinds.find("example.com/v2", "Widget").is_none());
         widget.resolved(ApiResource {

@@ -35,12 +35,14 @@ pub const MAX_LISTED_NAMESPACES: usize = 100;
 const READY: &str = "Ready";
 
 /// Refusals that leave a rule's copies as they are: a shape kopper cannot write (a typo in
-/// an edit must not empty every namespace), and a kind kopper does not replicate now
+/// an edit must not empty every namespace), a kind kopper does not replicate now
 /// (`KindNotAllowed`: the flag changed; `KindNotServed`: its CRD is gone or not yet
-/// installed), whose copies kopper no longer watches and so could not delete safely:
-/// deleting copies because a flag or a CRD was missing for a moment would leave every
-/// namespace without its NetworkPolicy, say, until both are back.
-const KEEPING_REFUSALS: [&str; 3] = ["InvalidShape", "KindNotAllowed", "KindNotServed"];
+/// installed), whose copies kopper no longer watches and so could not delete safely, and a
+/// source namespace no longer protected (`SourceNotProtected`: a typo in
+/// `--protected-namespaces` or a rule's edit). Deleting copies because a flag, a CRD or a
+/// protection was missing for a moment would leave every namespace without its default-deny
+/// NetworkPolicy, say, opening the network cluster-wide until all are back.
+const KEEPING_REFUSALS: [&str; 4] = ["InvalidShape", "KindNotAllowed", "KindNotServed", "SourceNotProtected"];
 
 /// Why a rule's spec is not acted on. Permanent: it waits for the spec to change.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -593,8 +595,8 @@ fn tenant_next_status(
 
 /// The kind a ReplicationRule copies, or why it may not: ConfigMap and Secret always; another
 /// kind only if the admin allows it (`--replicate-kinds`) and the API server serves it, and
-/// one that grants rights or opens the network only from protected namespaces, unless the
-/// rule says otherwise. Fields that shape data apply to ConfigMaps and Secrets only (the
+/// only from protected namespaces, unless the rule says otherwise (see [`crate::kinds`]:
+/// whoever writes a source decides for every namespace it is copied into, whatever its kind). Fields that shape data apply to ConfigMaps and Secrets only (the
 /// schema says so with CEL, which not every API server runs).
 fn replicated_kind(spec: &ReplicationRuleSpec, settings: &Settings) -> Result<ObjectKind, Refusal> {
     let api_version = spec.api_version();
@@ -610,7 +612,8 @@ fn replicated_kind(spec: &ReplicationRuleSpec, settings: &Settings) -> Result<Ob
         return Err(Refusal {
             reason: "InvalidShape",
             message: format!(
-                "spec.{field} applies to kind ConfigMap or Secret (apiVersion v1) only; remove it: a {named} is                  copied whole"
+                "spec.{field} applies to kind ConfigMap or Secret (apiVersion v1) only; remove it: a {named} is \
+                 copied whole"
             ),
         });
     }
@@ -618,7 +621,9 @@ fn replicated_kind(spec: &ReplicationRuleSpec, settings: &Settings) -> Result<Ob
         return Err(Refusal {
             reason: "KindNotAllowed",
             message: format!(
-                "kopper does not replicate {named}: the cluster admin allows kinds besides ConfigMap and Secret                  with --replicate-kinds (KOPPER_REPLICATE_KINDS; chart value replication.extraKinds, which also                  grants kopper the RBAC for them), e.g. {named}. Existing copies are left as they are"
+                "kopper does not replicate {named}: the cluster admin allows kinds besides ConfigMap and Secret \
+                 with --replicate-kinds (KOPPER_REPLICATE_KINDS; chart value replication.extraKinds, which also \
+                 grants kopper the RBAC for them), e.g. {named}. Existing copies are left as they are"
             ),
         });
     };
@@ -626,18 +631,25 @@ fn replicated_kind(spec: &ReplicationRuleSpec, settings: &Settings) -> Result<Ob
         return Err(Refusal {
             reason: "KindNotServed",
             message: format!(
-                "the API server does not serve {named} as a namespaced kind: install the CustomResourceDefinition                  that defines it (or correct spec.apiVersion and spec.kind); kopper looks again every                  {}s. Existing copies are left as they are",
+                "the API server does not serve {named} as a namespaced kind: install the CustomResourceDefinition \
+                 that defines it (or correct spec.apiVersion and spec.kind); kopper looks again every \
+                 {}s. Existing copies are left as they are",
                 crate::kinds::REDISCOVERY_INTERVAL.as_secs()
             ),
         });
     }
-    if allowed.sensitive && !spec.allow_unprotected_sources {
+    if !spec.allow_unprotected_sources {
         let protected = &settings.destinations.protected;
         if let Some(namespace) = spec.namespaces.iter().find(|namespace| !protected.contains(namespace)) {
             return Err(Refusal {
                 reason: "SourceNotProtected",
                 message: format!(
-                    "{named} grants rights or opens the network in every namespace it is copied into, so its                      sources must be in protected namespaces, which tenants cannot write to; spec.namespaces                      names {namespace:?}, which is not protected: move the source to a protected namespace                      (kopper's own, or one listed in --protected-namespaces), or set                      spec.allowUnprotectedSources: true if whoever can write in {namespace:?} may decide this                      for every namespace"
+                    "{named} decides what every namespace it is copied into allows or runs, so its sources \
+                     must be in protected namespaces, which tenants cannot write to; spec.namespaces names \
+                     {namespace:?}, which is not protected: move the source to a protected namespace \
+                     (kopper's own, or one listed in --protected-namespaces), or set \
+                     spec.allowUnprotectedSources: true if whoever can write in {namespace:?} may decide \
+                     this for every namespace. Existing copies are left as they are"
                 ),
             });
         }
@@ -1058,24 +1070,29 @@ mod tests {
     }
 
     #[test]
-    fn another_kind_is_copied_only_when_allowed_served_and_sensitive_kinds_only_from_protected_sources() {
+    fn another_kind_is_copied_only_when_allowed_served_and_only_from_protected_sources() {
         let settings = allowing(&[
             "networking.k8s.io/v1/NetworkPolicy",
             "v1/LimitRange",
+            "v1/ResourceQuota",
+            "apps/v1/Deployment",
             "example.com/v1/UnservedGadget",
         ]);
         let refusal = |rule: ReplicationRule| rule.to_rule(&settings).unwrap_err();
 
-        let not_allowed = refusal(kind_rule("v1", "ResourceQuota", "[platform]", ""));
+        let not_allowed = refusal(kind_rule("v1", "PodTemplate", "[platform]", ""));
         assert_eq!(not_allowed.reason, "KindNotAllowed");
         for named in
-            ["--replicate-kinds", "KOPPER_REPLICATE_KINDS", "replication.extraKinds", "v1/ResourceQuota"]
+            ["--replicate-kinds", "KOPPER_REPLICATE_KINDS", "replication.extraKinds", "v1/PodTemplate"]
         {
             assert!(not_allowed.message.contains(named), "{named}: {}", not_allowed.message);
         }
         let not_served = refusal(kind_rule("example.com/v1", "UnservedGadget", "[platform]", ""));
         assert_eq!(not_served.reason, "KindNotServed");
         assert!(not_served.message.contains("CustomResourceDefinition"), "{}", not_served.message);
+        for message in [&not_allowed.message, &not_served.message] {
+            assert!(!message.contains("  "), "one space between words: {message}");
+        }
         assert!(!not_allowed.revokes_copies() && !not_served.revokes_copies(), "copies are kept");
 
         let unprotected =
@@ -1085,15 +1102,20 @@ mod tests {
             unprotected.message.contains("\"team-a\"")
                 && unprotected.message.contains("spec.allowUnprotectedSources")
         );
-        assert!(unprotected.revokes_copies());
+        assert!(!unprotected.revokes_copies(), "a protection missing for a moment empties no namespace");
 
         let rule =
             kind_rule("networking.k8s.io/v1", "NetworkPolicy", "[team-a]", ", allowUnprotectedSources: true");
         assert!(rule.to_rule(&settings).unwrap().kind.is_generic(), "the admin said so");
         let rule = kind_rule("networking.k8s.io/v1", "NetworkPolicy", "[platform]", "");
         assert_eq!(rule.to_rule(&settings).unwrap().kind.to_string(), "NetworkPolicy");
-        let limits = kind_rule("v1", "LimitRange", "[team-a]", "").to_rule(&settings).unwrap();
-        assert!(limits.kind.is_generic(), "not sensitive: any source namespace");
+        for (api_version, kind) in [("v1", "LimitRange"), ("v1", "ResourceQuota"), ("apps/v1", "Deployment")]
+        {
+            let unprotected = refusal(kind_rule(api_version, kind, "[team-a]", ""));
+            assert_eq!(unprotected.reason, "SourceNotProtected", "{kind}: no kind is harmless");
+        }
+        let limits = kind_rule("v1", "LimitRange", "[platform]", "").to_rule(&settings).unwrap();
+        assert!(limits.kind.is_generic());
         assert_eq!(limits.sources.credential_types, None);
 
         for (field, extra) in

@@ -417,12 +417,13 @@ async fn server_defaulted_copies_cause_no_write_while_idle_nor_after_a_restart()
     );
 }
 
-/// A kind that grants rights or opens the network is copied from a protected namespace; from
-/// one tenants can write to, only when the rule says so explicitly.
+/// Every kind besides ConfigMap and Secret is copied from a protected namespace; from one
+/// tenants can write to, only when the rule says so explicitly: a tenant's ResourceQuota of
+/// `pods: "0"` shuts every namespace down as surely as a NetworkPolicy opens it.
 #[tokio::test]
-async fn network_and_rbac_kinds_are_copied_only_from_protected_namespaces_unless_the_rule_allows() {
-    let kinds = [network_policy(), role()];
-    let cluster = cluster_with(&[kinds[0].entry, kinds[1].entry]).await;
+async fn every_allowed_kind_is_copied_only_from_protected_namespaces_unless_the_rule_allows() {
+    let kinds = [network_policy(), role(), limit_range(), resource_quota()];
+    let cluster = cluster_with(&kinds.iter().map(|kind| kind.entry).collect::<Vec<_>>()).await;
     cluster.namespace("tenant", json!({})).await;
     for (n, kind) in kinds.iter().enumerate() {
         cluster.put_source(kind, "tenant", "open", &kind.source).await;
