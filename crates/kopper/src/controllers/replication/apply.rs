@@ -411,7 +411,16 @@ async fn rewrite(client: &Client, field_manager: &str, copy: &DesiredCopy, curre
                 return Outcome::Verified(key.clone(), (copy.content, rendered));
             }
             Ok(_) => {}
-            Err(failure) => return failed_rewrite(client, field_manager, copy, current, failure).await,
+            // A dry-run refused for what the real replace would meet too: that replace is
+            // not sent.
+            Err(WriteFailure::Api(error)) if dry_run_refusal_holds(key, &error) => {
+                return failed_rewrite(client, field_manager, copy, current, WriteFailure::Api(error)).await;
+            }
+            Err(WriteFailure::NotServed(error)) => return Outcome::Failed(error),
+            // Refused for the dry-run itself (a webhook with side effects answers any dryRun
+            // with 400 "does not support dry run"), or for a reason the real replace meets
+            // again and reports as such: judged by the real replace.
+            Err(WriteFailure::Api(_)) => {}
         }
     }
     match write(client, field_manager, Write::Replace, key, &manifest).await {
@@ -450,6 +459,22 @@ async fn failed_rewrite(
     }
 }
 
+/// Whether a dry-run replace of the copy at `key` refused with `error` tells what the real
+/// replace would meet: the copy changed (409), is gone with its namespace (404), the write
+/// is an escalation, or it changes a RoleBinding's `roleRef`. Anything else (a webhook that
+/// refuses every dry-run, say, as kube-apiserver does for `sideEffects: Unknown` or `Some`)
+/// is the dry-run's own failure, and the real replace is sent: otherwise no copy of a
+/// generic kind would ever be judged after a restart.
+fn dry_run_refusal_holds(key: &CopyKey, error: &kube::Error) -> bool {
+    if escalation(key, error).is_some() || namespace_gone(error) {
+        return true;
+    }
+    match error {
+        kube::Error::Api(status) => status.is_conflict() || refuses_role_ref_change(key, status),
+        _ => false,
+    }
+}
+
 /// Whether the API server refused a replace of the copy at `key` because it changes a
 /// RoleBinding's `roleRef`, which cannot change once set.
 fn refuses_role_ref_change(key: &CopyKey, status: &Status) -> bool {
@@ -461,15 +486,20 @@ fn refuses_role_ref_change(key: &CopyKey, status: &Status) -> bool {
             .is_some_and(|details| details.causes.iter().any(|cause| cause.field == "roleRef"))
 }
 
+/// The API server's words for a Role granting what the writer does not hold, or a binding
+/// to a role it may not bind. Matched alone: the message also holds the object's name,
+/// which a source's author chooses ("escalation-test", say).
+const ESCALATION_MESSAGE: &str = "attempting to grant RBAC permissions not currently held";
+
 /// The escalation refusal `error` is, for a copy of a kind of the RBAC group: the API
 /// server's 403 on a Role granting what kopper does not hold, or a binding to a role
-/// kopper may not bind ("attempting to grant RBAC permissions not currently held").
+/// kopper may not bind.
 fn escalation(key: &CopyKey, error: &kube::Error) -> Option<EscalationRefused> {
     let ObjectKind::Other(kind) = key.kind else { return None };
     let kube::Error::Api(status) = error else { return None };
     let escalating = kind.entry.group == crate::kinds::RBAC_GROUP
         && status.code == 403
-        && (status.message.contains("attempting to grant") || status.message.contains("escalat"));
+        && status.message.contains(ESCALATION_MESSAGE);
     escalating
         .then(|| EscalationRefused { key: key.clone(), reason: cut(&status.message, QUOTED_REASON_CHARS) })
 }
@@ -780,6 +810,103 @@ mod tests {
             desired_copy(&RuleId::replication_rule("r"), "uid", kind, &Source::new(info, payload), "dest");
         copy.key.kind = kind;
         copy
+    }
+
+    /// Keys of copies of allowed kinds, made once per test binary.
+    fn key_of(entry: &str, name: &str) -> CopyKey {
+        static KINDS: std::sync::LazyLock<crate::kinds::AllowedKinds> = std::sync::LazyLock::new(|| {
+            crate::kinds::AllowedKinds::new(
+                [
+                    "rbac.authorization.k8s.io/v1/Role",
+                    "rbac.authorization.k8s.io/v1/RoleBinding",
+                    "networking.k8s.io/v1/NetworkPolicy",
+                ]
+                .map(|entry| crate::kinds::parse_entry(entry).unwrap()),
+            )
+        });
+        let (api_version, kind) = entry.rsplit_once('/').unwrap();
+        let allowed = KINDS.find(api_version, kind).unwrap();
+        CopyKey { kind: ObjectKind::Other(allowed), namespace: "team-a".into(), name: name.into() }
+    }
+
+    /// An API error as the server answers it: `code`, `message`, and the fields it names.
+    fn api_error(code: u16, message: &str, fields: &[&str]) -> kube::Error {
+        let causes: Vec<Value> =
+            fields.iter().map(|field| json!({"field": field, "reason": "FieldValueInvalid"})).collect();
+        let reason = match code {
+            400 => "BadRequest",
+            403 => "Forbidden",
+            404 => "NotFound",
+            409 => "Conflict",
+            422 => "Invalid",
+            _ => "InternalError",
+        };
+        let status: Status = serde_json::from_value(
+            json!({"code": code, "reason": reason, "message": message, "details": {"causes": causes}}),
+        )
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    fn status_of(error: &kube::Error) -> &Status {
+        let kube::Error::Api(status) = error else { panic!("an API error") };
+        status
+    }
+
+    const ESCALATION: &str = "roles.rbac.authorization.k8s.io \"exec\" is forbidden: user \"kopper\" (groups=[]) is \
+        attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"pods/exec\"], \
+        Verbs:[\"create\"]}";
+
+    #[test]
+    fn an_escalation_is_the_api_server_s_403_on_an_rbac_kind_matched_by_its_words_not_the_name() {
+        let role = key_of("rbac.authorization.k8s.io/v1/Role", "exec");
+        let refused = escalation(&role, &api_error(403, ESCALATION, &[])).expect("an escalation");
+        assert_eq!(refused.key, role);
+        assert!(refused.reason.contains(ESCALATION_MESSAGE));
+        // Any other refusal of the same write, whatever the object's name says.
+        let named = key_of("rbac.authorization.k8s.io/v1/Role", "escalation-test");
+        let forbidden =
+            "roles.rbac.authorization.k8s.io \"escalation-test\" is forbidden: user cannot create";
+        assert_eq!(escalation(&named, &api_error(403, forbidden, &[])), None, "the name is not the reason");
+        assert_eq!(escalation(&role, &api_error(422, ESCALATION, &[])), None, "only a 403");
+        let policy = key_of("networking.k8s.io/v1/NetworkPolicy", "exec");
+        assert_eq!(escalation(&policy, &api_error(403, ESCALATION, &[])), None, "only the RBAC group");
+        let long = format!("{ESCALATION}{}", "x".repeat(1000));
+        let cut_reason = escalation(&role, &api_error(403, &long, &[])).unwrap().reason;
+        assert!(cut_reason.chars().count() <= QUOTED_REASON_CHARS + 3, "bounded: {}", cut_reason.len());
+    }
+
+    #[test]
+    fn only_a_role_binding_s_role_ref_refused_as_invalid_is_replaced_by_delete_then_create() {
+        let binding = key_of("rbac.authorization.k8s.io/v1/RoleBinding", "b");
+        let role_ref = api_error(422, "RoleBinding.rbac.authorization.k8s.io \"b\" is invalid", &["roleRef"]);
+        assert!(refuses_role_ref_change(&binding, status_of(&role_ref)));
+        let subjects = api_error(422, "invalid", &["subjects[0].kind"]);
+        assert!(!refuses_role_ref_change(&binding, status_of(&subjects)), "another field");
+        let forbidden = api_error(403, "forbidden", &["roleRef"]);
+        assert!(!refuses_role_ref_change(&binding, status_of(&forbidden)), "not a 422");
+        for other in ["rbac.authorization.k8s.io/v1/Role", "networking.k8s.io/v1/NetworkPolicy"] {
+            let key = key_of(other, "b");
+            assert!(!refuses_role_ref_change(&key, status_of(&role_ref)), "{other}: never deleted on a 422");
+        }
+    }
+
+    #[test]
+    fn a_dry_run_refused_for_itself_falls_through_to_the_real_replace() {
+        let binding = key_of("rbac.authorization.k8s.io/v1/RoleBinding", "b");
+        let webhook =
+            api_error(400, "admission webhook \"policy.example.com\" does not support dry run", &[]);
+        assert!(!dry_run_refusal_holds(&binding, &webhook), "sideEffects: Unknown or Some");
+        assert!(!dry_run_refusal_holds(&binding, &api_error(500, "etcd timeout", &[])));
+        assert!(!dry_run_refusal_holds(&binding, &api_error(422, "invalid", &["subjects"])));
+        for holds in [
+            api_error(409, "the object has been modified", &[]),
+            api_error(404, "namespaces \"team-a\" not found", &[]),
+            api_error(403, ESCALATION, &[]),
+            api_error(422, "invalid", &["roleRef"]),
+        ] {
+            assert!(dry_run_refusal_holds(&binding, &holds), "{holds}");
+        }
     }
 
     #[test]
