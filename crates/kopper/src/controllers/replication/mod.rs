@@ -384,6 +384,29 @@ async fn remove_finalizer<R: RuleObject>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::replication::apply::{EscalationRefused, WriteError};
+    use crate::controllers::replication::model::{CopyKey, ObjectKind};
+    use crate::runtime::controller::{BACKOFF_MAX, retry_delay};
+
+    #[test]
+    fn a_pass_refused_as_an_escalation_waits_the_permanent_delay_and_a_failed_write_backs_off() {
+        let key = CopyKey { kind: ObjectKind::ConfigMap, namespace: "team-a".into(), name: "exec".into() };
+        let pass_failed = |error: SyncError| Error::Finalizer(Box::new(finalizer::Error::ApplyFailed(error)));
+        let refused = pass_failed(SyncError::Escalation {
+            count: 1,
+            first: Box::new(EscalationRefused { key: key.clone(), reason: "attempting to grant".into() }),
+        });
+        assert!(refused.is_permanent());
+        for attempt in [1, 2, 3] {
+            assert_eq!(retry_delay(refused.is_permanent(), attempt, 0.5), BACKOFF_MAX, "attempt {attempt}");
+        }
+        let failed = pass_failed(SyncError::Write {
+            count: 1,
+            first: Box::new(WriteError::NotServed { key, kind: "Role".into() }),
+        });
+        assert!(!failed.is_permanent());
+        assert!(retry_delay(failed.is_permanent(), 1, 0.5) < std::time::Duration::from_secs(2));
+    }
 
     fn rule(yaml_metadata: &str, status: &str) -> ReplicationRule {
         let yaml = format!(
