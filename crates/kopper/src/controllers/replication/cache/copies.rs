@@ -528,6 +528,16 @@ impl RenderingMemory {
     fn forget(&self, meta: &ObjectMeta) {
         lock(&self.places).remove(&place_of(meta));
     }
+
+    /// A relist found exactly `listed`: copies deleted while the watch was down, whose
+    /// deletion no event told, are forgotten, so places stay bounded by the copies that exist.
+    /// (A copy written since the list began and forgotten here is judged by what its
+    /// content's other copies taught, or by one dry-run.)
+    fn keep_only(&self, listed: &CopyMap) {
+        lock(&self.places).retain(|(namespace, name), _| {
+            listed.get(namespace.as_str()).is_some_and(|names| names.contains_key(name.as_str()))
+        });
+    }
 }
 
 impl Renderings for RenderingMemory {
@@ -676,7 +686,9 @@ fn apply_event(
             index.insert_into(listing.get_or_insert_default(), &meta, CopyState::new(&meta, &payload));
         }
         watcher::Event::InitDone => {
-            index.replace_all(listing.take().unwrap_or_default());
+            let listed = listing.take().unwrap_or_default();
+            index.renderings.keep_only(&listed);
+            index.replace_all(listed);
             index.relisted();
             index.prune_strings();
             index.ready.mark_ready();
@@ -959,6 +971,18 @@ mod tests {
             ..ObjectMeta::default()
         });
         assert_eq!(memory.judge("a", "deny", 2, 10), Rendering::Unknown, "gone with its copy");
+        memory.record("gone", "deny", 3, 30);
+        memory.record("kept", "deny", 3, 30);
+        let index = CopyIndex::new(ObjectKind::ConfigMap);
+        let mut listed = CopyMap::new();
+        let kept =
+            ObjectMeta { namespace: Some("kept".into()), name: Some("deny".into()), ..ObjectMeta::default() };
+        index.insert_into(&mut listed, &kept, CopyState::new(&kept, &Payload::default()));
+        memory.keep_only(&listed);
+        let places = lock(&memory.places);
+        assert!(places.contains_key(&place("kept", "deny")), "a listed copy is remembered");
+        assert!(!places.contains_key(&place("gone", "deny")), "a copy the relist did not find is forgotten");
+        drop(places);
         for desired in 100..100 + LEARNT_RENDERINGS as u64 + 10 {
             memory.record("c", "x", desired, desired);
         }
