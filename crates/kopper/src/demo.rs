@@ -104,6 +104,10 @@ fn default_kubeconfig_path() -> PathBuf {
     std::env::temp_dir().join(format!("kopper-demo-{}.kubeconfig", std::process::id()))
 }
 
+/// The namespaces the demo protects besides the system ones: where the default-deny sample
+/// keeps its source, apart from any pod (the policy closes its own namespace too).
+pub const PROTECTED_NAMESPACES: [&str; 1] = ["kopper-policies"];
+
 /// The `kopper run` flags the demo uses: its own kubeconfig, every controller, no lease.
 fn run_args(args: &DemoArgs, kubeconfig: &Path) -> anyhow::Result<RunArgs> {
     let argv = [
@@ -115,10 +119,10 @@ fn run_args(args: &DemoArgs, kubeconfig: &Path) -> anyhow::Result<RunArgs> {
         "false".into(),
         "--admin-addr".into(),
         admin_addr(args).to_string(),
-        // The default-deny sample's source lives in kopper's own namespace, which is
-        // protected, and copies a kind the admin must allow.
-        "--namespace".into(),
-        "kopper-system".into(),
+        // The default-deny sample copies a kind the admin must allow, from a namespace of
+        // its own the admin protects.
+        "--protected-namespaces".into(),
+        PROTECTED_NAMESPACES.join(","),
         "--replicate-kinds".into(),
         "networking.k8s.io/v1/NetworkPolicy".into(),
     ];

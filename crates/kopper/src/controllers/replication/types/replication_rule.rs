@@ -310,7 +310,15 @@ mod tests {
         assert!(!rule.spec.allow_unprotected_sources, "the source lives where tenants cannot write");
         let source: k8s_openapi::api::networking::v1::NetworkPolicy =
             crate::samples::of_kind(sample, "NetworkPolicy").unwrap();
-        assert_eq!(source.metadata.namespace, Some(rule.spec.namespaces[0].clone()));
+        let home = &rule.spec.namespaces[0];
+        assert_eq!(source.metadata.namespace.as_ref(), Some(home));
+        // The policy closes its own namespace too: kopper's would lose the API server.
+        assert_ne!(home, "kopper-system", "the source needs a namespace of its own");
+        let declared: k8s_openapi::api::core::v1::Namespace =
+            crate::samples::of_kind(sample, "Namespace").unwrap();
+        assert_eq!(declared.metadata.name.as_ref(), Some(home));
+        assert!(sample.contains(&format!("--protected-namespaces {home}")), "says how to protect it");
+        assert!(crate::demo::PROTECTED_NAMESPACES.contains(&home.as_str()), "the demo protects it");
         let spec = source.spec.unwrap();
         assert_eq!(spec.pod_selector, Some(Default::default()), "every pod");
         assert!(spec.ingress.is_none() && spec.egress.is_none(), "no traffic allowed");
