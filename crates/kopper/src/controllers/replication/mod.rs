@@ -320,6 +320,12 @@ async fn reconcile_rule<R: RuleObject>(
         match event {
             finalizer::Event::Apply(object) => engine.sync(ctx, object.as_ref()).await,
             finalizer::Event::Cleanup(object) => {
+                if let Some(note) = object.copies_left_behind(&ctx.settings) {
+                    let reference = object.object_ref(&());
+                    ctx.recorder
+                        .record(&reference, EventType::Warning, "Replicate", "CopiesLeftBehind", note)
+                        .await;
+                }
                 let uid = object.meta().uid.as_deref().unwrap_or_default();
                 engine.cleanup(ctx, &object.rule_id(), uid, object.deletion_policy()).await
             }

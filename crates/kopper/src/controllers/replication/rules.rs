@@ -221,6 +221,11 @@ pub trait RuleObject:
     fn allowed_kind(&self, _settings: &Settings) -> Option<&'static AllowedKind> {
         None
     }
+    /// A Warning to give as this object is deleted while kopper cannot see its copies to
+    /// remove them (see [`copies_left_behind`]); none for ConfigMaps and Secrets, always seen.
+    fn copies_left_behind(&self, _settings: &Settings) -> Option<String> {
+        None
+    }
     /// The status to write after a pass, given what the engine found (or why the spec is
     /// refused); `None` when the current status already says it.
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value>;
@@ -288,6 +293,14 @@ impl RuleObject for ReplicationRule {
 
     fn allowed_kind(&self, settings: &Settings) -> Option<&'static AllowedKind> {
         settings.replicate_kinds.find(self.spec.api_version(), &self.spec.kind)
+    }
+
+    fn copies_left_behind(&self, settings: &Settings) -> Option<String> {
+        let (api_version, kind) = (self.spec.api_version(), self.spec.kind.as_str());
+        if matches!((api_version, kind), ("v1", "ConfigMap" | "Secret")) {
+            return None;
+        }
+        copies_left_behind(api_version, kind, &self.rule_id(), self.allowed_kind(settings))
     }
 
     fn next_status(&self, outcome: &Result<Findings, Refusal>, now: Timestamp) -> Option<serde_json::Value> {
@@ -655,6 +668,38 @@ fn replicated_kind(spec: &ReplicationRuleSpec, settings: &Settings) -> Result<Ob
         }
     }
     Ok(ObjectKind::Other(allowed))
+}
+
+/// What to tell the admin deleting the rule `id` copying `api_version`/`kind` (of another
+/// kind than ConfigMap and Secret) when kopper does not watch that kind (`allowed`: not in
+/// `--replicate-kinds` now, or found but not served): kopper cannot find its copies, which stay,
+/// labelled as the rule's, so the Warning gives the command that deletes them. `None` when
+/// kopper watches the kind and removes them itself.
+pub fn copies_left_behind(
+    api_version: &str,
+    kind: &str,
+    id: &super::model::RuleId,
+    allowed: Option<&AllowedKind>,
+) -> Option<String> {
+    if allowed.is_some_and(|allowed| allowed.resource().is_some()) {
+        return None;
+    }
+    let resource = match api_version.split_once('/') {
+        Some((group, version)) => format!("{}.{version}.{group}", kind.to_lowercase()),
+        None => kind.to_lowercase(),
+    };
+    let selector = format!(
+        "{MANAGED_BY_LABEL}={},{}={}",
+        super::model::MANAGED_BY_VALUE,
+        super::model::REPLICATED_BY_LABEL,
+        id.label_value()
+    );
+    Some(format!(
+        "kopper does not watch {api_version}/{kind} (not in --replicate-kinds / KOPPER_REPLICATE_KINDS, or not \
+         served), so this rule's copies of it are left in place: delete them with \
+         `kubectl delete {resource} -A -l {selector}`. Delete the rules copying a kind before removing it \
+         from --replicate-kinds (chart value replication.extraKinds)"
+    ))
 }
 
 /// A `secretType` naming a credential type of the cluster, which kopper never writes from
@@ -1067,6 +1112,22 @@ mod tests {
             ..Default::default()
         };
         Settings { replicate_kinds: kinds, destinations, ..Settings::default() }
+    }
+
+    #[test]
+    fn a_rule_deleted_while_its_kind_is_not_watched_names_the_command_that_deletes_its_copies() {
+        let settings = allowing(&["networking.k8s.io/v1/NetworkPolicy", "example.com/v1/UnservedGadget"]);
+        let left = |api_version: &str, kind: &str| {
+            kind_rule(api_version, kind, "[platform]", "").copies_left_behind(&settings)
+        };
+        let removed = left("v1", "LimitRange").expect("LimitRange is no longer allowed");
+        let selector = "-l app.kubernetes.io/managed-by=kopper,kopper.dev/replicated-by=";
+        assert!(removed.contains(&format!("kubectl delete limitrange -A {selector}")), "{removed}");
+        assert!(removed.contains("--replicate-kinds") && removed.contains("before removing"), "{removed}");
+        let unserved = left("example.com/v1", "UnservedGadget").expect("not served: not watched");
+        assert!(unserved.contains("kubectl delete unservedgadget.v1.example.com -A"), "{unserved}");
+        assert_eq!(left("networking.k8s.io/v1", "NetworkPolicy"), None, "watched: kopper deletes them");
+        assert_eq!(left("v1", "ConfigMap"), None, "always watched");
     }
 
     #[test]

@@ -501,6 +501,46 @@ async fn a_kind_whose_crd_is_installed_later_is_copied_without_a_restart() {
     cluster.rule_status("gadgets", |s| reason(s) == "Synced").await;
 }
 
+/// A rule deleted once its kind is no longer in --replicate-kinds: kopper cannot see its
+/// copies, which stay; a Warning Event on the rule names the command that deletes them.
+#[tokio::test]
+async fn a_rule_deleted_after_its_kind_is_disallowed_warns_with_the_command_to_delete_its_copies() {
+    let limits = limit_range();
+    let mut cluster = cluster_with(&[limits.entry]).await;
+    cluster.put_source(&limits, PLATFORM, "limits", &limits.source).await;
+    cluster.kind_rule("limits", &limits, &[PLATFORM], json!({})).await;
+    cluster.copy_holds(&limits, "team-a", "limits", &limits.probe.1).await;
+
+    cluster.stop_operator().await;
+    cluster.settings = settings(&[]);
+    cluster.start_operator();
+    cluster.rule_status("limits", |s| reason(s) == "KindNotAllowed").await;
+    cluster.rules().delete("limits", &Default::default()).await.unwrap();
+    eventually("the rule gone", || async {
+        cluster.rules().get_opt("limits").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone());
+    let note = eventually("a Warning naming the command", || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .find(|event| event.reason.as_deref() == Some("CopiesLeftBehind"))
+            .map(|event| (event.type_, event.message.unwrap_or_default()))
+    })
+    .await;
+    assert_eq!(note.0.as_deref(), Some("Warning"));
+    assert!(
+        note.1.contains("kubectl delete limitrange -A -l app.kubernetes.io/managed-by=kopper,"),
+        "{}",
+        note.1
+    );
+    assert!(
+        cluster.objects(&limits, "team-a").get_opt("limits").await.unwrap().is_some(),
+        "the copy is left, as the Warning says"
+    );
+}
+
 /// A RoleBinding's roleRef cannot change: when its source's does, the copy is deleted and
 /// made again (a new uid, the same name).
 #[tokio::test]
