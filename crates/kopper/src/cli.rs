@@ -221,9 +221,8 @@ pub struct RunArgs {
     /// Kinds besides ConfigMap and Secret that ReplicationRules may copy, as apiVersion/Kind,
     /// comma-separated, e.g. `networking.k8s.io/v1/NetworkPolicy,v1/LimitRange`. kopper needs
     /// get, list, watch, create, update and delete on each (the chart's
-    /// replication.extraKinds grants them). Kinds that grant rights or open the network (RBAC,
-    /// NetworkPolicy, any custom resource) are copied only from protected namespaces unless a
-    /// rule sets allowUnprotectedSources. A kind the API server does not serve is not fatal:
+    /// replication.extraKinds grants them). They are copied only from protected namespaces
+    /// unless a rule sets allowUnprotectedSources. Blank elements are ignored. A kind the API server does not serve is not fatal:
     /// rules naming it wait for it (KindNotServed).
     #[arg(long, env = "KOPPER_REPLICATE_KINDS", value_delimiter = ',', value_parser = crate::kinds::parse_listed)]
     pub replicate_kinds: Vec<Option<crate::kinds::KindEntry>>,

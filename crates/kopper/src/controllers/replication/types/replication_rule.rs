@@ -67,13 +67,13 @@ pub struct ReplicationRuleSpec {
     #[schemars(length(min = 1, max = 63), pattern(r"^[A-Z][A-Za-z0-9]{0,62}$"))]
     pub kind: String,
 
-    /// Kinds that grant rights or open the network (every kind of
-    /// `rbac.authorization.k8s.io`, NetworkPolicy, and every custom resource, whose meaning
-    /// kopper cannot know) are copied only from protected namespaces, which tenants cannot
-    /// write to (kube-system, kopper's own, those the admin protects): otherwise the rule is
-    /// Ready=False with reason `SourceNotProtected`. `true` copies them from any source
-    /// namespace listed: whoever may write there decides what every target namespace
-    /// allows.
+    /// Kinds other than ConfigMap and Secret are copied only from protected namespaces, which
+    /// tenants cannot write to (kube-system, kopper's own, those the admin protects): whoever
+    /// writes a source decides what every target namespace allows or runs (a ResourceQuota of
+    /// `pods: "0"` shuts them down, a NetworkPolicy opens them, a Role grants rights), so no
+    /// kind counts as harmless. Otherwise the rule is Ready=False with reason
+    /// `SourceNotProtected`, and its copies are left as they are. `true` copies from any
+    /// source namespace listed: whoever may write there decides for every target namespace.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_unprotected_sources: bool,
 
@@ -209,8 +209,8 @@ pub struct ReplicationRuleStatus {
     /// place; `WriteFailed`: writes fail and are retried; `Progressing`: copies are still
     /// being written (after a write met another writer, say); `KindNotAllowed`: kopper does not
     /// replicate this kind (the admin allows it with `--replicate-kinds`); `KindNotServed`:
-    /// the API server does not serve it (install its CRD); `SourceNotProtected`: a kind that
-    /// grants rights or opens the network from a source namespace tenants can write to;
+    /// the API server does not serve it (install its CRD); `SourceNotProtected`: a kind other
+    /// than ConfigMap and Secret from a source namespace tenants can write to (copies kept);
     /// `EscalationRefused`: the API server refused a copy as a privilege escalation (kopper
     /// lacks what a Role grants, or `bind` on a RoleBinding's role); `CopyBeingDeleted`: copies are
     /// being deleted but held by another controller's finalizer, and are made again once
