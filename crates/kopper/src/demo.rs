@@ -441,3 +441,27 @@ async fn print_buckets(client: &kube::Client) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_protects_the_namespace_of_the_default_deny_sample_s_source() {
+        let (_, sample) = crate::samples::BUILT_IN
+            .iter()
+            .find(|(name, _)| *name == "replicationrule-default-deny.yaml")
+            .unwrap();
+        let rule: ReplicationRule = crate::samples::of_kind(sample, "ReplicationRule").unwrap();
+        let Ok(Command::Demo(args)) =
+            <Cli as clap::Parser>::try_parse_from(["kopper", "demo"]).map(Cli::into_command)
+        else {
+            panic!("expected demo")
+        };
+        let run = run_args(&args, Path::new("/tmp/kubeconfig")).unwrap();
+        let protected = run.settings().destinations.protected;
+        for namespace in &rule.spec.namespaces {
+            assert!(protected.contains(namespace), "{namespace} is not protected by the demo");
+        }
+    }
+}

@@ -318,7 +318,6 @@ mod tests {
             crate::samples::of_kind(sample, "Namespace").unwrap();
         assert_eq!(declared.metadata.name.as_ref(), Some(home));
         assert!(sample.contains(&format!("--protected-namespaces {home}")), "says how to protect it");
-        assert!(crate::demo::PROTECTED_NAMESPACES.contains(&home.as_str()), "the demo protects it");
         let spec = source.spec.unwrap();
         assert_eq!(spec.pod_selector, Some(Default::default()), "every pod");
         assert!(spec.ingress.is_none() && spec.egress.is_none(), "no traffic allowed");
