@@ -32,8 +32,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 use kopper::controllers::bucket::names::{self, Owner};
-use kopper::controllers::bucket::provider::Provider;
 use kopper::controllers::bucket::provider::BucketLookup;
+use kopper::controllers::bucket::provider::Provider;
 use kopper::controllers::bucket::types::{Bucket, BucketClass};
 use moto::{Call, FaultProxy, Moto, REGION};
 
@@ -331,12 +331,18 @@ async fn class_change(cluster: &Cluster, proxy: &FaultProxy, moto: &Moto, kopper
     proxy.reset_calls().await;
     let change = json!({"spec": {"encryption": {"algorithm": "aws:kms"}, "tags": {"tier": "silver"}}});
     let started = Instant::now();
-    cluster.classes().patch("bench", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(change)).await.unwrap();
+    cluster
+        .classes()
+        .patch("bench", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(change))
+        .await
+        .unwrap();
     let direct = moto::client_of(&moto.endpoint).await;
     for name in &names {
         eventually(&format!("bucket {name} to follow its class"), || async {
             match direct.lookup_bucket(name).await.ok()? {
-                BucketLookup::Ours { tags } => (tags.get("tier").map(String::as_str) == Some("silver")).then_some(()),
+                BucketLookup::Ours { tags } => {
+                    (tags.get("tier").map(String::as_str) == Some("silver")).then_some(())
+                }
                 _ => None,
             }
         })
@@ -347,7 +353,10 @@ async fn class_change(cluster: &Cluster, proxy: &FaultProxy, moto: &Moto, kopper
     tokio::time::sleep(Duration::from_secs(2)).await;
     let reconciles = kopper.reconciles().await - before;
     print_calls(
-        &format!("5. class change over {count} Buckets ({reconciles} reconciles, all converged in {:.1} ms)", ms(converged)),
+        &format!(
+            "5. class change over {count} Buckets ({reconciles} reconciles, all converged in {:.1} ms)",
+            ms(converged)
+        ),
         &proxy.calls().await,
         count,
     );

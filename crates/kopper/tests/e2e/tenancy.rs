@@ -1446,12 +1446,17 @@ async fn a_tenant_s_bucket_gets_nothing_its_class_forbids() {
     crate::common::moto::create_credentials_secret(&tenancy.admin).await;
     tenancy.operator.take().unwrap().stop().await.unwrap();
     start_bucket_kopper(&mut tenancy, &moto, "tenancy");
-    let spec = json!({"allowedAccessModes": ["Key"], "versioning": "Enabled", "tags": {"cost-centre": "platform"}});
+    let spec =
+        json!({"allowedAccessModes": ["Key"], "versioning": "Enabled", "tags": {"cost-centre": "platform"}});
     admin_class(&tenancy.admin, "restricted", spec).await;
 
     let api = Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a");
     let asks = [
-        ("keyless", json!({"access": {"mode": "ServiceAccount", "serviceAccountName": "app"}}), "spec.access.mode"),
+        (
+            "keyless",
+            json!({"access": {"mode": "ServiceAccount", "serviceAccountName": "app"}}),
+            "spec.access.mode",
+        ),
         ("unversioned", json!({"versioning": false}), "spec.versioning"),
         ("free-ride", json!({"tags": {"cost-centre": "someone-else"}}), "spec.tags"),
         ("allowed", json!({"versioning": true}), ""),
@@ -1468,9 +1473,15 @@ async fn a_tenant_s_bucket_gets_nothing_its_class_forbids() {
     }
     for (name, _, field) in asks.iter().filter(|(_, _, field)| !field.is_empty()) {
         let (bucket, message) = alice_bucket_refused(&tenancy, name, "ForbiddenByClass").await;
-        assert!(message.starts_with(field) && message.contains("BucketClass restricted"), "{name}: {message}");
+        assert!(
+            message.starts_with(field) && message.contains("BucketClass restricted"),
+            "{name}: {message}"
+        );
         let status = bucket.status.unwrap();
-        assert!(status.bucket_name.is_none() && status.user_name.is_none(), "{name} got something: {status:?}");
+        assert!(
+            status.bucket_name.is_none() && status.user_name.is_none(),
+            "{name} got something: {status:?}"
+        );
         let secrets = Api::<Secret>::namespaced(tenancy.admin.clone(), "tenant-a");
         assert!(secrets.get_opt(&format!("{name}-s3")).await.unwrap().is_none(), "{name} got a Secret");
     }
@@ -1514,7 +1525,10 @@ async fn a_tenant_cannot_create_a_class_nor_have_one_read_their_secret() {
         "metadata": {"name": "data", "namespace": "tenant-a"}, "spec": {"className": "alices"},
     }))
     .unwrap();
-    Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a").create(&PostParams::default(), &bucket).await.unwrap();
+    Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a")
+        .create(&PostParams::default(), &bucket)
+        .await
+        .unwrap();
     let (bucket, message) = alice_bucket_refused(&tenancy, "data", "ClassNotReady").await;
     assert!(message.contains(&format!("namespace {KOPPER_NAMESPACE}")), "{message}");
     assert!(bucket.status.unwrap().bucket_name.is_none());

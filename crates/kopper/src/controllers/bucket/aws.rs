@@ -241,7 +241,9 @@ fn sdk_rule(rule: &LifecycleRule) -> Result<aws_sdk_s3::types::LifecycleRule, Pr
         built = built.expiration(LifecycleExpiration::builder().days(days).build());
     }
     if let Some(days) = rule.noncurrent_version_expiration_days {
-        built = built.noncurrent_version_expiration(NoncurrentVersionExpiration::builder().noncurrent_days(days).build());
+        built = built.noncurrent_version_expiration(
+            NoncurrentVersionExpiration::builder().noncurrent_days(days).build(),
+        );
     }
     if let Some(days) = rule.abort_incomplete_multipart_upload_days {
         built = built.abort_incomplete_multipart_upload(
@@ -252,7 +254,10 @@ fn sdk_rule(rule: &LifecycleRule) -> Result<aws_sdk_s3::types::LifecycleRule, Pr
 }
 
 /// A rule as the service returns it, in kopper's spelling: the prefix from the filter or
-/// the older top-level field, empty for none.
+/// the older top-level field, empty for none. The older field is deprecated in the SDK, but
+/// S3-compatible services still answer with it, and read without it such a rule would differ
+/// from kopper's at every pass and be written again for ever.
+#[allow(deprecated)]
 fn read_rule(rule: &aws_sdk_s3::types::LifecycleRule) -> LifecycleRule {
     let prefix = rule.filter().and_then(|filter| filter.prefix()).or(rule.prefix()).unwrap_or_default();
     LifecycleRule {
@@ -565,24 +570,32 @@ impl Provider for AwsProvider {
                 .set_kms_master_key_id(encryption.kms_key_id.clone())
                 .build()
                 .map_err(|e| invalid_request("s3", "PutBucketEncryption", e))?;
-            let rule = ServerSideEncryptionRule::builder().apply_server_side_encryption_by_default(default).build();
+            let rule =
+                ServerSideEncryptionRule::builder().apply_server_side_encryption_by_default(default).build();
             let configuration = ServerSideEncryptionConfiguration::builder()
                 .rules(rule)
                 .build()
                 .map_err(|e| invalid_request("s3", "PutBucketEncryption", e))?;
-            let request =
-                self.s3.put_bucket_encryption().bucket(bucket).server_side_encryption_configuration(configuration);
+            let request = self
+                .s3
+                .put_bucket_encryption()
+                .bucket(bucket)
+                .server_side_encryption_configuration(configuration);
             counted("s3", "PutBucketEncryption", request.send().await).map(drop)
         }
         .boxed()
     }
 
-    fn public_access_block<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<PublicAccessBlock>> {
+    fn public_access_block<'a>(
+        &'a self,
+        bucket: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<PublicAccessBlock>> {
         async move {
             let result = self.s3.get_public_access_block().bucket(bucket).send().await;
             let absent = "NoSuchPublicAccessBlockConfiguration";
             let found = setting("GetPublicAccessBlock", absent, result)?;
-            let Some(block) = found.as_ref().and_then(|output| output.public_access_block_configuration()) else {
+            let Some(block) = found.as_ref().and_then(|output| output.public_access_block_configuration())
+            else {
                 return Ok(PublicAccessBlock::default());
             };
             Ok(PublicAccessBlock {
@@ -607,8 +620,11 @@ impl Provider for AwsProvider {
                 .block_public_policy(block.block_public_policy)
                 .restrict_public_buckets(block.restrict_public_buckets)
                 .build();
-            let request =
-                self.s3.put_public_access_block().bucket(bucket).public_access_block_configuration(configuration);
+            let request = self
+                .s3
+                .put_public_access_block()
+                .bucket(bucket)
+                .public_access_block_configuration(configuration);
             counted("s3", "PutPublicAccessBlock", request.send().await).map(drop)
         }
         .boxed()
@@ -638,8 +654,11 @@ impl Provider for AwsProvider {
                 .set_rules(Some(rules))
                 .build()
                 .map_err(|e| invalid_request("s3", "PutBucketLifecycleConfiguration", e))?;
-            let request =
-                self.s3.put_bucket_lifecycle_configuration().bucket(bucket).lifecycle_configuration(configuration);
+            let request = self
+                .s3
+                .put_bucket_lifecycle_configuration()
+                .bucket(bucket)
+                .lifecycle_configuration(configuration);
             counted("s3", "PutBucketLifecycleConfiguration", request.send().await).map(drop)
         }
         .boxed()

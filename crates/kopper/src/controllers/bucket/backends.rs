@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
+use super::Error;
 use super::aws::{AwsProvider, AwsSettings, StaticCredentials};
 use super::class::backend_identity;
 use super::fenced::Fenced;
@@ -21,7 +22,6 @@ use super::names::digest_hex;
 use super::provider::Provider;
 use super::secret::{ACCESS_KEY_ID, SECRET_ACCESS_KEY};
 use super::types::Backend;
-use super::Error;
 use crate::runtime::fence::WriteFence;
 
 /// The providers of kopper's backends.
@@ -45,7 +45,8 @@ struct Built {
 
 impl std::fmt::Debug for Backends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let classes: Vec<String> = self.built.lock().map(|built| built.keys().cloned().collect()).unwrap_or_default();
+        let classes: Vec<String> =
+            self.built.lock().map(|built| built.keys().cloned().collect()).unwrap_or_default();
         f.debug_struct("Backends").field("namespace", &self.namespace).field("classes", &classes).finish()
     }
 }
@@ -121,17 +122,20 @@ impl Backends {
     }
 
     /// kopper's credentials for the class's backend, from the Secret `name` in kopper's own
-    /// namespace.
-    pub async fn credentials(&self, client: &kube::Client, class: &str, name: &str) -> Result<StaticCredentials, Error> {
+    /// namespace. A Secret that is missing or incomplete is `ClassNotReady`, looked at again
+    /// every [`CREDENTIALS_RETRY`]: nothing watches kopper's namespace for it to appear.
+    pub async fn credentials(
+        &self,
+        client: &kube::Client,
+        class: &str,
+        name: &str,
+    ) -> Result<StaticCredentials, Error> {
         let Some(namespace) = &self.namespace else {
-            return Err(Error::blocked(
-                "ClassNotReady",
-                format!(
-                    "BucketClass {class} names the credentials Secret {name}, which kopper reads from its own \
+            return Err(not_ready(format!(
+                "BucketClass {class} names the credentials Secret {name}, which kopper reads from its own \
                      namespace, and kopper does not know it: a cluster admin must set --namespace (or run kopper \
                      in a pod, which sets POD_NAMESPACE)"
-                ),
-            ));
+            )));
         };
         let api = Api::<Secret>::namespaced(client.clone(), namespace);
         let secret = api
@@ -139,18 +143,14 @@ impl Backends {
             .await
             .map_err(Error::kube(format!("reading the credentials Secret {namespace}/{name}")))?;
         let Some(secret) = secret else {
-            return Err(Error::blocked(
-                "ClassNotReady",
-                format!(
-                    "BucketClass {class} names the credentials Secret {name}, which does not exist in kopper's \
+            return Err(not_ready(format!(
+                "BucketClass {class} names the credentials Secret {name}, which does not exist in kopper's \
                      namespace {namespace}: a cluster admin must create it there (with AWS_ACCESS_KEY_ID and \
                      AWS_SECRET_ACCESS_KEY) or fix spec.backend.credentialsSecret"
-                ),
-            ));
+            )));
         };
         read_credentials(&secret).map_err(|missing| {
-            Error::blocked(
-                "ClassNotReady",
+            not_ready(
                 format!(
                     "the credentials Secret {namespace}/{name} of BucketClass {class} has no {missing}: a cluster \
                      admin must add it"
@@ -158,6 +158,13 @@ impl Backends {
             )
         })
     }
+}
+
+/// How often a Bucket whose class's credentials are not usable is looked at again.
+pub const CREDENTIALS_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn not_ready(message: String) -> Error {
+    Error::Wait { reason: "ClassNotReady", message, retry_after: CREDENTIALS_RETRY }
 }
 
 /// The key pair in a credentials Secret; the name of a missing key otherwise.
@@ -176,14 +183,21 @@ pub fn read_credentials(secret: &Secret) -> Result<StaticCredentials, &'static s
 /// the credentials, so the secret itself is never kept beside the provider.
 fn fingerprint(backend: &Backend, credentials: Option<&StaticCredentials>) -> String {
     let secret = credentials.map(|c| {
-        digest_hex(&format!("{}\n{}\n{}", c.access_key_id, c.secret_access_key, c.session_token.as_deref().unwrap_or("")))
+        digest_hex(&format!(
+            "{}\n{}\n{}",
+            c.access_key_id,
+            c.secret_access_key,
+            c.session_token.as_deref().unwrap_or("")
+        ))
     });
     digest_hex(&format!("{backend:?}\n{secret:?}"))
 }
 
 fn not_configured(class: Option<&str>) -> Error {
     let with = match class {
-        Some(class) => format!("BucketClass {class} has no spec.backend, so it uses kopper's own flags, and "),
+        Some(class) => {
+            format!("BucketClass {class} has no spec.backend, so it uses kopper's own flags, and ")
+        }
         None => String::new(),
     };
     Error::blocked(
@@ -216,7 +230,11 @@ mod tests {
     }
 
     fn credentials(secret: &str) -> StaticCredentials {
-        StaticCredentials { access_key_id: "id".into(), secret_access_key: secret.into(), session_token: None }
+        StaticCredentials {
+            access_key_id: "id".into(),
+            secret_access_key: secret.into(),
+            session_token: None,
+        }
     }
 
     #[test]

@@ -62,7 +62,14 @@ pub fn default_class<'a>(classes: impl IntoIterator<Item = &'a BucketClass>) -> 
     classes
         .into_iter()
         .filter(|class| is_default(class) && class.metadata.deletion_timestamp.is_none())
-        .min_by(|a, b| by_age(a.metadata.creation_timestamp.as_ref(), &a.name_any(), b.metadata.creation_timestamp.as_ref(), &b.name_any()))
+        .min_by(|a, b| {
+            by_age(
+                a.metadata.creation_timestamp.as_ref(),
+                &a.name_any(),
+                b.metadata.creation_timestamp.as_ref(),
+                &b.name_any(),
+            )
+        })
 }
 
 /// Oldest first, then by name; an object without a creation time (never from the API
@@ -118,13 +125,10 @@ pub fn wanted_binding(bucket: &Bucket, default: Option<&str>) -> Result<Binding,
     }
 }
 
-/// The class a Bucket counts against, for quotas and `bucketsUsing`: [`wanted_binding`], or
-/// the name it asks for when that is refused.
+/// The class a Bucket counts against, for quotas and `bucketsUsing`: [`wanted_binding`], or,
+/// when that refuses another name, the class its bucket was made with.
 pub fn counted_binding(bucket: &Bucket, default: Option<&str>) -> Binding {
-    wanted_binding(bucket, default).unwrap_or_else(|_| match &bucket.spec.class_name {
-        Some(name) => Binding::Named(name.clone()),
-        None => Binding::BuiltIn,
-    })
+    wanted_binding(bucket, default).unwrap_or_else(|_| recorded_binding(bucket).unwrap_or(Binding::BuiltIn))
 }
 
 /// Whether `bucket` holds the class `name` in use: bound to it, naming it, or (unbound and
@@ -203,7 +207,8 @@ pub fn over_quota<'a>(bucket: &Bucket, peers: impl IntoIterator<Item = &'a Bucke
         .into_iter()
         .filter(|peer| peer.name_any() != name)
         .filter(|peer| {
-            by_age(peer.metadata.creation_timestamp.as_ref(), &peer.name_any(), created, &name) == Ordering::Less
+            by_age(peer.metadata.creation_timestamp.as_ref(), &peer.name_any(), created, &name)
+                == Ordering::Less
         })
         .count();
     ahead >= max as usize
@@ -232,7 +237,8 @@ mod tests {
             "metadata": {"name": name, "namespace": "team"}, "spec": spec,
         }))
         .unwrap();
-        bucket.metadata.creation_timestamp = Some(Time(Timestamp::from_second(1_800_000_000 + created).unwrap()));
+        bucket.metadata.creation_timestamp =
+            Some(Time(Timestamp::from_second(1_800_000_000 + created).unwrap()));
         bucket
     }
 
@@ -242,7 +248,8 @@ mod tests {
             class.metadata.annotations =
                 Some([(DEFAULT_CLASS_ANNOTATION.to_owned(), "true".to_owned())].into());
         }
-        class.metadata.creation_timestamp = Some(Time(Timestamp::from_second(1_800_000_000 + created).unwrap()));
+        class.metadata.creation_timestamp =
+            Some(Time(Timestamp::from_second(1_800_000_000 + created).unwrap()));
         class
     }
 
@@ -252,7 +259,8 @@ mod tests {
 
     #[test]
     fn the_oldest_default_class_wins_and_one_being_deleted_is_none() {
-        let classes = [class("b", true, 10), class("a", true, 10), class("old", true, 5), class("plain", false, 1)];
+        let classes =
+            [class("b", true, 10), class("a", true, 10), class("old", true, 5), class("plain", false, 1)];
         assert_eq!(default_class(&classes).unwrap().name_any(), "old");
         assert_eq!(default_class(&classes[..2]).unwrap().name_any(), "a", "same age: by name");
         let mut deleting = class("old", true, 5);
@@ -317,9 +325,13 @@ mod tests {
 
     #[test]
     fn what_a_class_forbids_is_refused_naming_the_field_the_class_and_the_fix() {
-        let keys_only = spec(json!({"allowedAccessModes": ["Key"], "versioning": "Enabled", "tags": {"cost": "1"}}));
+        let keys_only =
+            spec(json!({"allowedAccessModes": ["Key"], "versioning": "Enabled", "tags": {"cost": "1"}}));
         let cases = [
-            (json!({"access": {"mode": "ServiceAccount", "serviceAccountName": "app"}}), "spec.access.mode ServiceAccount"),
+            (
+                json!({"access": {"mode": "ServiceAccount", "serviceAccountName": "app"}}),
+                "spec.access.mode ServiceAccount",
+            ),
             (json!({"versioning": false}), "spec.versioning false"),
             (json!({"tags": {"cost": "2"}}), "spec.tags sets \"cost\""),
         ];
@@ -361,7 +373,8 @@ mod tests {
     fn too_many_tags_with_the_class_s_are_refused() {
         let tags: serde_json::Map<_, _> = (0..40).map(|i| (format!("k{i}"), json!("v"))).collect();
         let full = bucket("x", json!({"tags": tags}), 0);
-        let class = spec(json!({"tags": {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6", "g": "7"}}));
+        let class =
+            spec(json!({"tags": {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6", "g": "7"}}));
         let message = too_many_tags(&full, &Binding::Named("std".into()), &class).unwrap();
         assert!(message.contains("remove 1 from spec.tags"), "{message}");
         assert_eq!(too_many_tags(&full, &Binding::BuiltIn, &BucketClassSpec::built_in()), None);

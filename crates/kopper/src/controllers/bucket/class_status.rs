@@ -37,14 +37,19 @@ pub struct ClassShared {
 }
 
 /// One class: its finalizer, then its status.
-pub async fn reconcile(class: Arc<BucketClass>, ctx: Arc<Context>, shared: Arc<ClassShared>) -> Result<Action, Error> {
+pub async fn reconcile(
+    class: Arc<BucketClass>,
+    ctx: Arc<Context>,
+    shared: Arc<ClassShared>,
+) -> Result<Action, Error> {
     // Never decide on a cache that has not seen every Bucket yet.
     if shared.buckets.wait_until_ready().await.is_err() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let name = class.name_any();
     let classes = shared.classes.state();
-    let default = class::default_class(classes.iter().map(|class| class.as_ref())).map(|class| class.name_any());
+    let default =
+        class::default_class(classes.iter().map(|class| class.as_ref())).map(|class| class.name_any());
     let users = shared
         .buckets
         .state()
@@ -66,7 +71,7 @@ pub async fn reconcile(class: Arc<BucketClass>, ctx: Arc<Context>, shared: Arc<C
         None => Ok(()),
         Some(secret) => match shared.backends.credentials(&ctx.client, &name, secret).await {
             Ok(_) => Ok(()),
-            Err(Error::Blocked { message, .. }) => Err(("CredentialsNotUsable", message)),
+            Err(Error::Wait { message, .. }) => Err(("CredentialsNotUsable", message)),
             Err(error) => return Err(error),
         },
     };
@@ -106,7 +111,8 @@ pub async fn hold_for_bucket(ctx: &Context, class: &BucketClass) -> Result<(), E
 async fn patch_finalizers(ctx: &Context, class: &BucketClass, finalizers: Vec<String>) -> Result<(), Error> {
     let api = Api::<BucketClass>::all(ctx.client.clone());
     let patch = json!({"metadata": {"resourceVersion": class.resource_version(), "finalizers": finalizers}});
-    let params = PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
+    let params =
+        PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
     api.patch(&class.name_any(), &params, &Patch::Merge(patch))
         .await
         .map_err(Error::kube(format!("writing the finalizers of BucketClass {}", class.name_any())))?;
@@ -145,7 +151,14 @@ pub fn desired_status(
                 ),
                 generation,
             ),
-            _ => condition(&old, "Default", "True", "Default", "Buckets that name no class use this one", generation),
+            _ => condition(
+                &old,
+                "Default",
+                "True",
+                "Default",
+                "Buckets that name no class use this one",
+                generation,
+            ),
         };
         conditions.push(condition);
     }
@@ -184,7 +197,8 @@ async fn write_status(ctx: &Context, class: &BucketClass, desired: BucketClassSt
         return Ok(());
     }
     let api = Api::<BucketClass>::all(ctx.client.clone());
-    let params = PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
+    let params =
+        PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
     let patch = json!({"status": desired});
     api.patch_status(&class.name_any(), &params, &Patch::Merge(patch))
         .await
@@ -202,14 +216,19 @@ pub struct ClassWakes {
 impl ClassWakes {
     /// The classes to look at again after `bucket` was seen (`gone`: deleted), given the
     /// default class in force.
-    pub fn after(&mut self, bucket: &Bucket, gone: bool, default: Option<&str>) -> Vec<ObjectRef<BucketClass>> {
+    pub fn after(
+        &mut self,
+        bucket: &Bucket,
+        gone: bool,
+        default: Option<&str>,
+    ) -> Vec<ObjectRef<BucketClass>> {
         let uid = bucket.uid().unwrap_or_default();
-        let now = if gone {
-            None
+        let now = if gone { None } else { class::counted_binding(bucket, default).name().map(str::to_owned) };
+        let before = if gone {
+            self.seen.remove(&uid).flatten()
         } else {
-            class::counted_binding(bucket, default).name().map(str::to_owned)
+            self.seen.insert(uid, now.clone()).flatten()
         };
-        let before = if gone { self.seen.remove(&uid).flatten() } else { self.seen.insert(uid, now.clone()).flatten() };
         if before == now && !gone {
             return Vec::new();
         }
@@ -252,7 +271,10 @@ mod tests {
         assert!(loser.conditions[1].message.contains("BucketClass std"));
         let plain = desired_status(&class("x"), 0, Err(("CredentialsNotUsable", "no Secret".into())), None);
         assert_eq!(plain.conditions.len(), 1);
-        assert_eq!((plain.conditions[0].status.as_str(), plain.conditions[0].reason.as_str()), ("False", "CredentialsNotUsable"));
+        assert_eq!(
+            (plain.conditions[0].status.as_str(), plain.conditions[0].reason.as_str()),
+            ("False", "CredentialsNotUsable")
+        );
     }
 
     #[test]

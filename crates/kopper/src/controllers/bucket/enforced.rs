@@ -127,10 +127,16 @@ mod tests {
             "encryption": {"algorithm": "aws:kms", "kmsKeyId": "k1"},
             "lifecycleRules": [{"id": "logs", "prefix": "logs/", "expirationDays": 30}],
         })));
-        assert_eq!(enforced.encryption, Some(Encryption { algorithm: "aws:kms".into(), kms_key_id: Some("k1".into()) }));
+        assert_eq!(
+            enforced.encryption,
+            Some(Encryption { algorithm: "aws:kms".into(), kms_key_id: Some("k1".into()) })
+        );
         assert_eq!(enforced.public_access_block, Some(PublicAccessBlock::ALL));
         let rules = enforced.lifecycle.unwrap();
-        assert_eq!((rules[0].prefix.as_str(), rules[0].expiration_days, rules[0].enabled), ("logs/", Some(30), true));
+        assert_eq!(
+            (rules[0].prefix.as_str(), rules[0].expiration_days, rules[0].enabled),
+            ("logs/", Some(30), true)
+        );
         let open = Enforced::of(&class(json!({"blockPublicAccess": false, "lifecycleRules": []})));
         assert_eq!(open.public_access_block, None);
         assert_eq!(open.lifecycle, Some(vec![]), "an empty list removes every rule");
@@ -148,7 +154,8 @@ mod tests {
             kms_key_id: Some("arn:aws:kms:us-east-1:1:key/1234".into()),
         };
         assert!(encryption_holds(&kms, Some(&arn)));
-        let other = Encryption { kms_key_id: Some("arn:aws:kms:us-east-1:1:key/91234".into()), ..arn.clone() };
+        let other =
+            Encryption { kms_key_id: Some("arn:aws:kms:us-east-1:1:key/91234".into()), ..arn.clone() };
         assert!(!encryption_holds(&kms, Some(&other)), "a key whose id only ends the same");
         let any_key = Encryption { algorithm: "aws:kms".into(), kms_key_id: None };
         assert!(encryption_holds(&any_key, Some(&arn)), "no key named: the service's choice stands");

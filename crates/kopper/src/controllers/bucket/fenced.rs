@@ -97,7 +97,10 @@ impl<P: Provider> Provider for Fenced<P> {
         self.write("s3", "PutBucketEncryption", self.inner.set_encryption(bucket, encryption))
     }
 
-    fn public_access_block<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<PublicAccessBlock>> {
+    fn public_access_block<'a>(
+        &'a self,
+        bucket: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<PublicAccessBlock>> {
         self.inner.public_access_block(bucket)
     }
 

@@ -300,8 +300,8 @@ pub async fn run(
                     }
                 }
                 let gone = matches!(event, kube::runtime::watcher::Event::Delete(_));
-                if let kube::runtime::watcher::Event::Apply(bucket) | kube::runtime::watcher::Event::Delete(bucket) =
-                    event
+                if let kube::runtime::watcher::Event::Apply(bucket)
+                | kube::runtime::watcher::Event::Delete(bucket) = event
                 {
                     let default = default_class_name(&classes);
                     for class in wakes.after(bucket, gone, default.as_deref()) {
@@ -392,7 +392,9 @@ fn class_controller(
         .modify(|class| keep_only_what_decisions_read(class, &[class::DEFAULT_CLASS_ANNOTATION]))
         .reflect(writer)
         .applied_objects();
-    Controller::for_stream(stream, reader).reconcile_on(wakes).with_config(crate::runtime::controller::config())
+    Controller::for_stream(stream, reader)
+        .reconcile_on(wakes)
+        .with_config(crate::runtime::controller::config())
 }
 
 /// A change to a class's spec, its default annotation or its deletion wakes the Buckets that
@@ -599,8 +601,12 @@ impl Shared {
     /// The provider of the class's backend.
     async fn provider(&self, ctx: &Context, class: &ClassInUse) -> Result<Arc<dyn Provider>, Error> {
         match &class.binding {
-            Binding::BuiltIn => self.backends.default_provider().ok_or_else(backends::built_in_not_configured),
-            Binding::Named(name) => self.backends.provider(&ctx.client, name, class.spec.backend.as_ref()).await,
+            Binding::BuiltIn => {
+                self.backends.default_provider().ok_or_else(backends::built_in_not_configured)
+            }
+            Binding::Named(name) => {
+                self.backends.provider(&ctx.client, name, class.spec.backend.as_ref()).await
+            }
         }
     }
 }
@@ -849,7 +855,10 @@ impl Pass<'_> {
         }
         if let Binding::Named(name) = &class.binding {
             if let Some(message) = class::forbidden(bucket, name, &class.spec) {
-                return Err(Error::blocked("ForbiddenByClass", format!("{message}; nothing new was created")));
+                return Err(Error::blocked(
+                    "ForbiddenByClass",
+                    format!("{message}; nothing new was created"),
+                ));
             }
             if let Some(max) = class.spec.max_buckets_per_namespace {
                 self.within_quota(bucket, name, max)?;

@@ -102,7 +102,8 @@ pub trait Provider: Send + Sync + fmt::Debug {
         encryption: &'a Encryption,
     ) -> BoxFuture<'a, ProviderResult<()>>;
     /// The bucket's public-access block; all false when it has none.
-    fn public_access_block<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<PublicAccessBlock>>;
+    fn public_access_block<'a>(&'a self, bucket: &'a str)
+    -> BoxFuture<'a, ProviderResult<PublicAccessBlock>>;
     fn set_public_access_block<'a>(
         &'a self,
         bucket: &'a str,

@@ -51,8 +51,13 @@ async fn a_class_enforces_encryption_and_a_public_access_block_read_back_from_s3
     let cluster = cluster().await;
     let operator = start_operator(&cluster, &moto);
     let s3 = moto.client().await;
-    create_class(&cluster, "secure", json!({"encryption": {"algorithm": "AES256"}, "tags": {"cost": "42"}}), false)
-        .await;
+    create_class(
+        &cluster,
+        "secure",
+        json!({"encryption": {"algorithm": "AES256"}, "tags": {"cost": "42"}}),
+        false,
+    )
+    .await;
 
     create_bucket(&cluster, "data", json!({"className": "secure", "tags": {"team": "a"}})).await;
     let ready = status(&wait_for_reason(&cluster, "data", "Ready").await);
@@ -173,18 +178,26 @@ async fn a_class_change_converges_every_bucket_of_it_including_those_on_the_defa
         names.push(ready.bucket_name.unwrap());
     }
 
-    patch_class(&cluster, "standard", json!({"encryption": {"algorithm": "aws:kms", "kmsKeyId": "k-1"}, "tags": {"tier": "silver"}}))
-        .await;
+    patch_class(
+        &cluster,
+        "standard",
+        json!({"encryption": {"algorithm": "aws:kms", "kmsKeyId": "k-1"}, "tags": {"tier": "silver"}}),
+    )
+    .await;
     for name in &names {
         eventually(&format!("bucket {name} to follow the class"), || async {
             let encryption = s3.encryption(name).await.unwrap()?;
             let tags = bucket_tags(&s3, name).await;
-            (encryption.algorithm == "aws:kms" && tags.get("tier").map(String::as_str) == Some("silver")).then_some(())
+            (encryption.algorithm == "aws:kms" && tags.get("tier").map(String::as_str) == Some("silver"))
+                .then_some(())
         })
         .await;
     }
     let early_tags = bucket_tags(&s3, &early.bucket_name.unwrap()).await;
-    assert!(!early_tags.contains_key("tier"), "a Bucket of the built-in class is not the default's: {early_tags:?}");
+    assert!(
+        !early_tags.contains_key("tier"),
+        "a Bucket of the built-in class is not the default's: {early_tags:?}"
+    );
     let early = status(&buckets(&cluster).get("early").await.unwrap());
     assert_eq!(early.class_name, None);
     operator.stop().await.unwrap();
@@ -205,7 +218,9 @@ async fn a_missing_class_is_reported_and_a_class_in_use_is_held_until_its_bucket
 
     classes(&cluster).delete("later", &DeleteParams::default()).await.unwrap();
     let held = classes(&cluster).get("later").await.unwrap();
-    assert!(held.metadata.deletion_timestamp.is_some() && held.finalizers().contains(&CLASS_FINALIZER.to_owned()));
+    assert!(
+        held.metadata.deletion_timestamp.is_some() && held.finalizers().contains(&CLASS_FINALIZER.to_owned())
+    );
     // The Bucket still works with it, and is cleaned up on its backend.
     delete_and_wait_gone(&cluster, "waiting").await;
     eventually("the class to go once no Bucket uses it", || async {
@@ -271,9 +286,7 @@ async fn a_class_s_backend_gets_its_buckets_and_a_moved_backend_holds_them() {
         .await
         .unwrap();
     let operator = start_operator(&cluster, &moto);
-    let backend = |endpoint: &str| {
-        json!({"backend": {"region": REGION, "endpoint": endpoint, "forcePathStyle": true, "credentialsSecret": "other-admin"}})
-    };
+    let backend = |endpoint: &str| json!({"backend": {"region": REGION, "endpoint": endpoint, "forcePathStyle": true, "credentialsSecret": "other-admin"}});
     create_class(&cluster, "elsewhere", backend(&other.endpoint), false).await;
     create_bucket(&cluster, "remote", json!({"className": "elsewhere", "deletionPolicy": "Delete"})).await;
     let ready = status(&wait_for_reason(&cluster, "remote", "Ready").await);
@@ -282,19 +295,30 @@ async fn a_class_s_backend_gets_its_buckets_and_a_moved_backend_holds_them() {
     assert!(matches!(other.client().await.lookup_bucket(&name).await.unwrap(), BucketLookup::Ours { .. }));
     assert_eq!(moto.client().await.lookup_bucket(&name).await.unwrap(), BucketLookup::Missing);
     let secret = secret(&cluster, "remote-s3").await.unwrap();
-    assert_eq!(value(&secret, "AWS_ENDPOINT_URL"), other.endpoint, "the workload is sent to the class's backend");
+    assert_eq!(
+        value(&secret, "AWS_ENDPOINT_URL"),
+        other.endpoint,
+        "the workload is sent to the class's backend"
+    );
 
     patch_class(&cluster, "elsewhere", backend(&moto.endpoint)).await;
     let moved = status(&wait_for_reason(&cluster, "remote", "BackendChanged").await);
     assert!(moved.conditions[0].message.contains(&other.endpoint), "{moved:?}");
     buckets(&cluster).delete("remote", &DeleteParams::default()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(buckets(&cluster).get_opt("remote").await.unwrap().is_some(), "held while its backend is elsewhere");
+    assert!(
+        buckets(&cluster).get_opt("remote").await.unwrap().is_some(),
+        "held while its backend is elsewhere"
+    );
     patch_class(&cluster, "elsewhere", backend(&other.endpoint)).await;
     eventually("the Bucket to be cleaned up on its own backend", || async {
         buckets(&cluster).get_opt("remote").await.unwrap().is_none().then_some(())
     })
     .await;
-    assert_eq!(other.client().await.lookup_bucket(&name).await.unwrap(), BucketLookup::Missing, "deleted there");
+    assert_eq!(
+        other.client().await.lookup_bucket(&name).await.unwrap(),
+        BucketLookup::Missing,
+        "deleted there"
+    );
     operator.stop().await.unwrap();
 }
