@@ -269,6 +269,7 @@ pub const MAX_CLASS_TAGS: usize = 10;
     printcolumn = r#"{"name":"Default","type":"string","jsonPath":".metadata.annotations.kopper\\.dev/is-default-class"}"#,
     printcolumn = r#"{"name":"Buckets","type":"integer","jsonPath":".status.bucketsUsing"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
