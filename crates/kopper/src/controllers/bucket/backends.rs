@@ -247,6 +247,30 @@ mod tests {
         assert!(!first.contains("s1"));
     }
 
+    /// One provider per class, reused while its backend stays, rebuilt when it changes, and
+    /// dropped with the class: the cache is bounded by the number of classes.
+    #[tokio::test]
+    async fn a_class_s_provider_is_built_once_rebuilt_on_change_and_forgotten_with_it() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let backends = Backends::new(None, None, None, WriteFence::closed(), None);
+        let open = Backend { credentials_secret: None, ..backend() };
+        let first = backends.provider(&client, "a", Some(&open)).await.unwrap();
+        let again = backends.provider(&client, "a", Some(&open)).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "reused");
+        let moved = Backend { endpoint: Some("http://elsewhere:9000".into()), ..open.clone() };
+        let rebuilt = backends.provider(&client, "a", Some(&moved)).await.unwrap();
+        assert!(!Arc::ptr_eq(&first, &rebuilt), "rebuilt for the new backend");
+        assert_eq!(rebuilt.endpoint(), Some("http://elsewhere:9000"));
+        backends.provider(&client, "b", Some(&open)).await.unwrap();
+        assert_eq!(backends.built(), 2);
+        backends.forget("a");
+        backends.forget("b");
+        assert_eq!(backends.built(), 0);
+        let error = backends.provider(&client, "c", None).await.unwrap_err();
+        assert!(error.to_string().contains("--s3-region"), "{error}");
+    }
+
     #[test]
     fn a_credentials_secret_needs_both_keys() {
         let secret: Secret = serde_json::from_value(json!({

@@ -100,13 +100,46 @@ async fn hold_while_used(ctx: &Context, class: &BucketClass, used: bool) -> Resu
 
 /// Puts the class finalizer on `class` for a Bucket about to use it (the Bucket pass does
 /// this before it makes anything on the class's backend).
-pub async fn hold_for_bucket(ctx: &Context, class: &BucketClass) -> Result<(), Error> {
-    if class.finalizers().iter().any(|finalizer| finalizer == CLASS_FINALIZER) {
+///
+/// Many Buckets of a new class start at once, each from the same cached class: a write that
+/// meets a newer class (409) waits for the cache (`classes`) to show that newer class, and is
+/// done if another pass held it meanwhile, else writes again from it.
+pub async fn hold_for_bucket(
+    ctx: &Context,
+    classes: &Store<BucketClass>,
+    class: &BucketClass,
+) -> Result<(), Error> {
+    let holds = |class: &BucketClass| class.finalizers().iter().any(|finalizer| finalizer == CLASS_FINALIZER);
+    if holds(class) {
         return Ok(());
     }
-    let finalizers = class.finalizers().iter().cloned().chain([CLASS_FINALIZER.to_owned()]).collect();
-    patch_finalizers(ctx, class, finalizers).await
+    let with = |class: &BucketClass| {
+        class.finalizers().iter().cloned().chain([CLASS_FINALIZER.to_owned()]).collect()
+    };
+    let conflict = match patch_finalizers(ctx, class, with(class)).await {
+        Err(Error::Kube { source: kube::Error::Api(status), .. }) if status.code == 409 => status,
+        done => return done,
+    };
+    let seen = class.resource_version();
+    let reference = ObjectRef::new(&class.name_any());
+    let deadline = tokio::time::Instant::now() + NEWER_CLASS_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(newer) = classes.get(&reference).filter(|newer| newer.resource_version() != seen) {
+            if holds(&newer) || newer.meta().deletion_timestamp.is_some() {
+                return Ok(());
+            }
+            return patch_finalizers(ctx, &newer, with(&newer)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(Error::Kube {
+        what: format!("writing the finalizers of BucketClass {}", class.name_any()),
+        source: kube::Error::Api(conflict),
+    })
 }
+
+/// How long a Bucket pass waits for the cache to show a class changed under its write.
+const NEWER_CLASS_WAIT: Duration = Duration::from_secs(2);
 
 async fn patch_finalizers(ctx: &Context, class: &BucketClass, finalizers: Vec<String>) -> Result<(), Error> {
     let api = Api::<BucketClass>::all(ctx.client.clone());

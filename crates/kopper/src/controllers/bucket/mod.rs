@@ -878,7 +878,7 @@ impl Pass<'_> {
             }
             return Ok(());
         }
-        class_status::hold_for_bucket(self.ctx, object).await
+        class_status::hold_for_bucket(self.ctx, &self.class_store, object).await
     }
 
     /// Refuses a Bucket beyond its class's `maxBucketsPerNamespace`, counting the Buckets of
