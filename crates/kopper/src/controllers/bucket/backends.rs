@@ -116,6 +116,14 @@ impl Backends {
         }
     }
 
+    /// Drops the providers of every class not in `classes` (those deleted without ever
+    /// being used, whose last reconcile never came).
+    pub fn keep_only(&self, classes: &[String]) {
+        if let Ok(mut built) = self.built.lock() {
+            built.retain(|class, _| classes.contains(class));
+        }
+    }
+
     /// How many class providers are built (for tests of the bound).
     pub fn built(&self) -> usize {
         self.built.lock().map(|built| built.len()).unwrap_or_default()
@@ -265,7 +273,8 @@ mod tests {
         backends.provider(&client, "b", Some(&open)).await.unwrap();
         assert_eq!(backends.built(), 2);
         backends.forget("a");
-        backends.forget("b");
+        assert_eq!(backends.built(), 1);
+        backends.keep_only(&["c".to_owned()]);
         assert_eq!(backends.built(), 0);
         let error = backends.provider(&client, "c", None).await.unwrap_err();
         assert!(error.to_string().contains("--s3-region"), "{error}");

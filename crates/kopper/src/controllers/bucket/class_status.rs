@@ -48,6 +48,7 @@ pub async fn reconcile(
     }
     let name = class.name_any();
     let classes = shared.classes.state();
+    shared.backends.keep_only(&classes.iter().map(|class| class.name_any()).collect::<Vec<_>>());
     let default =
         class::default_class(classes.iter().map(|class| class.as_ref())).map(|class| class.name_any());
     let users = shared
