@@ -30,6 +30,8 @@ pub struct Backends {
     default: Option<Arc<dyn Provider>>,
     /// The endpoint of kopper's flags (`None`: AWS).
     default_endpoint: Option<String>,
+    /// The region of kopper's flags (empty without a provider).
+    default_region: String,
     /// kopper's own namespace, where class credentials Secrets are read.
     namespace: Option<String>,
     fence: Arc<WriteFence>,
@@ -54,12 +56,20 @@ impl std::fmt::Debug for Backends {
 impl Backends {
     pub fn new(
         default: Option<Arc<dyn Provider>>,
-        default_endpoint: Option<String>,
+        (default_endpoint, default_region): (Option<String>, String),
         namespace: Option<String>,
         fence: Arc<WriteFence>,
         delete_batch: Option<u16>,
     ) -> Self {
-        Self { default, default_endpoint, namespace, fence, delete_batch, built: Mutex::default() }
+        Self {
+            default,
+            default_endpoint,
+            default_region,
+            namespace,
+            fence,
+            delete_batch,
+            built: Mutex::default(),
+        }
     }
 
     /// The provider of kopper's flags.
@@ -69,7 +79,7 @@ impl Backends {
 
     /// The identity recorded with a bucket made on `backend` (`None`: kopper's flags).
     pub fn identity(&self, backend: Option<&Backend>) -> String {
-        backend_identity(backend, self.default_endpoint.as_deref())
+        backend_identity(backend, (self.default_endpoint.as_deref(), &self.default_region))
     }
 
     /// The provider of the class `class` whose backend is `backend` (`None`: kopper's flags).
@@ -261,7 +271,7 @@ mod tests {
     async fn a_class_s_provider_is_built_once_rebuilt_on_change_and_forgotten_with_it() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let backends = Backends::new(None, None, None, WriteFence::closed(), None);
+        let backends = Backends::new(None, (None, String::new()), None, WriteFence::closed(), None);
         let open = Backend { credentials_secret: None, ..backend() };
         let first = backends.provider(&client, "a", Some(&open)).await.unwrap();
         let again = backends.provider(&client, "a", Some(&open)).await.unwrap();

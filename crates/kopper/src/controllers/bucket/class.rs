@@ -103,11 +103,45 @@ pub struct Refusal {
     pub message: String,
 }
 
-/// The class the Bucket uses: the one it is bound to, else `spec.className`, else `default`
-/// (the default class's name), else the built-in class. A `spec.className` other than the
-/// bound class is refused: kopper does not move buckets between classes (the schema refuses
-/// a change of a set name; this also covers a name set after the bucket was made).
-pub fn wanted_binding(bucket: &Bucket, default: Option<&str>) -> Result<Binding, Refusal> {
+/// What an unbound Bucket that names no class is made with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The default class in force, by name.
+    Class(String),
+    /// No BucketClass exists at all: kopper's built-in class, so that installs without classes
+    /// work as they did before classes.
+    BuiltIn,
+    /// BucketClasses exist and none is the default (or the default is being deleted, or being
+    /// switched): such a Bucket waits rather than binding to the built-in class for good.
+    NoDefault,
+}
+
+impl Fallback {
+    /// The fallback given every BucketClass there is: the default class in force, else the
+    /// built-in class when there is no class at all.
+    pub fn of<'a>(classes: impl IntoIterator<Item = &'a BucketClass>) -> Fallback {
+        let classes: Vec<&BucketClass> = classes.into_iter().collect();
+        match default_class(classes.iter().copied()) {
+            Some(class) => Fallback::Class(class.name_any()),
+            None if classes.is_empty() => Fallback::BuiltIn,
+            None => Fallback::NoDefault,
+        }
+    }
+
+    /// The default class's name, if one is in force.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Fallback::Class(name) => Some(name),
+            Fallback::BuiltIn | Fallback::NoDefault => None,
+        }
+    }
+}
+
+/// The class the Bucket uses: the one it is bound to, else `spec.className`, else the
+/// `fallback` ([`Fallback`]). A `spec.className` other than the bound class is refused:
+/// kopper does not move buckets between classes (the schema refuses a change of a set name;
+/// this also covers a name set after the bucket was made).
+pub fn wanted_binding(bucket: &Bucket, fallback: &Fallback) -> Result<Binding, Refusal> {
     let asked = bucket.spec.class_name.as_deref();
     match (asked, recorded_binding(bucket)) {
         (Some(asked), Some(bound)) if bound.name() != Some(asked) => Err(Refusal {
@@ -121,23 +155,39 @@ pub fn wanted_binding(bucket: &Bucket, default: Option<&str>) -> Result<Binding,
         }),
         (_, Some(bound)) => Ok(bound),
         (Some(asked), None) => Ok(Binding::Named(asked.to_owned())),
-        (None, None) => Ok(default.map_or(Binding::BuiltIn, |name| Binding::Named(name.to_owned()))),
+        (None, None) => match fallback {
+            Fallback::Class(name) => Ok(Binding::Named(name.clone())),
+            Fallback::BuiltIn => Ok(Binding::BuiltIn),
+            Fallback::NoDefault => Err(Refusal {
+                reason: "NoDefaultClass",
+                message: format!(
+                    "this Bucket names no class (spec.className) and no BucketClass is the default: set \
+                     spec.className to one of the classes (kubectl get bucketclasses), or ask a cluster admin to \
+                     annotate one {DEFAULT_CLASS_ANNOTATION}=\"true\"; nothing was created"
+                ),
+            }),
+        },
     }
 }
 
 /// The class a Bucket counts against, for quotas and `bucketsUsing`: [`wanted_binding`], or,
 /// when that refuses another name, the class its bucket was made with.
-pub fn counted_binding(bucket: &Bucket, default: Option<&str>) -> Binding {
-    wanted_binding(bucket, default).unwrap_or_else(|_| recorded_binding(bucket).unwrap_or(Binding::BuiltIn))
+pub fn counted_binding(bucket: &Bucket, fallback: &Fallback) -> Binding {
+    wanted_binding(bucket, fallback).unwrap_or_else(|_| recorded_binding(bucket).unwrap_or(Binding::BuiltIn))
 }
 
 /// Whether `bucket` holds the class `name` in use: bound to it, naming it, or (unbound and
-/// naming none) about to take it as the default.
-pub fn holds(bucket: &Bucket, name: &str, default: Option<&str>) -> bool {
+/// naming none) about to take it as the default. Once the class is `deleting`, only Buckets
+/// bound to it hold it: one that merely names it gets nothing from it any more, so a tenant
+/// cannot keep an admin's class from going by naming it.
+pub fn holds(bucket: &Bucket, name: &str, default: Option<&str>, deleting: bool) -> bool {
     let bound = recorded_binding(bucket);
-    bound.as_ref().and_then(Binding::name) == Some(name)
-        || bucket.spec.class_name.as_deref() == Some(name)
-        || (bound.is_none() && bucket.spec.class_name.is_none() && default == Some(name))
+    if bound.as_ref().and_then(Binding::name) == Some(name) {
+        return true;
+    }
+    !deleting
+        && (bucket.spec.class_name.as_deref() == Some(name)
+            || (bound.is_none() && bucket.spec.class_name.is_none() && default == Some(name)))
 }
 
 /// What a Bucket asks for that `class` forbids, as the Ready message: the field, the class
@@ -196,32 +246,101 @@ fn mode_name(mode: AccessMode) -> &'static str {
     }
 }
 
-/// Whether `bucket` is beyond the quota `max` of its class in its namespace, given `peers`:
-/// every Bucket of that class in that namespace, `bucket` among them or not. Buckets rank by
-/// creation time, then name, so the decision is the same in every pass and every replica, and
-/// two Buckets created at once cannot both take the last place.
-pub fn over_quota<'a>(bucket: &Bucket, peers: impl IntoIterator<Item = &'a Bucket>, max: u32) -> bool {
-    let name = bucket.name_any();
-    let created = bucket.metadata.creation_timestamp.as_ref();
-    let ahead = peers
-        .into_iter()
-        .filter(|peer| peer.name_any() != name)
-        .filter(|peer| {
-            by_age(peer.metadata.creation_timestamp.as_ref(), &peer.name_any(), created, &name)
-                == Ordering::Less
-        })
-        .count();
-    ahead >= max as usize
+/// A Bucket competing for its class's places in its namespace.
+#[derive(Clone, Copy, Debug)]
+pub struct Contender<'a> {
+    pub bucket: &'a Bucket,
+    /// Bound to the class already: status records it, or this replica admitted it and its
+    /// status write is not in the cache yet.
+    pub bound: bool,
 }
 
-/// The identity of a backend, recorded with each bucket: its S3 endpoint, or [`AWS`].
-/// `default_endpoint` is the endpoint of kopper's flags, for a class without a backend.
-pub fn backend_identity(backend: Option<&Backend>, default_endpoint: Option<&str>) -> String {
-    let endpoint = match backend {
-        Some(backend) => backend.endpoint.as_deref(),
-        None => default_endpoint,
+/// How many of `peers` (every Bucket of the class in `bucket`'s namespace, `bucket` among them
+/// or not) rank ahead of `bucket` for the class's places. Bound Buckets rank ahead of unbound
+/// ones, so a Bucket that already has its place never loses it to one created in the same
+/// second with a smaller name; then creation time, then name, so the decision is the same in
+/// every pass and every replica.
+pub fn ranked_ahead<'a>(bucket: Contender<'_>, peers: impl IntoIterator<Item = Contender<'a>>) -> usize {
+    let name = bucket.bucket.name_any();
+    let created = bucket.bucket.metadata.creation_timestamp.as_ref();
+    peers
+        .into_iter()
+        .filter(|peer| peer.bucket.name_any() != name)
+        .filter(|peer| match (peer.bound, bucket.bound) {
+            (true, false) => true,
+            (false, true) => false,
+            _ => {
+                by_age(
+                    peer.bucket.metadata.creation_timestamp.as_ref(),
+                    &peer.bucket.name_any(),
+                    created,
+                    &name,
+                ) == Ordering::Less
+            }
+        })
+        .count()
+}
+
+/// The refusal of a Bucket with `ahead` Buckets of class `class` ranked before it in
+/// `namespace`, where the class allows `max`.
+pub fn quota_exceeded(class: &str, max: u32, ahead: usize, namespace: &str) -> String {
+    format!(
+        "BucketClass {class} allows {max} Buckets per namespace (maxBucketsPerNamespace), and {ahead} other \
+         Buckets of the class in namespace {namespace} come first (those already made, then the oldest): delete \
+         one of them (this Bucket then proceeds), or use another class; nothing was created"
+    )
+}
+
+/// The refusal of an unbound Bucket whose class is being deleted.
+pub fn class_being_deleted(class: &str) -> String {
+    format!(
+        "BucketClass {class} is being deleted, so no new bucket is made with it: set spec.className to another \
+         class; nothing was created"
+    )
+}
+
+/// The refusal of a Bucket whose class's backend is no longer the one its bucket is on.
+pub fn backend_changed(bucket: &str, recorded: &str, class: &Binding, now: &str) -> String {
+    format!(
+        "Bucket {bucket}'s bucket is on backend {recorded}, and {} now uses backend {now}: kopper does not move \
+         buckets between backends, and neither makes nor deletes anything for this Bucket meanwhile. Set the \
+         class's spec.backend (and its credentials) back, or create a new Bucket and copy the data",
+        class.describe()
+    )
+}
+
+/// What a tenant is told when its class's backend cannot be used: the details (the Secret, its
+/// namespace) are in the class's status, which cluster admins read; tenants learn only who must
+/// act.
+pub fn class_not_ready(class: &str) -> String {
+    format!(
+        "BucketClass {class} is not ready (kopper cannot use its backend): a cluster admin must check the \
+         class's status (kubectl get bucketclass {class} -o yaml); this Bucket proceeds once it is ready"
+    )
+}
+
+/// The identity of a backend, recorded with each bucket: its S3 endpoint (or [`AWS`]), its
+/// region and whose credentials kopper uses there, so that pointing a class at another
+/// account (another credentials Secret) or region is seen as another backend, not as the
+/// same one ([`BackendChanged`](super)). The credentials are named by a digest of the Secret's
+/// name, never by its content: rotating the key in the Secret is not a change, and tenants,
+/// who read the identity in their Bucket's status, learn no name from kopper's namespace.
+/// `flags` is the endpoint and region of kopper's flags, for a class without a backend.
+pub fn backend_identity(backend: Option<&Backend>, flags: (Option<&str>, &str)) -> String {
+    let (endpoint, region, credentials) = match backend {
+        Some(backend) => (
+            backend.endpoint.as_deref(),
+            backend.region.as_str(),
+            match &backend.credentials_secret {
+                Some(secret) => format!("secret-{}", &super::names::digest_hex(secret)[..12]),
+                None => "ambient".to_owned(),
+            },
+        ),
+        None => (flags.0, flags.1, "kopper".to_owned()),
     };
-    endpoint.map(|endpoint| endpoint.trim_end_matches('/').to_owned()).unwrap_or_else(|| AWS.to_owned())
+    let endpoint =
+        endpoint.map(|endpoint| endpoint.trim_end_matches('/').to_owned()).unwrap_or_else(|| AWS.to_owned());
+    format!("{endpoint} region={region} credentials={credentials}")
 }
 
 #[cfg(test)]
@@ -270,11 +389,17 @@ mod tests {
 
     #[test]
     fn a_bucket_takes_its_named_class_else_the_default_else_the_built_in_one() {
+        let std = Fallback::Class("std".into());
         let named = bucket("x", json!({"className": "fast"}), 0);
-        assert_eq!(wanted_binding(&named, Some("std")), Ok(Binding::Named("fast".into())));
+        assert_eq!(wanted_binding(&named, &std), Ok(Binding::Named("fast".into())));
         let plain = bucket("x", json!({}), 0);
-        assert_eq!(wanted_binding(&plain, Some("std")), Ok(Binding::Named("std".into())));
-        assert_eq!(wanted_binding(&plain, None), Ok(Binding::BuiltIn));
+        assert_eq!(wanted_binding(&plain, &std), Ok(Binding::Named("std".into())));
+        assert_eq!(wanted_binding(&plain, &Fallback::BuiltIn), Ok(Binding::BuiltIn));
+        let refusal = wanted_binding(&plain, &Fallback::NoDefault).unwrap_err();
+        assert_eq!(refusal.reason, "NoDefaultClass");
+        assert!(
+            refusal.message.contains("spec.className") && refusal.message.contains(DEFAULT_CLASS_ANNOTATION)
+        );
     }
 
     #[test]
@@ -285,11 +410,11 @@ mod tests {
             bucket_name: Some("b".into()),
             ..BucketStatus::default()
         });
-        assert_eq!(wanted_binding(&made, Some("new")), Ok(Binding::Named("std".into())));
+        assert_eq!(wanted_binding(&made, &Fallback::Class("new".into())), Ok(Binding::Named("std".into())));
         // Made before classes: the built-in class, whatever the default is now.
         let mut old = bucket("x", json!({}), 0);
         old.status = Some(BucketStatus { bucket_name: Some("b".into()), ..BucketStatus::default() });
-        assert_eq!(wanted_binding(&old, Some("new")), Ok(Binding::BuiltIn));
+        assert_eq!(wanted_binding(&old, &Fallback::Class("new".into())), Ok(Binding::BuiltIn));
     }
 
     #[test]
@@ -300,27 +425,35 @@ mod tests {
             bucket_name: Some("b".into()),
             ..BucketStatus::default()
         });
-        let refusal = wanted_binding(&made, None).unwrap_err();
+        let refusal = wanted_binding(&made, &Fallback::BuiltIn).unwrap_err();
         assert_eq!(refusal.reason, "ClassNameImmutable");
         assert!(refusal.message.contains("spec.className") && refusal.message.contains("BucketClass std"));
-        assert_eq!(counted_binding(&made, None), Binding::Named("std".into()), "it still counts where it is");
+        assert_eq!(
+            counted_binding(&made, &Fallback::BuiltIn),
+            Binding::Named("std".into()),
+            "it still counts where it is"
+        );
         made.status.as_mut().unwrap().class_name = None;
-        assert!(wanted_binding(&made, None).unwrap_err().message.contains("built-in"));
+        assert!(wanted_binding(&made, &Fallback::BuiltIn).unwrap_err().message.contains("built-in"));
     }
 
     #[test]
     fn a_class_is_held_by_buckets_naming_it_bound_to_it_or_about_to_take_it_as_default() {
         let named = bucket("a", json!({"className": "std"}), 0);
         let plain = bucket("b", json!({}), 0);
-        assert!(holds(&named, "std", None));
-        assert!(holds(&plain, "std", Some("std")));
-        assert!(!holds(&plain, "std", None));
+        assert!(holds(&named, "std", None, false));
+        assert!(holds(&plain, "std", Some("std"), false));
+        assert!(!holds(&plain, "std", None, false));
         let mut bound = bucket("c", json!({}), 0);
         bound.status = Some(BucketStatus { class_name: Some("std".into()), ..BucketStatus::default() });
-        assert!(holds(&bound, "std", Some("new")));
+        assert!(holds(&bound, "std", Some("new"), false));
         let mut built_in = bucket("d", json!({}), 0);
         built_in.status = Some(BucketStatus { bucket_name: Some("b".into()), ..BucketStatus::default() });
-        assert!(!holds(&built_in, "std", Some("std")), "bound to the built-in class");
+        assert!(!holds(&built_in, "std", Some("std"), false), "bound to the built-in class");
+        // Being deleted: only the Buckets bound to it hold it, not those that name it.
+        assert!(holds(&bound, "std", None, true));
+        assert!(!holds(&named, "std", None, true), "a tenant naming a class cannot keep it from going");
+        assert!(!holds(&plain, "std", Some("std"), true));
     }
 
     #[test]
@@ -360,13 +493,48 @@ mod tests {
     #[test]
     fn the_quota_goes_to_the_oldest_buckets_then_by_name() {
         let peers = [bucket("c", json!({}), 1), bucket("a", json!({}), 2), bucket("b", json!({}), 2)];
-        let over = |name: &str| {
+        let unbound = |bucket| Contender { bucket, bound: false };
+        let ahead = |name: &str| {
             let me = peers.iter().find(|peer| peer.name_any() == name).unwrap();
-            over_quota(me, &peers, 2)
+            ranked_ahead(unbound(me), peers.iter().map(unbound))
         };
-        assert!(!over("c") && !over("a"));
-        assert!(over("b"), "same age as a, later by name");
-        assert!(!over_quota(&peers[2], &peers[2..], 1), "alone it fits");
+        assert_eq!((ahead("c"), ahead("a"), ahead("b")), (0, 1, 2), "same age as a, later by name");
+        assert_eq!(ranked_ahead(unbound(&peers[2]), [unbound(&peers[2])]), 0, "alone it fits");
+    }
+
+    /// Buckets created in the same second rank by name; one that got its place first (bound)
+    /// keeps it, so two passes that each saw only part of the others cannot both take it.
+    #[test]
+    fn a_bound_bucket_ranks_ahead_of_unbound_ones_whatever_their_names() {
+        let (a, b, c) = (bucket("a", json!({}), 0), bucket("b", json!({}), 0), bucket("c", json!({}), 0));
+        let bound = |bucket| Contender { bucket, bound: true };
+        let unbound = |bucket| Contender { bucket, bound: false };
+        assert_eq!(ranked_ahead(unbound(&a), [bound(&c), unbound(&b)]), 1, "c holds the place");
+        assert_eq!(ranked_ahead(bound(&c), [unbound(&a), unbound(&b)]), 0);
+        assert_eq!(ranked_ahead(unbound(&b), [bound(&c), unbound(&a)]), 2);
+        let older = bucket("old", json!({}), -5);
+        assert_eq!(ranked_ahead(bound(&c), [bound(&older)]), 1, "among bound ones the oldest first");
+    }
+
+    /// Every message a tenant reads is one sentence with single spaces (no line continuation
+    /// lost), and the quota message counts those ahead, not the limit.
+    #[test]
+    fn refusal_messages_have_single_spaces_and_the_right_count() {
+        let messages = [
+            quota_exceeded("small", 1, 3, "team"),
+            class_being_deleted("old"),
+            backend_changed("b", "http://a region=r credentials=kopper", &Binding::Named("c".into()), "x"),
+            class_not_ready("c"),
+            wanted_binding(&bucket("x", json!({}), 0), &Fallback::NoDefault).unwrap_err().message,
+        ];
+        for message in &messages {
+            assert!(!message.contains("  "), "{message}");
+        }
+        assert!(
+            messages[0].contains("allows 1 ") && messages[0].contains("and 3 other Buckets"),
+            "{}",
+            messages[0]
+        );
     }
 
     #[test]
@@ -381,16 +549,39 @@ mod tests {
     }
 
     #[test]
-    fn a_backend_is_known_by_its_endpoint() {
+    fn a_backend_is_known_by_its_endpoint_region_and_credentials_secret() {
         let minio = Backend {
             region: "us-east-1".into(),
             endpoint: Some("http://minio:9000/".into()),
             iam_endpoint: None,
             force_path_style: true,
-            credentials_secret: None,
+            credentials_secret: Some("minio-admin".into()),
         };
-        assert_eq!(backend_identity(Some(&minio), None), "http://minio:9000");
-        assert_eq!(backend_identity(None, Some("http://moto:5000")), "http://moto:5000");
-        assert_eq!(backend_identity(None, None), AWS);
+        let identity = backend_identity(Some(&minio), (None, "x"));
+        assert!(identity.starts_with("http://minio:9000 region=us-east-1 credentials=secret-"), "{identity}");
+        assert!(!identity.contains("minio-admin"), "no name from kopper's namespace: {identity}");
+        let other_account = Backend { credentials_secret: Some("other".into()), ..minio.clone() };
+        assert_ne!(backend_identity(Some(&other_account), (None, "x")), identity, "another account");
+        let other_region = Backend { region: "eu-west-1".into(), ..minio.clone() };
+        assert_ne!(backend_identity(Some(&other_region), (None, "x")), identity, "another region");
+        let ambient = Backend { credentials_secret: None, ..minio };
+        assert!(backend_identity(Some(&ambient), (None, "x")).ends_with("credentials=ambient"));
+        assert_eq!(
+            backend_identity(None, (Some("http://moto:5000"), "us-east-1")),
+            "http://moto:5000 region=us-east-1 credentials=kopper"
+        );
+        assert_eq!(backend_identity(None, (None, "us-east-1")), "aws region=us-east-1 credentials=kopper");
+    }
+
+    #[test]
+    fn without_classes_the_built_in_class_and_with_classes_but_no_default_none() {
+        assert_eq!(Fallback::of([]), Fallback::BuiltIn);
+        let plain = class("plain", false, 1);
+        assert_eq!(Fallback::of([&plain]), Fallback::NoDefault);
+        let mut deleting = class("old", true, 0);
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        assert_eq!(Fallback::of([&deleting]), Fallback::NoDefault, "a default being deleted is none");
+        let std = class("std", true, 2);
+        assert_eq!(Fallback::of([&plain, &std, &deleting]), Fallback::Class("std".into()));
     }
 }

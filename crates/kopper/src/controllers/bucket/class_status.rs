@@ -4,8 +4,9 @@
 //! reconciled when they change, when a Bucket starts or stops using one (the Bucket watch
 //! wakes them, see [`ClassWakes`]), and every few minutes.
 //!
-//! Buckets are counted from the Bucket controller's cache, after it has synced: a class is
-//! never released on an empty cache.
+//! Buckets are counted from the Bucket controller's cache, after its first list (a
+//! [`FirstList`], which any number of class reconciles can wait on): a class is never released
+//! on an empty cache.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,15 +24,22 @@ use super::class::{self, CLASS_FINALIZER};
 use super::types::{Bucket, BucketClass, BucketClassStatus};
 use super::{Error, NAME};
 use crate::runtime::Context;
+use crate::runtime::cache::FirstList;
 
 /// Name of the class reconciles in metrics, logs and `/readyz`.
 pub const CLASS_CONTROLLER: &str = "bucket-class";
 /// How often a class is looked at without a change.
 const RESYNC: Duration = Duration::from_secs(120);
+/// How long a class reconcile waits for the Bucket cache's first list.
+const BUCKETS_LISTED_WAIT: Duration = Duration::from_secs(5);
+/// When a class whose reconcile found the Bucket cache not yet listed is looked at again.
+const BUCKETS_LISTED_RETRY: Duration = Duration::from_secs(1);
 
 /// What a class reconcile reads besides the class.
 pub struct ClassShared {
     pub buckets: Store<Bucket>,
+    /// Marked once `buckets` has had its first list.
+    pub buckets_listed: FirstList,
     pub classes: Store<BucketClass>,
     pub backends: Arc<Backends>,
 }
@@ -42,20 +50,23 @@ pub async fn reconcile(
     ctx: Arc<Context>,
     shared: Arc<ClassShared>,
 ) -> Result<Action, Error> {
-    // Never decide on a cache that has not seen every Bucket yet.
-    if shared.buckets.wait_until_ready().await.is_err() {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    // Never decide on a cache that has not seen every Bucket yet. The wait is bounded, so a
+    // reconcile never holds its slot (nor shutdown) while the Bucket watch cannot list.
+    let listed = tokio::time::timeout(BUCKETS_LISTED_WAIT, shared.buckets_listed.wait()).await;
+    if !matches!(listed, Ok(true)) {
+        return Ok(Action::requeue(BUCKETS_LISTED_RETRY));
     }
     let name = class.name_any();
     let classes = shared.classes.state();
     shared.backends.keep_only(&classes.iter().map(|class| class.name_any()).collect::<Vec<_>>());
     let default =
         class::default_class(classes.iter().map(|class| class.as_ref())).map(|class| class.name_any());
+    let deleting = class.meta().deletion_timestamp.is_some();
     let users = shared
         .buckets
         .state()
         .iter()
-        .filter(|bucket| class::holds(bucket, &name, default.as_deref()))
+        .filter(|bucket| class::holds(bucket, &name, default.as_deref(), deleting))
         .count();
     hold_while_used(&ctx, &class, users > 0).await?;
     if class.meta().deletion_timestamp.is_some() && users == 0 {
@@ -105,10 +116,13 @@ async fn hold_while_used(ctx: &Context, class: &BucketClass, used: bool) -> Resu
 /// Many Buckets of a new class start at once, each from the same cached class: a write that
 /// meets a newer class (409) waits for the cache (`classes`) to show that newer class, and is
 /// done if another pass held it meanwhile, else writes again from it.
+///
+/// A Bucket not yet `bound` to the class is refused when the newer class is being deleted.
 pub async fn hold_for_bucket(
     ctx: &Context,
     classes: &Store<BucketClass>,
     class: &BucketClass,
+    bound: bool,
 ) -> Result<(), Error> {
     let holds = |class: &BucketClass| class.finalizers().iter().any(|finalizer| finalizer == CLASS_FINALIZER);
     if holds(class) {
@@ -126,6 +140,9 @@ pub async fn hold_for_bucket(
     let deadline = tokio::time::Instant::now() + NEWER_CLASS_WAIT;
     while tokio::time::Instant::now() < deadline {
         if let Some(newer) = classes.get(&reference).filter(|newer| newer.resource_version() != seen) {
+            if newer.meta().deletion_timestamp.is_some() && !bound {
+                return Err(Error::blocked("ClassNotFound", class::class_being_deleted(&class.name_any())));
+            }
             if holds(&newer) || newer.meta().deletion_timestamp.is_some() {
                 return Ok(());
             }
@@ -254,10 +271,11 @@ impl ClassWakes {
         &mut self,
         bucket: &Bucket,
         gone: bool,
-        default: Option<&str>,
+        fallback: &class::Fallback,
     ) -> Vec<ObjectRef<BucketClass>> {
         let uid = bucket.uid().unwrap_or_default();
-        let now = if gone { None } else { class::counted_binding(bucket, default).name().map(str::to_owned) };
+        let now =
+            if gone { None } else { class::counted_binding(bucket, fallback).name().map(str::to_owned) };
         let before = if gone {
             self.seen.remove(&uid).flatten()
         } else {
@@ -321,11 +339,19 @@ mod tests {
     #[test]
     fn a_class_is_woken_when_a_bucket_starts_or_stops_using_it() {
         let mut wakes = ClassWakes::default();
+        let none = class::Fallback::BuiltIn;
         let names = |refs: Vec<ObjectRef<BucketClass>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
-        assert_eq!(names(wakes.after(&bucket("u1", Some("a")), false, None)), ["a"]);
-        assert!(wakes.after(&bucket("u1", Some("a")), false, None).is_empty(), "nothing changed");
-        assert_eq!(names(wakes.after(&bucket("u2", None), false, Some("std"))), ["std"], "the default");
-        assert_eq!(names(wakes.after(&bucket("u1", Some("a")), true, None)), ["a"], "gone");
-        assert!(wakes.after(&bucket("u3", None), false, None).is_empty(), "the built-in class has no object");
+        assert_eq!(names(wakes.after(&bucket("u1", Some("a")), false, &none)), ["a"]);
+        assert!(wakes.after(&bucket("u1", Some("a")), false, &none).is_empty(), "nothing changed");
+        assert_eq!(
+            names(wakes.after(&bucket("u2", None), false, &class::Fallback::Class("std".into()))),
+            ["std"],
+            "the default"
+        );
+        assert_eq!(names(wakes.after(&bucket("u1", Some("a")), true, &none)), ["a"], "gone");
+        assert!(
+            wakes.after(&bucket("u3", None), false, &none).is_empty(),
+            "the built-in class has no object"
+        );
     }
 }

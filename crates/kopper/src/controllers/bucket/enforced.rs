@@ -81,8 +81,10 @@ impl Enforced {
 }
 
 /// Whether `found` (what the bucket has, `None` for no default encryption) encrypts as
-/// `wanted` does. Algorithms compare without case; a KMS key given by id matches the key's ARN
-/// the service may return; a class that names no key accepts the one the service chose.
+/// `wanted` does. Algorithms compare without case; a KMS key given by id or alias matches the
+/// ARN the service may return for it (`…:key/<id>`, `…:alias/<name>`: the id after a `/`, the
+/// alias after a `:`), so an idle pass writes nothing; a class that names no key accepts the
+/// one the service chose.
 pub fn encryption_holds(wanted: &Encryption, found: Option<&Encryption>) -> bool {
     let Some(found) = found else { return false };
     if !wanted.algorithm.eq_ignore_ascii_case(&found.algorithm) {
@@ -92,7 +94,12 @@ pub fn encryption_holds(wanted: &Encryption, found: Option<&Encryption>) -> bool
         (None, _) => true,
         (Some(_), None) => false,
         (Some(wanted), Some(found)) => {
-            wanted == found || found.strip_suffix(wanted.as_str()).is_some_and(|head| head.ends_with('/'))
+            wanted == found
+                || found.starts_with("arn:")
+                    && found.strip_suffix(wanted.as_str()).is_some_and(|head| {
+                        let boundary = if wanted.starts_with("alias/") { ':' } else { '/' };
+                        head.ends_with(boundary)
+                    })
         }
     }
 }
@@ -159,6 +166,16 @@ mod tests {
         assert!(!encryption_holds(&kms, Some(&other)), "a key whose id only ends the same");
         let any_key = Encryption { algorithm: "aws:kms".into(), kms_key_id: None };
         assert!(encryption_holds(&any_key, Some(&arn)), "no key named: the service's choice stands");
+    }
+
+    #[test]
+    fn a_kms_alias_matches_the_alias_arn_the_service_returns() {
+        let alias = Encryption { algorithm: "aws:kms".into(), kms_key_id: Some("alias/logs".into()) };
+        let returned = |id: &str| Encryption { algorithm: "aws:kms".into(), kms_key_id: Some(id.into()) };
+        assert!(encryption_holds(&alias, Some(&returned("arn:aws:kms:eu-west-1:1:alias/logs"))));
+        assert!(encryption_holds(&alias, Some(&returned("alias/logs"))));
+        assert!(!encryption_holds(&alias, Some(&returned("arn:aws:kms:eu-west-1:1:alias/old-logs"))));
+        assert!(!encryption_holds(&alias, Some(&returned("arn:aws:kms:eu-west-1:1:key/alias/logs"))));
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! always happens on the backend the bucket is on. Without classes, kopper's flags are the
 //! class, enforcing nothing: Buckets behave as they did before classes.
 
+pub mod admission;
 pub mod aws;
 pub mod backends;
 pub mod churn;
@@ -63,8 +64,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::runtime::cache::FirstList;
 use backends::Backends;
-use class::Binding;
+use class::{Binding, Fallback};
 use decide::{BucketStep, Recorded, UserStep};
 use k8s_openapi::jiff::Timestamp;
 pub use metrics::register_metrics;
@@ -260,16 +262,21 @@ pub async fn run(
              ProviderNotConfigured"
         );
     }
+    let flags_backend =
+        settings.provider.as_ref().map(|aws| (aws.endpoint.clone(), aws.region.clone())).unwrap_or_default();
     let backends = Arc::new(Backends::new(
         provider.clone(),
-        settings.provider.as_ref().and_then(|aws| aws.endpoint.clone()),
+        flags_backend,
         settings.own_namespace.clone(),
         ctx.fence.clone(),
         settings.provider.as_ref().and_then(|aws| aws.delete_batch),
     ));
     let (class_wake, class_wakes) = futures::channel::mpsc::unbounded();
     let (bucket_wake, bucket_wakes) = futures::channel::mpsc::unbounded();
-    let class_controller = class_controller(&ctx, class_wakes);
+    let classes_listed = FirstList::default();
+    let buckets_listed = FirstList::default();
+    let admissions = Arc::new(admission::Admissions::default());
+    let class_controller = class_controller(&ctx, class_wakes, &classes_listed);
     let classes = class_controller.store();
     let buckets = Api::<Bucket>::all(ctx.client.clone());
     // Status writes change neither of these, so they do not wake the controller again.
@@ -286,15 +293,19 @@ pub async fn run(
             keep_only_what_decisions_read(bucket, &[ROTATE_ANNOTATION]);
             shorten_rotation_request(bucket);
         })
-        .reflect(writer)
+        .reflect(writer);
+    let stream = buckets_listed
+        .track(stream)
         .inspect_ok({
             let key_ages = key_ages.clone();
             let mut wakes = class_status::ClassWakes::default();
             let (buckets, classes) = (reader.clone(), classes.clone());
+            let admissions = admissions.clone();
             move |event| {
                 // Also when the Bucket leaves without its finalizer: its key stops counting.
                 if let kube::runtime::watcher::Event::Delete(bucket) = event {
                     key_ages.forget(&bucket.uid().unwrap_or_default());
+                    admissions.forget(&bucket.uid().unwrap_or_default());
                     for waiting in over_quota_peers(&buckets, bucket) {
                         let _ = bucket_wake.unbounded_send(waiting);
                     }
@@ -303,8 +314,8 @@ pub async fn run(
                 if let kube::runtime::watcher::Event::Apply(bucket)
                 | kube::runtime::watcher::Event::Delete(bucket) = event
                 {
-                    let default = default_class_name(&classes);
-                    for class in wakes.after(bucket, gone, default.as_deref()) {
+                    let fallback = fallback_of(&classes);
+                    for class in wakes.after(bucket, gone, &fallback) {
                         let _ = class_wake.unbounded_send(class);
                     }
                 }
@@ -334,6 +345,8 @@ pub async fn run(
     let shared = Arc::new(Shared {
         backends: backends.clone(),
         classes: classes.clone(),
+        classes_listed: classes_listed.clone(),
+        admissions,
         creating: NameLocks::default(),
         keys: churn::KeyLedger::new(settings.key_interval),
         cluster_id: settings.cluster_id.clone(),
@@ -343,27 +356,34 @@ pub async fn run(
         cached: reader.clone(),
         oidc: settings.oidc.clone(),
     });
-    let class_shared =
-        Arc::new(class_status::ClassShared { buckets: reader.clone(), classes, backends: backends.clone() });
-    let sweeper = provider.clone().and_then(|provider| {
-        if settings.cluster_id == DEFAULT_CLUSTER_ID {
+    let class_shared = Arc::new(class_status::ClassShared {
+        buckets: reader.clone(),
+        buckets_listed,
+        classes: classes.clone(),
+        backends: backends.clone(),
+    });
+    // Every backend is swept, kopper's flags' and each class's ([`sweep::Targets`]).
+    let sweeper = if settings.cluster_id == DEFAULT_CLUSTER_ID {
+        if provider.is_some() {
             tracing::warn!(
                 "the sweep for credentials of deleted Buckets is off: set --cluster-id \
                  (KOPPER_CLUSTER_ID, chart value bucket.clusterId) to a name no other cluster in \
                  this account uses"
             );
-            return None;
         }
+        None
+    } else {
         let interval = settings.orphan_sweep_interval.max(Duration::from_secs(1));
         let keyless = settings.oidc.is_some();
+        let targets = sweep::Targets { backends: backends.clone(), classes: classes.clone(), classes_listed };
         Some(tokio::spawn(sweep::run(
             ctx.client.clone(),
-            provider,
+            targets,
             settings.cluster_id.clone(),
             interval,
             keyless,
         )))
-    });
+    };
     let shutdown = futures::FutureExt::shared(shutdown);
     let buckets_run = run_controller(NAME, controller, ctx.clone(), shutdown.clone(), move |bucket, ctx| {
         reconcile(bucket, ctx, shared.clone())
@@ -381,17 +401,19 @@ pub async fn run(
 
 /// The controller of BucketClasses ([`class_status`]): woken by changes to a class and, through
 /// `wakes`, when a Bucket starts or stops using one.
+/// `listed` is marked once the class cache has had its first list.
 fn class_controller(
     ctx: &Context,
     wakes: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<BucketClass>>,
+    listed: &FirstList,
 ) -> Controller<BucketClass> {
     let api = Api::<BucketClass>::all(ctx.client.clone());
     let (reader, writer) = kube::runtime::reflector::store();
     let stream = crate::runtime::watch::watcher(api, kube::runtime::watcher::Config::default())
         .default_backoff()
         .modify(|class| keep_only_what_decisions_read(class, &[class::DEFAULT_CLASS_ANNOTATION]))
-        .reflect(writer)
-        .applied_objects();
+        .reflect(writer);
+    let stream = listed.track(stream).applied_objects();
     Controller::for_stream(stream, reader)
         .reconcile_on(wakes)
         .with_config(crate::runtime::controller::config())
@@ -430,11 +452,18 @@ fn watch_classes(
     })
 }
 
-/// The name of the default class in force, from the class cache.
-fn default_class_name(classes: &kube::runtime::reflector::Store<BucketClass>) -> Option<String> {
+/// What unbound Buckets that name no class are made with, from the class cache.
+fn fallback_of(classes: &kube::runtime::reflector::Store<BucketClass>) -> Fallback {
     let classes = classes.state();
-    class::default_class(classes.iter().map(|class| class.as_ref())).map(|class| class.name_any())
+    Fallback::of(classes.iter().map(|class| class.as_ref()))
 }
+
+/// How long a Bucket pass waits for the class cache's first list before it reports waiting:
+/// long enough for any start-up, short enough not to hold a reconcile slot when the BucketClass
+/// CRD is missing.
+const CLASSES_LISTED_WAIT: Duration = Duration::from_secs(5);
+/// When a Bucket that found the class cache not yet listed is looked at again.
+const CLASSES_LISTED_RETRY: Duration = Duration::from_secs(10);
 
 /// The Buckets of `gone`'s namespace refused for their class's quota: one of them may now
 /// fit.
@@ -522,6 +551,11 @@ struct Shared {
     backends: Arc<Backends>,
     /// The cache of BucketClasses.
     classes: kube::runtime::reflector::Store<BucketClass>,
+    /// Marked once the class cache has had its first list: no Bucket is bound to a class (or
+    /// to the built-in one) on an empty cache.
+    classes_listed: FirstList,
+    /// Admission to classes with a quota ([`admission`]).
+    admissions: Arc<admission::Admissions>,
     /// Held per bucket name from looking at it to tagging the bucket, when creating or
     /// adopting, across every Bucket this replica reconciles.
     creating: NameLocks,
@@ -552,10 +586,31 @@ struct ClassInUse {
 }
 
 impl Shared {
+    /// Waits (a while) for the class cache's first list: which class an unbound Bucket takes,
+    /// and whether its class allows it, are never decided on a cache that has not seen every
+    /// class. Without the BucketClass CRD the list never comes: the Bucket says so, and kopper's
+    /// log names the CRD to apply.
+    async fn wait_for_classes(&self) -> Result<(), Error> {
+        if self.classes_listed.is_ready() {
+            return Ok(());
+        }
+        if let Ok(true) = tokio::time::timeout(CLASSES_LISTED_WAIT, self.classes_listed.wait()).await {
+            return Ok(());
+        }
+        Err(Error::Wait {
+            reason: "WaitingForClasses",
+            message: "kopper has not listed the BucketClasses yet, and decides nothing for this Bucket until it \
+                      has: if this lasts, a cluster admin must apply kopper's CRDs (kopper's log names the one \
+                      missing)"
+                .to_owned(),
+            retry_after: CLASSES_LISTED_RETRY,
+        })
+    }
+
     /// The class the Bucket uses ([`class::wanted_binding`]), from the cache.
     fn class_for(&self, bucket: &Bucket) -> Result<ClassInUse, Error> {
-        let default = default_class_name(&self.classes);
-        let binding = class::wanted_binding(bucket, default.as_deref())
+        let fallback = fallback_of(&self.classes);
+        let binding = class::wanted_binding(bucket, &fallback)
             .map_err(|refusal| Error::blocked(refusal.reason, refusal.message))?;
         self.class_of(binding)
     }
@@ -604,15 +659,42 @@ impl Shared {
             Binding::BuiltIn => {
                 self.backends.default_provider().ok_or_else(backends::built_in_not_configured)
             }
-            Binding::Named(name) => {
-                self.backends.provider(&ctx.client, name, class.spec.backend.as_ref()).await
-            }
+            Binding::Named(name) => self
+                .backends
+                .provider(&ctx.client, name, class.spec.backend.as_ref())
+                .await
+                .map_err(|error| for_tenant(error, name)),
         }
     }
 }
 
+/// The error a Bucket pass reports for its class's provider: a class whose backend cannot be
+/// used is named, and the details (its credentials Secret, kopper's namespace) stay in the
+/// class's status, for cluster admins.
+fn for_tenant(error: Error, class: &str) -> Error {
+    match error {
+        Error::Wait { reason: "ClassNotReady", message, retry_after } => {
+            tracing::debug!(class, "the class's backend cannot be used: {message}");
+            Error::Wait { reason: "ClassNotReady", message: class::class_not_ready(class), retry_after }
+        }
+        error => error,
+    }
+}
+
+/// Whether status records nothing made for the Bucket: no bucket (recorded before one is
+/// created), no user, no role.
+fn made_nothing(bucket: &Bucket) -> bool {
+    bucket.status.as_ref().is_none_or(|status| {
+        status.bucket_name.is_none()
+            && status.user_name.is_none()
+            && status.role_arn.is_none()
+            && status.service_account_name.is_none()
+    })
+}
+
 async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
     let prepared = async {
+        shared.wait_for_classes().await?;
         let class = if is_cleaning_up(&bucket) {
             shared.class_for_cleanup(&bucket)?
         } else {
@@ -633,6 +715,13 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         Ok(Some(prepared)) => prepared,
         // Deleted before anything was made, with no class to make it with: let it go.
         Ok(None) => return release(&api, &bucket).await,
+        // Deleted before anything was made, and its class cannot be used (not ready, no
+        // provider, gone): nothing to clean up that status knows of, so the Bucket (and its
+        // namespace) is not held. Leftovers of a pass cut short are the sweep's.
+        Err(error) if is_cleaning_up(&bucket) && made_nothing(&bucket) => {
+            info!("the Bucket made nothing and its class cannot be used ({error}); letting it go");
+            return release(&api, &bucket).await;
+        }
         Err(error) => {
             count_not_ready(&ctx, &bucket, Some(true));
             report(&ctx, &bucket, &error, false).await;
@@ -645,6 +734,7 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         class: &class,
         backends: &shared.backends,
         class_store: shared.classes.clone(),
+        admissions: &shared.admissions,
         owner: owner_of(&shared.cluster_id, &bucket),
         creating: &shared.creating,
         keys: &shared.keys,
@@ -757,6 +847,8 @@ struct Pass<'a> {
     backends: &'a Backends,
     /// The cache of BucketClasses, for the default class.
     class_store: kube::runtime::reflector::Store<BucketClass>,
+    /// Admission to classes with a quota.
+    admissions: &'a admission::Admissions,
     owner: Owner,
     /// Held per bucket name from looking at it to tagging the bucket, when creating or
     /// adopting.
@@ -853,55 +945,86 @@ impl Pass<'_> {
         if let Some(message) = class::too_many_tags(bucket, &class.binding, &class.spec) {
             return Err(Error::blocked("InvalidTags", message));
         }
-        if let Binding::Named(name) = &class.binding {
-            if let Some(message) = class::forbidden(bucket, name, &class.spec) {
-                return Err(Error::blocked(
-                    "ForbiddenByClass",
-                    format!("{message}; nothing new was created"),
-                ));
-            }
-            if let Some(max) = class.spec.max_buckets_per_namespace {
-                self.within_quota(bucket, name, max)?;
-            }
+        if let Binding::Named(name) = &class.binding
+            && let Some(message) = class::forbidden(bucket, name, &class.spec)
+        {
+            return Err(Error::blocked("ForbiddenByClass", format!("{message}; nothing new was created")));
         }
         self.on_recorded_backend(status, bucket.name_any().as_str())?;
         let Some(object) = &class.object else { return Ok(()) };
-        if object.meta().deletion_timestamp.is_some() {
-            if class::recorded_binding(bucket).is_none() {
+        let name = object.name_any();
+        if class::recorded_binding(bucket).is_none() {
+            // Not bound yet: the class is read afresh, so that a cache that has not seen its
+            // deletion cannot bind a new Bucket to a class about to go.
+            let fresh = Api::<BucketClass>::all(self.ctx.client.clone())
+                .get_opt(&name)
+                .await
+                .map_err(Error::kube(format!("reading BucketClass {name}")))?;
+            let Some(fresh) = fresh else {
                 return Err(Error::blocked(
                     "ClassNotFound",
                     format!(
-                        "BucketClass {} is being deleted, so no new bucket is made with it: set spec.className to                          another class; nothing was created",
-                        object.name_any()
+                        "BucketClass {name} does not exist: set spec.className to a class that does (kubectl \
+                         get bucketclasses), or ask a cluster admin to create it; nothing was created"
                     ),
                 ));
+            };
+            if fresh.meta().deletion_timestamp.is_some() {
+                return Err(Error::blocked("ClassNotFound", class::class_being_deleted(&name)));
             }
-            return Ok(());
+            class_status::hold_for_bucket(self.ctx, &self.class_store, &fresh, false).await?;
+        } else if object.meta().deletion_timestamp.is_none() {
+            // Bound: it keeps working with its class, also while the class is being deleted.
+            class_status::hold_for_bucket(self.ctx, &self.class_store, object, true).await?;
         }
-        class_status::hold_for_bucket(self.ctx, &self.class_store, object).await
+        match class.spec.max_buckets_per_namespace {
+            Some(max) => self.within_quota(bucket, &name, max).await,
+            None => Ok(()),
+        }
     }
 
-    /// Refuses a Bucket beyond its class's `maxBucketsPerNamespace`, counting the Buckets of
-    /// the class in its namespace from the cache, oldest first ([`class::over_quota`]).
-    fn within_quota(&self, bucket: &Bucket, name: &str, max: u32) -> Result<(), Error> {
-        let default = default_class_name(&self.class_store);
-        let peers: Vec<Arc<Bucket>> = self
-            .cached
-            .state()
-            .into_iter()
-            .filter(|peer| peer.namespace() == bucket.namespace())
-            .filter(|peer| class::counted_binding(peer, default.as_deref()).name() == Some(name))
+    /// Refuses a Bucket beyond its class's `maxBucketsPerNamespace` ([`class::ranked_ahead`]).
+    /// A Bucket not yet bound to the class is admitted under the lock of its namespace and
+    /// class, and bound (`status.className`) before the lock is released ([`admission`]).
+    async fn within_quota(&self, bucket: &Bucket, name: &str, max: u32) -> Result<(), Error> {
+        let bound = class::recorded_binding(bucket).as_ref().and_then(Binding::name) == Some(name);
+        let key = admission::key(&self.owner.namespace, name);
+        let _admitting = if bound { None } else { Some(self.admissions.lock(&key).await) };
+        let fallback = fallback_of(&self.class_store);
+        let peers: Vec<Arc<Bucket>> =
+            self.cached.state().into_iter().filter(|peer| peer.namespace() == bucket.namespace()).collect();
+        let live = peers.iter().filter_map(|peer| peer.uid()).collect();
+        self.admissions.keep_only(&key, &live);
+        let contenders: Vec<class::Contender> = peers
+            .iter()
+            .map(|peer| peer.as_ref())
+            .filter(|peer| class::counted_binding(peer, &fallback).name() == Some(name))
+            .map(|peer| class::Contender {
+                bucket: peer,
+                bound: class::recorded_binding(peer).as_ref().and_then(Binding::name) == Some(name)
+                    || self.admissions.admitted(&key, &peer.uid().unwrap_or_default()),
+            })
+            // A Bucket not bound that cannot have a bucket of the class anyway (refused by it,
+            // or deleted) takes no place.
+            .filter(|peer| {
+                peer.bound
+                    || (peer.bucket.meta().deletion_timestamp.is_none()
+                        && class::forbidden(peer.bucket, name, &self.class.spec).is_none())
+            })
             .collect();
-        if !class::over_quota(bucket, peers.iter().map(|peer| peer.as_ref()), max) {
-            return Ok(());
+        let me = class::Contender { bucket, bound: bound || self.admissions.admitted(&key, &self.owner.uid) };
+        let ahead = class::ranked_ahead(me, contenders.iter().copied());
+        if ahead >= max as usize {
+            return Err(Error::blocked(
+                "QuotaExceeded",
+                class::quota_exceeded(name, max, ahead, &self.owner.namespace),
+            ));
         }
-        Err(Error::blocked(
-            "QuotaExceeded",
-            format!(
-                "BucketClass {name} allows {max} Buckets per namespace (maxBucketsPerNamespace), and {max} older                  Buckets of the class in namespace {} hold them: delete one of them (this Bucket then proceeds), or                  use another class; nothing was created",
-                self.owner.namespace
-            ),
-        ))
+        if !me.bound {
+            write_status(self.ctx, bucket, false, |status| self.record_class(status)).await?;
+            self.admissions.admit(&key, &self.owner.uid);
+        }
+        Ok(())
     }
 
     /// Refuses to go on when the class's backend is not the one the bucket was made on: kopper
@@ -919,11 +1042,7 @@ impl Pass<'_> {
         }
         Err(Error::blocked(
             "BackendChanged",
-            format!(
-                "Bucket {bucket}'s bucket is on backend {recorded}, and {} now uses backend {}: kopper does not move                  buckets between backends, and neither makes nor deletes anything for this Bucket meanwhile. Set the                  class's spec.backend back, or create a new Bucket and copy the data",
-                self.class.binding.describe(),
-                self.class.identity
-            ),
+            class::backend_changed(bucket, &recorded, &self.class.binding, &self.class.identity),
         ))
     }
 

@@ -4,6 +4,7 @@
 
 use super::*;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kopper::controllers::bucket::enforced::{LifecycleRule, PublicAccessBlock};
 use kopper::controllers::bucket::types::BucketClass;
 
@@ -63,7 +64,8 @@ async fn a_class_enforces_encryption_and_a_public_access_block_read_back_from_s3
     let ready = status(&wait_for_reason(&cluster, "data", "Ready").await);
     let name = ready.bucket_name.clone().unwrap();
     assert_eq!(ready.class_name.as_deref(), Some("secure"));
-    assert_eq!(ready.backend.as_deref(), Some(moto.endpoint.as_str()));
+    let backend = ready.backend.clone().unwrap_or_default();
+    assert!(backend.starts_with(&format!("{} region={REGION}", moto.endpoint)), "{backend}");
 
     let encryption = s3.encryption(&name).await.unwrap().expect("default encryption");
     assert_eq!(encryption.algorithm, "AES256");
@@ -291,7 +293,12 @@ async fn a_class_s_backend_gets_its_buckets_and_a_moved_backend_holds_them() {
     create_bucket(&cluster, "remote", json!({"className": "elsewhere", "deletionPolicy": "Delete"})).await;
     let ready = status(&wait_for_reason(&cluster, "remote", "Ready").await);
     let name = ready.bucket_name.unwrap();
-    assert_eq!(ready.backend.as_deref(), Some(other.endpoint.as_str()));
+    let recorded = ready.backend.clone().unwrap_or_default();
+    assert!(recorded.starts_with(&format!("{} region={REGION}", other.endpoint)), "{recorded}");
+    assert!(
+        !recorded.contains("other-admin"),
+        "no Secret name of kopper's namespace for tenants: {recorded}"
+    );
     assert!(matches!(other.client().await.lookup_bucket(&name).await.unwrap(), BucketLookup::Ours { .. }));
     assert_eq!(moto.client().await.lookup_bucket(&name).await.unwrap(), BucketLookup::Missing);
     let secret = secret(&cluster, "remote-s3").await.unwrap();
@@ -300,6 +307,18 @@ async fn a_class_s_backend_gets_its_buckets_and_a_moved_backend_holds_them() {
         other.endpoint,
         "the workload is sent to the class's backend"
     );
+
+    // Other credentials are another account: its Buckets stop rather than get a user there.
+    let mut second_keys = keys.clone();
+    second_keys.metadata.name = Some("another-admin".into());
+    Api::<Secret>::namespaced(cluster.client.clone(), "kopper-system")
+        .create(&PostParams::default(), &second_keys)
+        .await
+        .unwrap();
+    patch_class(&cluster, "elsewhere", json!({"backend": {"credentialsSecret": "another-admin"}})).await;
+    wait_for_reason(&cluster, "remote", "BackendChanged").await;
+    patch_class(&cluster, "elsewhere", json!({"backend": {"credentialsSecret": "other-admin"}})).await;
+    wait_for_reason(&cluster, "remote", "Ready").await;
 
     patch_class(&cluster, "elsewhere", backend(&moto.endpoint)).await;
     let moved = status(&wait_for_reason(&cluster, "remote", "BackendChanged").await);
@@ -320,5 +339,154 @@ async fn a_class_s_backend_gets_its_buckets_and_a_moved_backend_holds_them() {
         BucketLookup::Missing,
         "deleted there"
     );
+    operator.stop().await.unwrap();
+}
+
+/// Old CRDs (no BucketClass CRD): kopper does not bind a Bucket to its built-in class for good
+/// because it could not list classes; the Bucket waits, saying so, and takes the default class
+/// once the CRD and a default class are there.
+#[tokio::test]
+async fn without_the_class_crd_a_bucket_waits_and_then_takes_the_default_class() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = Cluster::start().await;
+    let crds = Api::<CustomResourceDefinition>::all(cluster.client.clone());
+    let (class_crd, others): (Vec<_>, Vec<_>) =
+        kopper::crds::all().into_iter().partition(|crd| crd.name_any() == "bucketclasses.kopper.dev");
+    for crd in others {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    for name in ["kopper-system", NAMESPACE] {
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<Namespace>::all(cluster.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap();
+    }
+    common::moto::create_credentials_secret(&cluster.client).await;
+    let operator = start_operator(&cluster, &moto);
+    create_bucket(&cluster, "early", json!({})).await;
+    let waiting = status(&wait_for_reason(&cluster, "early", "WaitingForClasses").await);
+    assert!(waiting.bucket_name.is_none() && waiting.class_name.is_none(), "{waiting:?}");
+    assert!(waiting.conditions[0].message.contains("CRDs"), "{waiting:?}");
+
+    for crd in class_crd {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    // The API server serves the new kind a moment after the CRD is created.
+    eventually("the BucketClass kind to be served", || async {
+        classes(&cluster).list(&Default::default()).await.ok().map(|_| ())
+    })
+    .await;
+    create_class(&cluster, "std", json!({"encryption": {"algorithm": "AES256"}}), true).await;
+    let ready = status(&wait_for_reason_within(&cluster, "early", "Ready", Duration::from_secs(90)).await);
+    assert_eq!(ready.class_name.as_deref(), Some("std"), "the default class, not the built-in one");
+    let encryption = moto.client().await.encryption(&ready.bucket_name.unwrap()).await.unwrap();
+    assert_eq!(encryption.map(|e| e.algorithm).as_deref(), Some("AES256"));
+    operator.stop().await.unwrap();
+}
+
+/// A default class and Buckets that exist before kopper starts: every Bucket gets the default
+/// class, none the built-in one (kopper decides nothing before it has listed the classes).
+#[tokio::test]
+async fn buckets_made_before_kopper_starts_take_the_default_class_that_exists() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_class(&cluster, "std", json!({"tags": {"tier": "std"}}), true).await;
+    let names: Vec<String> = (0..6).map(|i| format!("early-{i}")).collect();
+    for name in &names {
+        create_bucket(&cluster, name, json!({})).await;
+    }
+    let operator = start_operator(&cluster, &moto);
+    for name in &names {
+        let ready = status(&wait_for_reason(&cluster, name, "Ready").await);
+        assert_eq!(ready.class_name.as_deref(), Some("std"), "{name}");
+    }
+    operator.stop().await.unwrap();
+}
+
+/// With classes but no default, a Bucket naming no class waits (NoDefaultClass) instead of
+/// taking kopper's built-in class for good, and takes the default once one is set.
+#[tokio::test]
+async fn with_classes_but_no_default_an_unnamed_bucket_waits_for_one() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let operator = start_operator(&cluster, &moto);
+    create_class(&cluster, "plain", json!({}), false).await;
+    create_bucket(&cluster, "unnamed", json!({})).await;
+    let waiting = status(&wait_for_reason(&cluster, "unnamed", "NoDefaultClass").await);
+    assert!(waiting.bucket_name.is_none(), "{waiting:?}");
+    let annotate = Patch::Merge(json!({"metadata": {"annotations": {DEFAULT_ANNOTATION: "true"}}}));
+    classes(&cluster).patch("plain", &PatchParams::default(), &annotate).await.unwrap();
+    let ready = status(&wait_for_reason(&cluster, "unnamed", "Ready").await);
+    assert_eq!(ready.class_name.as_deref(), Some("plain"));
+    operator.stop().await.unwrap();
+}
+
+/// Buckets of a class with a quota of 2, created at once in descending name order (so each
+/// may see only the ones after it, and all within one second): exactly two get a bucket.
+#[tokio::test]
+async fn buckets_created_at_once_never_exceed_their_class_s_quota() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let operator = start_operator(&cluster, &moto);
+    create_class(&cluster, "pair", json!({"maxBucketsPerNamespace": 2}), false).await;
+    let names: Vec<String> = ["f", "e", "d", "c", "b", "a"].iter().map(|n| format!("q-{n}")).collect();
+    futures::future::join_all(
+        names.iter().map(|name| create_bucket(&cluster, name, json!({"className": "pair"}))),
+    )
+    .await;
+    let reasons = eventually("every Bucket to be Ready or refused", || async {
+        let mut reasons = Vec::new();
+        for name in &names {
+            let bucket = buckets(&cluster).get(name).await.unwrap();
+            match ready_reason(&bucket).map(|(_, reason)| reason).as_deref() {
+                Some(reason @ ("Ready" | "QuotaExceeded")) => reasons.push(reason.to_owned()),
+                _ => return None,
+            }
+        }
+        Some(reasons)
+    })
+    .await;
+    let ready = reasons.iter().filter(|reason| *reason == "Ready").count();
+    assert_eq!(ready, 2, "{names:?}: {reasons:?}");
+    let made = buckets(&cluster).list(&Default::default()).await.unwrap();
+    let with_bucket = made.items.iter().filter(|b| status(b).bucket_name.is_some()).count();
+    assert_eq!(with_bucket, 2, "only the admitted ones got a bucket");
+    operator.stop().await.unwrap();
+}
+
+/// A Bucket of a class with its own backend leaves without its finalizer (kopper stopped
+/// meanwhile): the sweep deletes its IAM user on the class's backend too.
+#[tokio::test]
+async fn the_sweep_deletes_credentials_left_on_a_class_s_own_backend() {
+    let Some(moto) = Moto::start().await else { return };
+    let Some(other) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    let keys: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "other-admin", "namespace": "kopper-system"},
+        "stringData": {"AWS_ACCESS_KEY_ID": "other", "AWS_SECRET_ACCESS_KEY": "other"},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(cluster.client.clone(), "kopper-system")
+        .create(&PostParams::default(), &keys)
+        .await
+        .unwrap();
+    let backend = json!({"backend": {"region": REGION, "endpoint": other.endpoint, "forcePathStyle": true, "credentialsSecret": "other-admin"}});
+    create_class(&cluster, "elsewhere", backend, false).await;
+    let operator = start_operator(&cluster, &moto);
+    create_bucket(&cluster, "remote", json!({"className": "elsewhere"})).await;
+    let user = status(&wait_for_reason(&cluster, "remote", "Ready").await).user_name.unwrap();
+    let there = other.client().await;
+    assert!(there.user_tags(&user).await.unwrap().is_some());
+    operator.stop().await.unwrap();
+
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    buckets(&cluster).patch("remote", &PatchParams::default(), &strip).await.unwrap();
+    buckets(&cluster).delete("remote", &DeleteParams::default()).await.unwrap();
+    let operator = start_operator_at(&cluster, &moto.endpoint, &["--orphan-sweep-interval", "1s"]);
+    eventually("the sweep to delete the user on the class's backend", || async {
+        there.user_tags(&user).await.unwrap().is_none().then_some(())
+    })
+    .await;
     operator.stop().await.unwrap();
 }
