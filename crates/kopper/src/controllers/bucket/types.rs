@@ -39,7 +39,9 @@ pub struct BucketSpec {
     /// The BucketClass this Bucket is made with: its backend and the settings it enforces
     /// (encryption, public-access block, versioning, lifecycle rules, tags, access modes, a
     /// quota per namespace). Omitted: the class annotated `kopper.dev/is-default-class:
-    /// "true"`, else kopper's built-in class (its flags' provider, enforcing nothing). The
+    /// "true"`; when no BucketClass exists at all, kopper's built-in class (its flags'
+    /// provider, enforcing nothing); with classes but no default, the Bucket waits
+    /// (`NoDefaultClass`). The
     /// class a bucket was made with is kept in `status.className`; it cannot be changed
     /// afterwards: create a new Bucket instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,7 +228,9 @@ pub struct BucketStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_name: Option<String>,
 
-    /// The backend the bucket was made on: its S3 endpoint, or `aws`.
+    /// The backend the bucket was made on: its S3 endpoint (or `aws`), region and whose
+    /// credentials kopper uses there (a digest of the class's credentials Secret name,
+    /// `ambient`, or `kopper` for kopper's flags).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
 
