@@ -32,7 +32,16 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", 
 
 # S3 sub-resources, by query key, that name a bucket operation on their own.
 S3_SUBRESOURCES = ["tagging", "versioning", "policy", "location", "versions", "delete",
-                   "lifecycle", "encryption", "acl", "cors", "uploads"]
+                   "lifecycle", "encryption", "acl", "cors", "uploads", "publicAccessBlock"]
+# Sub-resources whose operations S3 names otherwise than `<Verb>Bucket<Sub>`.
+S3_NAMED = {
+    ("GET", "lifecycle"): "GetBucketLifecycleConfiguration",
+    ("PUT", "lifecycle"): "PutBucketLifecycleConfiguration",
+    ("DELETE", "lifecycle"): "DeleteBucketLifecycle",
+    ("GET", "publicAccessBlock"): "GetPublicAccessBlock",
+    ("PUT", "publicAccessBlock"): "PutPublicAccessBlock",
+    ("DELETE", "publicAccessBlock"): "DeletePublicAccessBlock",
+}
 
 
 def service_of(headers):
@@ -57,6 +66,8 @@ def s3_operation(method, path, query):
                     return "DeleteObjects"
                 if sub == "location":
                     return "GetBucketLocation"
+                if (method, sub) in S3_NAMED:
+                    return S3_NAMED[(method, sub)]
                 return f"{verb}Bucket{sub.capitalize()}"
         if method == "GET":
             return "ListObjectsV2" if query.get("list-type") == ["2"] else "ListObjects"

@@ -6,10 +6,13 @@
 //!    same run: the same S3 and IAM calls made directly, one after another, by this process;
 //! 3. calls per Bucket in an idle reconcile (kopper restarted on converged Buckets; aim:
 //!    zero writes, few reads);
-//! 4. calls per Bucket deleted (`deletionPolicy: Delete`) and time from delete to gone.
+//! 4. calls per Bucket deleted (`deletionPolicy: Delete`) and time from delete to gone;
+//! 5. a class change over many Buckets (a BucketClass's encryption and tag changed): calls per
+//!    Bucket until every bucket follows it, and the time that takes.
 //!
 //! Run: `cargo bench -p kopper --bench bucket` (needs scripts/setup-moto.sh; prints figures,
-//! asserts nothing). `BUCKET_BENCH_COUNT` sets how many Buckets (default 30).
+//! asserts nothing). `BUCKET_BENCH_COUNT` sets how many Buckets (default 30),
+//! `BUCKET_BENCH_CLASS_COUNT` how many share the changed class (default 100).
 
 /// The tests' moto and fault-proxy harness, shared rather than copied.
 #[path = "../tests/e2e/common/moto.rs"]
@@ -29,8 +32,9 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 use kopper::controllers::bucket::names::{self, Owner};
+use kopper::controllers::bucket::provider::BucketLookup;
 use kopper::controllers::bucket::provider::Provider;
-use kopper::controllers::bucket::types::Bucket;
+use kopper::controllers::bucket::types::{Bucket, BucketClass};
 use moto::{Call, FaultProxy, Moto, REGION};
 
 const NAMESPACE: &str = "bench";
@@ -135,14 +139,22 @@ impl Cluster {
     }
 
     async fn create(&self, name: &str) {
+        self.create_with(name, json!({"deletionPolicy": "Delete"})).await;
+    }
+
+    async fn create_with(&self, name: &str, spec: serde_json::Value) {
         let bucket: Bucket = serde_json::from_value(json!({
             "apiVersion": "kopper.dev/v1alpha1",
             "kind": "Bucket",
             "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"deletionPolicy": "Delete"},
+            "spec": spec,
         }))
         .unwrap();
         self.buckets().create(&PostParams::default(), &bucket).await.unwrap();
+    }
+
+    fn classes(&self) -> Api<BucketClass> {
+        Api::all(self.client.clone())
     }
 
     async fn wait_ready(&self, name: &str) {
@@ -286,6 +298,66 @@ async fn main() {
         ms(percentile(&to_gone, 0.5)),
         ms(percentile(&to_gone, 0.99))
     );
+    class_change(&cluster, &proxy, &moto, &kopper).await;
     drop(kopper);
     cluster.sim.shutdown().await;
+}
+
+/// Row 5: `BUCKET_BENCH_CLASS_COUNT` Buckets of one class, then the class's encryption and a
+/// tag changed: the calls until every bucket has the new tag (checked on moto directly, past
+/// the counting proxy), per Bucket.
+async fn class_change(cluster: &Cluster, proxy: &FaultProxy, moto: &Moto, kopper: &Kopper) {
+    let count: usize =
+        std::env::var("BUCKET_BENCH_CLASS_COUNT").ok().and_then(|v| v.parse().ok()).unwrap_or(100).max(1);
+    let class: BucketClass = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "BucketClass",
+        "metadata": {"name": "bench"},
+        "spec": {"encryption": {"algorithm": "AES256"}, "tags": {"tier": "gold"}},
+    }))
+    .unwrap();
+    cluster.classes().create(&PostParams::default(), &class).await.unwrap();
+    for index in 0..count {
+        cluster.create_with(&format!("c{index}"), json!({"className": "bench"})).await;
+    }
+    let mut names = Vec::new();
+    for index in 0..count {
+        let name = format!("c{index}");
+        cluster.wait_ready(&name).await;
+        let bucket = cluster.buckets().get(&name).await.unwrap();
+        names.push(bucket.status.and_then(|status| status.bucket_name).unwrap());
+    }
+    let before = kopper.reconciles().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.reset_calls().await;
+    let change = json!({"spec": {"encryption": {"algorithm": "aws:kms"}, "tags": {"tier": "silver"}}});
+    let started = Instant::now();
+    cluster
+        .classes()
+        .patch("bench", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(change))
+        .await
+        .unwrap();
+    let direct = moto::client_of(&moto.endpoint).await;
+    for name in &names {
+        eventually(&format!("bucket {name} to follow its class"), || async {
+            match direct.lookup_bucket(name).await.ok()? {
+                BucketLookup::Ours { tags } => {
+                    (tags.get("tier").map(String::as_str) == Some("silver")).then_some(())
+                }
+                _ => None,
+            }
+        })
+        .await;
+    }
+    let converged = started.elapsed();
+    // The passes still running when the last tag landed finish before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reconciles = kopper.reconciles().await - before;
+    print_calls(
+        &format!(
+            "5. class change over {count} Buckets ({reconciles} reconciles, all converged in {:.1} ms)",
+            ms(converged)
+        ),
+        &proxy.calls().await,
+        count,
+    );
 }

@@ -344,6 +344,7 @@ impl S3Args {
             min_key_age: self.bucket_min_key_age,
             orphan_sweep_interval: self.orphan_sweep_interval,
             oidc: self.oidc_provider_arn.clone(),
+            own_namespace: None,
         }
     }
 }
@@ -483,7 +484,13 @@ impl RunArgs {
 
     /// The settings only some controllers read, taken from the flags once at start-up.
     pub fn controller_settings(&self) -> crate::controllers::ControllerSettings {
-        crate::controllers::ControllerSettings { buckets: self.s3.settings() }
+        let mut buckets = self.s3.settings();
+        // Where BucketClass credentials Secrets are read: kopper's own namespace, else that of
+        // its own credentials Secret.
+        buckets.own_namespace = self
+            .own_namespace()
+            .or_else(|| self.s3.s3_credentials_secret.as_ref().map(|(namespace, _)| namespace.clone()));
+        crate::controllers::ControllerSettings { buckets }
     }
 
     /// The enabled controllers, each once, in a stable order.

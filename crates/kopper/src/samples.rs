@@ -8,6 +8,7 @@ use serde_json::Value;
 /// `config/samples/`, built into the binary, so that `kopper demo` works from any folder.
 pub const BUILT_IN: [(&str, &str); 8] = [
     ("bucket-with-credentials.yaml", include_str!("../../../config/samples/bucket-with-credentials.yaml")),
+    ("bucketclass-encrypted.yaml", include_str!("../../../config/samples/bucketclass-encrypted.yaml")),
     (
         "configmapsync-across-namespaces.yaml",
         include_str!("../../../config/samples/configmapsync-across-namespaces.yaml"),

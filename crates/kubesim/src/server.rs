@@ -210,9 +210,30 @@ pub(crate) const DRY_RUN_PREFIX: &str = "dryrun:";
 pub struct Counters {
     counts: Mutex<BTreeMap<(String, String), u64>>,
     statuses: Mutex<BTreeMap<u16, u64>>,
+    open_watches: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts one watch as open for as long as it lives.
+pub(crate) struct OpenWatch<'a>(&'a Counters);
+
+impl Drop for OpenWatch<'_> {
+    fn drop(&mut self) {
+        self.0.open_watches.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Counters {
+    pub(crate) fn watch_opened(&self) -> OpenWatch<'_> {
+        self.open_watches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OpenWatch(self)
+    }
+
+    /// Watches being served now: a test that restarts the server waits until its client
+    /// found each of them gone, so that none resumes on the new server unnoticed.
+    pub fn open_watches(&self) -> usize {
+        self.open_watches.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn record(&self, verb: &str, resource: &str) {
         *lock(&self.counts).entry((verb.to_owned(), resource.to_owned())).or_default() += 1;
     }

@@ -225,6 +225,7 @@ async fn pump(
     mut changes: broadcast::Receiver<Arc<Change>>,
     tx: mpsc::Sender<Bytes>,
 ) {
+    let _open = sim.counters.watch_opened();
     let deadline = tokio::time::sleep(watcher.opts.timeout);
     tokio::pin!(deadline);
     let mut closed = sim.faults.close_signal();
@@ -239,6 +240,8 @@ async fn pump(
     loop {
         let chunk = tokio::select! {
             _ = shutdown.cancelled() => return,
+            // The client hung up: stop at once, not at the next event for it.
+            _ = tx.closed() => return,
             _ = &mut deadline => return,
             _ = closed.changed() => return,
             _ = bookmarks.tick(), if watcher.opts.bookmarks => {

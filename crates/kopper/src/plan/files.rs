@@ -89,8 +89,9 @@ impl FileRules {
                     self.origin(&policy, path)?;
                     self.namespace_accesses.push(policy);
                 }
-                // A kopper kind plan does not cover (Bucket) is skipped like any other kind.
-                (true, "Bucket") => self.skipped.push("Bucket".into()),
+                // A kopper kind plan does not cover (Bucket, BucketClass) is skipped like any
+                // other kind.
+                (true, "Bucket" | "BucketClass") => self.skipped.push(kind.clone()),
                 (true, other) => {
                     return Err(at(format!("kopper.dev has no kind {other:?} that plan covers")));
                 }

@@ -5,6 +5,7 @@
 
 use crate::common;
 
+mod class;
 mod keyless;
 
 use std::collections::BTreeMap;

@@ -163,6 +163,7 @@ async fn promtool_finds_nothing_to_fix_in_kopper_s_metrics() {
     // The namespace cache every controller shares counts as its own owner.
     let known = [
         "bucket",
+        kopper::controllers::bucket::class_status::CLASS_CONTROLLER,
         "config-map-sync",
         "namespace-access",
         "namespace-access-status",

@@ -219,6 +219,14 @@ async fn create_inputs(admin: &Client) {
     Api::namespaced(admin.clone(), "default").create(&PostParams::default(), &secret).await.unwrap();
     let pod = common::pod("hello", &[("kopper.dev/add-pod-name-label", "true")], &[]);
     Api::<Pod>::namespaced(admin.clone(), "team-a").create(&PostParams::default(), &pod).await.unwrap();
+    // A default class with a quota: Buckets are admitted to it (a fresh read of the class).
+    let class = json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "BucketClass",
+        "metadata": {"name": "standard", "annotations": {"kopper.dev/is-default-class": "true"}},
+        "spec": {"maxBucketsPerNamespace": 5},
+    });
+    create_document(admin, class).await;
     let bucket: Bucket = serde_json::from_value(json!({
         "apiVersion": "kopper.dev/v1alpha1",
         "kind": "Bucket",

@@ -12,7 +12,7 @@ use crate::common::{Operator, eventually, eventually_within, run_args};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
-use kopper::controllers::bucket::types::Bucket;
+use kopper::controllers::bucket::types::{Bucket, BucketClass};
 use kopper::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -1529,5 +1529,145 @@ async fn a_tenant_cannot_make_kopper_copy_another_kind_through_its_syncs() {
     assert!(stored.data["spec"].get("apiVersion").is_none(), "pruned: {:?}", stored.data);
     tenancy.sync_status("open", |s| ready_reason(s) == "SourceNotFound").await;
     assert!(network_policies_elsewhere(&tenancy.admin, "open").await.is_empty());
+    tenancy.stop().await;
+}
+
+/// kopper with the Bucket controller on moto, as config/rbac/ allows it, for the Bucket tests.
+fn start_bucket_kopper(tenancy: &mut Tenancy, moto: &crate::common::moto::Moto, cluster_id: &str) {
+    let mut args = vec!["--controllers", "bucket", "--namespace", KOPPER_NAMESPACE];
+    let s3_flags = crate::common::moto::flags(&moto.endpoint, cluster_id);
+    args.extend(s3_flags.iter().map(String::as_str));
+    tenancy.operator = Some(Operator::start(run_args(&tenancy.kubeconfig, &args)));
+}
+
+/// The BucketClass `name` with `spec`, as a cluster admin creates it.
+async fn admin_class(admin: &Client, name: &str, spec: Value) {
+    let class: BucketClass = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "BucketClass",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    Api::<BucketClass>::all(admin.clone()).create(&PostParams::default(), &class).await.unwrap();
+}
+
+/// The reason and message of the Ready condition of alice's Bucket `name` once it is `reason`.
+async fn alice_bucket_refused(tenancy: &Tenancy, name: &str, reason: &str) -> (Bucket, String) {
+    let api = Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a");
+    eventually(&format!("alice's Bucket {name} to report {reason}"), || async {
+        let bucket = api.get(name).await.unwrap();
+        let ready = bucket.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready")?.clone();
+        (ready.reason == reason).then_some((bucket, ready.message))
+    })
+    .await
+}
+
+/// A tenant's Bucket asking for what its class forbids (an access mode, versioning off, a tag
+/// the class sets) gets nothing: no bucket, no user, no Secret; the reason names the field and
+/// the class. A Bucket the class allows, next to them, gets its bucket.
+#[tokio::test]
+async fn a_tenant_s_bucket_gets_nothing_its_class_forbids() {
+    let Some(moto) = crate::common::moto::Moto::start().await else { return };
+    let mut tenancy = Tenancy::start().await;
+    crate::common::moto::create_credentials_secret(&tenancy.admin).await;
+    tenancy.operator.take().unwrap().stop().await.unwrap();
+    start_bucket_kopper(&mut tenancy, &moto, "tenancy");
+    let spec =
+        json!({"allowedAccessModes": ["Key"], "versioning": "Enabled", "tags": {"cost-centre": "platform"}});
+    admin_class(&tenancy.admin, "restricted", spec).await;
+
+    let api = Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a");
+    let asks = [
+        (
+            "keyless",
+            json!({"access": {"mode": "ServiceAccount", "serviceAccountName": "app"}}),
+            "spec.access.mode",
+        ),
+        ("unversioned", json!({"versioning": false}), "spec.versioning"),
+        ("free-ride", json!({"tags": {"cost-centre": "someone-else"}}), "spec.tags"),
+        ("allowed", json!({"versioning": true}), ""),
+    ];
+    for (name, spec, _) in &asks {
+        let mut spec = spec.clone();
+        spec["className"] = json!("restricted");
+        let bucket: Bucket = serde_json::from_value(json!({
+            "apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket",
+            "metadata": {"name": name, "namespace": "tenant-a"}, "spec": spec,
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &bucket).await.unwrap();
+    }
+    for (name, _, field) in asks.iter().filter(|(_, _, field)| !field.is_empty()) {
+        let (bucket, message) = alice_bucket_refused(&tenancy, name, "ForbiddenByClass").await;
+        assert!(
+            message.starts_with(field) && message.contains("BucketClass restricted"),
+            "{name}: {message}"
+        );
+        let status = bucket.status.unwrap();
+        assert!(
+            status.bucket_name.is_none() && status.user_name.is_none(),
+            "{name} got something: {status:?}"
+        );
+        let secrets = Api::<Secret>::namespaced(tenancy.admin.clone(), "tenant-a");
+        assert!(secrets.get_opt(&format!("{name}-s3")).await.unwrap().is_none(), "{name} got a Secret");
+    }
+    let (allowed, _) = alice_bucket_refused(&tenancy, "allowed", "Ready").await;
+    let status = allowed.status.unwrap();
+    let s3 = moto.client().await;
+    let bucket = status.bucket_name.unwrap();
+    let kopper::controllers::bucket::provider::BucketLookup::Ours { tags } =
+        kopper::controllers::bucket::provider::Provider::lookup_bucket(&s3, &bucket).await.unwrap()
+    else {
+        panic!("no bucket {bucket}")
+    };
+    assert_eq!(tags["cost-centre"], "platform", "the class's tag, not the tenant's");
+    tenancy.stop().await;
+}
+
+/// Classes are the admin's: a tenant can neither create one nor point one at a Secret of
+/// theirs. A class names a Secret in kopper's own namespace only, so a class naming a Secret
+/// that exists only in a tenant's namespace is not Ready, and its Buckets get nothing.
+#[tokio::test]
+async fn a_tenant_cannot_create_a_class_nor_have_one_read_their_secret() {
+    let Some(moto) = crate::common::moto::Moto::start().await else { return };
+    let mut tenancy = Tenancy::start().await;
+    crate::common::moto::create_credentials_secret(&tenancy.admin).await;
+    tenancy.operator.take().unwrap().stop().await.unwrap();
+    start_bucket_kopper(&mut tenancy, &moto, "tenancy");
+    let class = json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "BucketClass",
+        "metadata": {"name": "alices"},
+        "spec": {"backend": {"region": "us-east-1", "endpoint": moto.endpoint, "credentialsSecret": "alices-keys"}},
+    });
+    let status = refused(&Api::<BucketClass>::all(tenancy.alice.clone()), class.clone()).await;
+    assert_eq!(status.code, 403, "{status:?}");
+
+    let keys = json!({"metadata": {"name": "alices-keys"}, "stringData": {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}});
+    secret(&tenancy.alice, "tenant-a", keys).await;
+    // Even an admin's class cannot reach a tenant's Secret: the name is looked for in kopper's namespace.
+    admin_class(&tenancy.admin, "alices", class["spec"].clone()).await;
+    let bucket: Bucket = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "data", "namespace": "tenant-a"}, "spec": {"className": "alices"},
+    }))
+    .unwrap();
+    Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a")
+        .create(&PostParams::default(), &bucket)
+        .await
+        .unwrap();
+    let (bucket, message) = alice_bucket_refused(&tenancy, "data", "ClassNotReady").await;
+    // The tenant learns which class and who must act; the Secret and kopper's namespace are
+    // the admin's, in the class's status.
+    assert!(message.contains("BucketClass alices") && message.contains("cluster admin"), "{message}");
+    assert!(!message.contains(KOPPER_NAMESPACE) && !message.contains("alices-keys"), "{message}");
+    assert!(bucket.status.unwrap().bucket_name.is_none());
+    let classes = Api::<BucketClass>::all(tenancy.admin.clone());
+    let (reason, detail) = eventually("the class to report its credentials unusable", || async {
+        let class = classes.get("alices").await.unwrap();
+        let ready = class.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+        (ready.status == "False").then_some((ready.reason, ready.message))
+    })
+    .await;
+    assert_eq!(reason, "CredentialsNotUsable");
+    assert!(detail.contains(&format!("namespace {KOPPER_NAMESPACE}")), "{detail}");
     tenancy.stop().await;
 }

@@ -167,3 +167,24 @@ async fn a_tls_server_is_reached_by_its_own_clients_only_over_https() {
 fn which_kubectl() -> bool {
     Command::new("kubectl").arg("version").arg("--client").output().is_ok_and(|o| o.status.success())
 }
+
+/// `Counters::open_watches` follows the watches being served: one while a client watches,
+/// none once it hung up (tests that restart the server wait on it).
+#[tokio::test]
+async fn open_watches_count_the_watches_being_served() {
+    use futures::StreamExt;
+    let sim = kubesim::Server::start(kubesim::Config::default()).await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(sim.client());
+    assert_eq!(sim.counters().open_watches(), 0);
+    let stream = namespaces.watch(&kube::api::WatchParams::default(), "0").await.unwrap().boxed();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sim.counters().open_watches() != 1 {
+        assert!(Instant::now() < deadline, "the watch was never counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(stream);
+    while sim.counters().open_watches() != 0 {
+        assert!(Instant::now() < deadline, "the closed watch is still counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -13,13 +13,17 @@ use aws_config::{BehaviorVersion, Region};
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::types::{
-    BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, Delete, ObjectIdentifier,
-    Tagging, VersioningConfiguration,
+    AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketLocationConstraint,
+    BucketVersioningStatus, CreateBucketConfiguration, Delete, ExpirationStatus, LifecycleExpiration,
+    LifecycleRuleFilter, NoncurrentVersionExpiration, ObjectIdentifier, PublicAccessBlockConfiguration,
+    ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
+    ServerSideEncryptionRule, Tagging, VersioningConfiguration,
 };
 use aws_smithy_http_client::tls;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use super::enforced::{Encryption, LifecycleRule, PublicAccessBlock};
 use super::metrics::count_provider_call;
 use super::provider::{
     AccessKey, BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult, Role,
@@ -204,6 +208,69 @@ fn outcome(kind: FailureKind) -> &'static str {
         FailureKind::Throttled => "throttled",
         FailureKind::Unavailable => "unavailable",
         FailureKind::Other => "error",
+    }
+}
+
+/// The answer of a read of a bucket setting: `Ok(None)` when the service says, with `absent`
+/// (its error code for "this bucket has no such setting"), that the bucket has none.
+fn setting<T, E>(
+    operation: &'static str,
+    absent: &str,
+    result: Result<T, SdkError<E, HttpResponse>>,
+) -> ProviderResult<Option<T>>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match result {
+        Ok(value) => Ok(Some(succeeded("s3", operation, value))),
+        Err(error) if error.code() == Some(absent) => {
+            count_provider_call("s3", operation, "not_found");
+            Ok(None)
+        }
+        Err(error) => Err(failed("s3", operation, error)),
+    }
+}
+
+/// One of kopper's lifecycle rules as the SDK builds it.
+fn sdk_rule(rule: &LifecycleRule) -> Result<aws_sdk_s3::types::LifecycleRule, ProviderError> {
+    let mut built = aws_sdk_s3::types::LifecycleRule::builder()
+        .id(&rule.id)
+        .filter(LifecycleRuleFilter::builder().prefix(&rule.prefix).build())
+        .status(if rule.enabled { ExpirationStatus::Enabled } else { ExpirationStatus::Disabled });
+    if let Some(days) = rule.expiration_days {
+        built = built.expiration(LifecycleExpiration::builder().days(days).build());
+    }
+    if let Some(days) = rule.noncurrent_version_expiration_days {
+        built = built.noncurrent_version_expiration(
+            NoncurrentVersionExpiration::builder().noncurrent_days(days).build(),
+        );
+    }
+    if let Some(days) = rule.abort_incomplete_multipart_upload_days {
+        built = built.abort_incomplete_multipart_upload(
+            AbortIncompleteMultipartUpload::builder().days_after_initiation(days).build(),
+        );
+    }
+    built.build().map_err(|e| invalid_request("s3", "PutBucketLifecycleConfiguration", e))
+}
+
+/// A rule as the service returns it, in kopper's spelling: the prefix from the filter or
+/// the older top-level field, empty for none. The older field is deprecated in the SDK, but
+/// S3-compatible services still answer with it, and read without it such a rule would differ
+/// from kopper's at every pass and be written again for ever.
+#[allow(deprecated)]
+fn read_rule(rule: &aws_sdk_s3::types::LifecycleRule) -> LifecycleRule {
+    let prefix = rule.filter().and_then(|filter| filter.prefix()).or(rule.prefix()).unwrap_or_default();
+    LifecycleRule {
+        id: rule.id().unwrap_or_default().to_owned(),
+        prefix: prefix.to_owned(),
+        enabled: *rule.status() == ExpirationStatus::Enabled,
+        expiration_days: rule.expiration().and_then(|expiration| expiration.days()),
+        noncurrent_version_expiration_days: rule
+            .noncurrent_version_expiration()
+            .and_then(|expiration| expiration.noncurrent_days()),
+        abort_incomplete_multipart_upload_days: rule
+            .abort_incomplete_multipart_upload()
+            .and_then(|abort| abort.days_after_initiation()),
     }
 }
 
@@ -473,6 +540,126 @@ impl Provider for AwsProvider {
                 .send()
                 .await;
             counted("s3", "PutBucketVersioning", result).map(drop)
+        }
+        .boxed()
+    }
+
+    fn encryption<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<Option<Encryption>>> {
+        async move {
+            let result = self.s3.get_bucket_encryption().bucket(bucket).send().await;
+            let absent = "ServerSideEncryptionConfigurationNotFoundError";
+            let Some(output) = setting("GetBucketEncryption", absent, result)? else { return Ok(None) };
+            let rules = output.server_side_encryption_configuration().map(|c| c.rules()).unwrap_or_default();
+            let default = rules.iter().find_map(|rule| rule.apply_server_side_encryption_by_default());
+            Ok(default.map(|default| Encryption {
+                algorithm: default.sse_algorithm().as_str().to_owned(),
+                kms_key_id: default.kms_master_key_id().map(str::to_owned),
+            }))
+        }
+        .boxed()
+    }
+
+    fn set_encryption<'a>(
+        &'a self,
+        bucket: &'a str,
+        encryption: &'a Encryption,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let default = ServerSideEncryptionByDefault::builder()
+                .sse_algorithm(ServerSideEncryption::from(encryption.algorithm.as_str()))
+                .set_kms_master_key_id(encryption.kms_key_id.clone())
+                .build()
+                .map_err(|e| invalid_request("s3", "PutBucketEncryption", e))?;
+            let rule =
+                ServerSideEncryptionRule::builder().apply_server_side_encryption_by_default(default).build();
+            let configuration = ServerSideEncryptionConfiguration::builder()
+                .rules(rule)
+                .build()
+                .map_err(|e| invalid_request("s3", "PutBucketEncryption", e))?;
+            let request = self
+                .s3
+                .put_bucket_encryption()
+                .bucket(bucket)
+                .server_side_encryption_configuration(configuration);
+            counted("s3", "PutBucketEncryption", request.send().await).map(drop)
+        }
+        .boxed()
+    }
+
+    fn public_access_block<'a>(
+        &'a self,
+        bucket: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<PublicAccessBlock>> {
+        async move {
+            let result = self.s3.get_public_access_block().bucket(bucket).send().await;
+            let absent = "NoSuchPublicAccessBlockConfiguration";
+            let found = setting("GetPublicAccessBlock", absent, result)?;
+            let Some(block) = found.as_ref().and_then(|output| output.public_access_block_configuration())
+            else {
+                return Ok(PublicAccessBlock::default());
+            };
+            Ok(PublicAccessBlock {
+                block_public_acls: block.block_public_acls().unwrap_or(false),
+                ignore_public_acls: block.ignore_public_acls().unwrap_or(false),
+                block_public_policy: block.block_public_policy().unwrap_or(false),
+                restrict_public_buckets: block.restrict_public_buckets().unwrap_or(false),
+            })
+        }
+        .boxed()
+    }
+
+    fn set_public_access_block<'a>(
+        &'a self,
+        bucket: &'a str,
+        block: &'a PublicAccessBlock,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            let configuration = PublicAccessBlockConfiguration::builder()
+                .block_public_acls(block.block_public_acls)
+                .ignore_public_acls(block.ignore_public_acls)
+                .block_public_policy(block.block_public_policy)
+                .restrict_public_buckets(block.restrict_public_buckets)
+                .build();
+            let request = self
+                .s3
+                .put_public_access_block()
+                .bucket(bucket)
+                .public_access_block_configuration(configuration);
+            counted("s3", "PutPublicAccessBlock", request.send().await).map(drop)
+        }
+        .boxed()
+    }
+
+    fn lifecycle<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<Vec<LifecycleRule>>> {
+        async move {
+            let result = self.s3.get_bucket_lifecycle_configuration().bucket(bucket).send().await;
+            let found = setting("GetBucketLifecycleConfiguration", "NoSuchLifecycleConfiguration", result)?;
+            Ok(found.map(|output| output.rules().iter().map(read_rule).collect()).unwrap_or_default())
+        }
+        .boxed()
+    }
+
+    fn set_lifecycle<'a>(
+        &'a self,
+        bucket: &'a str,
+        rules: &'a [LifecycleRule],
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        async move {
+            if rules.is_empty() {
+                let result = self.s3.delete_bucket_lifecycle().bucket(bucket).send().await;
+                return gone(counted("s3", "DeleteBucketLifecycle", result).map(drop));
+            }
+            let rules = rules.iter().map(sdk_rule).collect::<Result<Vec<_>, _>>()?;
+            let configuration = BucketLifecycleConfiguration::builder()
+                .set_rules(Some(rules))
+                .build()
+                .map_err(|e| invalid_request("s3", "PutBucketLifecycleConfiguration", e))?;
+            let request = self
+                .s3
+                .put_bucket_lifecycle_configuration()
+                .bucket(bucket)
+                .lifecycle_configuration(configuration);
+            counted("s3", "PutBucketLifecycleConfiguration", request.send().await).map(drop)
         }
         .boxed()
     }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use super::enforced::{Encryption, LifecycleRule, PublicAccessBlock};
 use super::provider::{
     AccessKey, BucketLookup, FailureKind, NewAccessKey, Provider, ProviderError, ProviderResult, Role,
 };
@@ -82,6 +83,45 @@ impl<P: Provider> Provider for Fenced<P> {
 
     fn set_versioning<'a>(&'a self, bucket: &'a str, enabled: bool) -> BoxFuture<'a, ProviderResult<()>> {
         self.write("s3", "PutBucketVersioning", self.inner.set_versioning(bucket, enabled))
+    }
+
+    fn encryption<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<Option<Encryption>>> {
+        self.inner.encryption(bucket)
+    }
+
+    fn set_encryption<'a>(
+        &'a self,
+        bucket: &'a str,
+        encryption: &'a Encryption,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("s3", "PutBucketEncryption", self.inner.set_encryption(bucket, encryption))
+    }
+
+    fn public_access_block<'a>(
+        &'a self,
+        bucket: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<PublicAccessBlock>> {
+        self.inner.public_access_block(bucket)
+    }
+
+    fn set_public_access_block<'a>(
+        &'a self,
+        bucket: &'a str,
+        block: &'a PublicAccessBlock,
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("s3", "PutPublicAccessBlock", self.inner.set_public_access_block(bucket, block))
+    }
+
+    fn lifecycle<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<Vec<LifecycleRule>>> {
+        self.inner.lifecycle(bucket)
+    }
+
+    fn set_lifecycle<'a>(
+        &'a self,
+        bucket: &'a str,
+        rules: &'a [LifecycleRule],
+    ) -> BoxFuture<'a, ProviderResult<()>> {
+        self.write("s3", "PutBucketLifecycleConfiguration", self.inner.set_lifecycle(bucket, rules))
     }
 
     fn bucket_is_empty<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>> {

@@ -16,11 +16,23 @@
 //! The finalizer [`FINALIZER`] holds a Bucket until its IAM user, policy and keys are gone
 //! and, with `deletionPolicy: Delete`, its bucket; the Secret goes with the Bucket through its
 //! owner reference.
+//!
+//! Each Bucket is made with a BucketClass ([`class`]): the backend, from [`backends`], and
+//! what every bucket of the class gets ([`enforced`]), what its Buckets may ask for and how
+//! many of them one namespace may have. The class is recorded in status before the bucket is
+//! made, and the class keeps a finalizer while Buckets use it ([`class_status`]), so cleanup
+//! always happens on the backend the bucket is on. Without classes, kopper's flags are the
+//! class, enforcing nothing: Buckets behave as they did before classes.
 
+pub mod admission;
 pub mod aws;
+pub mod backends;
 pub mod churn;
+pub mod class;
+pub mod class_status;
 pub mod config_map;
 pub mod decide;
+pub mod enforced;
 pub mod fenced;
 pub mod metrics;
 pub mod name_locks;
@@ -52,13 +64,16 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::runtime::cache::FirstList;
+use backends::Backends;
+use class::{Binding, Fallback};
 use decide::{BucketStep, Recorded, UserStep};
 use k8s_openapi::jiff::Timestamp;
 pub use metrics::register_metrics;
 use name_locks::NameLocks;
 use names::{OidcProvider, Owner};
 use provider::{BucketLookup, FailureKind, NewKey, Provider, ProviderError};
-use types::{AccessMode, Bucket, BucketStatus, DeletionPolicy};
+use types::{AccessMode, Bucket, BucketClass, BucketClassSpec, BucketStatus, DeletionPolicy};
 
 use crate::runtime::metrics::RuleGauges;
 use crate::runtime::{Context, ErrorCategory, run_controller};
@@ -219,6 +234,8 @@ pub struct BucketSettings {
     /// runs without it (`--oidc-provider-arn` not set): Buckets in mode `ServiceAccount` then
     /// report KeylessNotConfigured, and kopper watches no ServiceAccount.
     pub oidc: Option<OidcProvider>,
+    /// kopper's own namespace, the only one BucketClass credentials Secrets are read from.
+    pub own_namespace: Option<String>,
 }
 
 /// Runs the Bucket controller until `shutdown` resolves.
@@ -240,8 +257,27 @@ pub async fn run(
         }
     };
     if provider.is_none() {
-        warn!("no S3 provider configured (--s3-region); Buckets will report ProviderNotConfigured");
+        warn!(
+            "no S3 provider configured (--s3-region); Buckets of the built-in class will report \
+             ProviderNotConfigured"
+        );
     }
+    let flags_backend =
+        settings.provider.as_ref().map(|aws| (aws.endpoint.clone(), aws.region.clone())).unwrap_or_default();
+    let backends = Arc::new(Backends::new(
+        provider.clone(),
+        flags_backend,
+        settings.own_namespace.clone(),
+        ctx.fence.clone(),
+        settings.provider.as_ref().and_then(|aws| aws.delete_batch),
+    ));
+    let (class_wake, class_wakes) = futures::channel::mpsc::unbounded();
+    let (bucket_wake, bucket_wakes) = futures::channel::mpsc::unbounded();
+    let classes_listed = FirstList::default();
+    let buckets_listed = FirstList::default();
+    let admissions = Arc::new(admission::Admissions::default());
+    let class_controller = class_controller(&ctx, class_wakes, &classes_listed);
+    let classes = class_controller.store();
     let buckets = Api::<Bucket>::all(ctx.client.clone());
     // Status writes change neither of these, so they do not wake the controller again.
     let changes = |bucket: &Bucket| {
@@ -257,13 +293,31 @@ pub async fn run(
             keep_only_what_decisions_read(bucket, &[ROTATE_ANNOTATION]);
             shorten_rotation_request(bucket);
         })
-        .reflect(writer)
+        .reflect(writer);
+    let stream = buckets_listed
+        .track(stream)
         .inspect_ok({
             let key_ages = key_ages.clone();
+            let mut wakes = class_status::ClassWakes::default();
+            let (buckets, classes) = (reader.clone(), classes.clone());
+            let admissions = admissions.clone();
             move |event| {
                 // Also when the Bucket leaves without its finalizer: its key stops counting.
                 if let kube::runtime::watcher::Event::Delete(bucket) = event {
                     key_ages.forget(&bucket.uid().unwrap_or_default());
+                    admissions.forget(&bucket.uid().unwrap_or_default());
+                    for waiting in over_quota_peers(&buckets, bucket) {
+                        let _ = bucket_wake.unbounded_send(waiting);
+                    }
+                }
+                let gone = matches!(event, kube::runtime::watcher::Event::Delete(_));
+                if let kube::runtime::watcher::Event::Apply(bucket)
+                | kube::runtime::watcher::Event::Delete(bucket) = event
+                {
+                    let fallback = fallback_of(&classes);
+                    for class in wakes.after(bucket, gone, &fallback) {
+                        let _ = class_wake.unbounded_send(class);
+                    }
                 }
             }
         })
@@ -280,14 +334,19 @@ pub async fn run(
     .touched_objects();
     let mut controller = Controller::for_stream(stream, reader.clone())
         .owns_stream(secret_events)
+        .reconcile_on(bucket_wakes)
         .with_config(crate::runtime::controller::config());
+    controller = watch_classes(controller, &ctx, reader.clone());
     if settings.oidc.is_some() {
         controller = watch_keyless_children(controller, &ctx, reader.clone());
     }
     // Creating or adopting a bucket is serialised per bucket name, across every Bucket this
     // replica reconciles.
     let shared = Arc::new(Shared {
-        provider: provider.clone(),
+        backends: backends.clone(),
+        classes: classes.clone(),
+        classes_listed: classes_listed.clone(),
+        admissions,
         creating: NameLocks::default(),
         keys: churn::KeyLedger::new(settings.key_interval),
         cluster_id: settings.cluster_id.clone(),
@@ -297,33 +356,128 @@ pub async fn run(
         cached: reader.clone(),
         oidc: settings.oidc.clone(),
     });
-    let sweeper = provider.clone().and_then(|provider| {
-        if settings.cluster_id == DEFAULT_CLUSTER_ID {
+    let class_shared = Arc::new(class_status::ClassShared {
+        buckets: reader.clone(),
+        buckets_listed,
+        classes: classes.clone(),
+        backends: backends.clone(),
+    });
+    // Every backend is swept, kopper's flags' and each class's ([`sweep::Targets`]).
+    let sweeper = if settings.cluster_id == DEFAULT_CLUSTER_ID {
+        if provider.is_some() {
             tracing::warn!(
                 "the sweep for credentials of deleted Buckets is off: set --cluster-id \
                  (KOPPER_CLUSTER_ID, chart value bucket.clusterId) to a name no other cluster in \
                  this account uses"
             );
-            return None;
         }
+        None
+    } else {
         let interval = settings.orphan_sweep_interval.max(Duration::from_secs(1));
         let keyless = settings.oidc.is_some();
+        let targets = sweep::Targets { backends: backends.clone(), classes: classes.clone(), classes_listed };
         Some(tokio::spawn(sweep::run(
             ctx.client.clone(),
-            provider,
+            targets,
             settings.cluster_id.clone(),
             interval,
             keyless,
         )))
-    });
-    run_controller(NAME, controller, ctx, shutdown, move |bucket, ctx| {
+    };
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let buckets_run = run_controller(NAME, controller, ctx.clone(), shutdown.clone(), move |bucket, ctx| {
         reconcile(bucket, ctx, shared.clone())
-    })
-    .await;
+    });
+    let classes_run =
+        run_controller(class_status::CLASS_CONTROLLER, class_controller, ctx, shutdown, move |class, ctx| {
+            class_status::reconcile(class, ctx, class_shared.clone())
+        });
+    tokio::join!(buckets_run, classes_run);
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
     Ok(())
+}
+
+/// The controller of BucketClasses ([`class_status`]): woken by changes to a class and, through
+/// `wakes`, when a Bucket starts or stops using one.
+/// `listed` is marked once the class cache has had its first list.
+fn class_controller(
+    ctx: &Context,
+    wakes: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<BucketClass>>,
+    listed: &FirstList,
+) -> Controller<BucketClass> {
+    let api = Api::<BucketClass>::all(ctx.client.clone());
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = crate::runtime::watch::watcher(api, kube::runtime::watcher::Config::default())
+        .default_backoff()
+        .modify(|class| keep_only_what_decisions_read(class, &[class::DEFAULT_CLASS_ANNOTATION]))
+        .reflect(writer);
+    let stream = listed.track(stream).applied_objects();
+    Controller::for_stream(stream, reader)
+        .reconcile_on(wakes)
+        .with_config(crate::runtime::controller::config())
+}
+
+/// A change to a class's spec, its default annotation or its deletion wakes the Buckets that
+/// use it or name it, and those not yet made that name no class (a new default is theirs):
+/// changing a class converges every bucket of it. Status and finalizer writes wake none.
+fn watch_classes(
+    controller: Controller<Bucket>,
+    ctx: &Context,
+    buckets: kube::runtime::reflector::Store<Bucket>,
+) -> Controller<Bucket> {
+    let api = Api::<BucketClass>::all(ctx.client.clone());
+    let changes = |class: &BucketClass| {
+        let default = class::is_default(class);
+        Some(digest_of(&(class.meta().generation, default, class.meta().deletion_timestamp.is_some())))
+    };
+    let events = crate::runtime::watch::watcher(api, kube::runtime::watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(changes, Default::default());
+    controller.watches_stream(events, move |class| {
+        let name = class.name_any();
+        buckets
+            .state()
+            .into_iter()
+            .filter(|bucket| {
+                let recorded = class::recorded_binding(bucket);
+                bucket.spec.class_name.as_deref() == Some(name.as_str())
+                    || recorded.as_ref().and_then(Binding::name) == Some(name.as_str())
+                    || (recorded.is_none() && bucket.spec.class_name.is_none())
+            })
+            .map(|bucket| kube::runtime::reflector::ObjectRef::from_obj(bucket.as_ref()))
+            .collect::<Vec<_>>()
+    })
+}
+
+/// What unbound Buckets that name no class are made with, from the class cache.
+fn fallback_of(classes: &kube::runtime::reflector::Store<BucketClass>) -> Fallback {
+    let classes = classes.state();
+    Fallback::of(classes.iter().map(|class| class.as_ref()))
+}
+
+/// How long a Bucket pass waits for the class cache's first list before it reports waiting:
+/// long enough for any start-up, short enough not to hold a reconcile slot when the BucketClass
+/// CRD is missing.
+const CLASSES_LISTED_WAIT: Duration = Duration::from_secs(5);
+/// When a Bucket that found the class cache not yet listed is looked at again.
+const CLASSES_LISTED_RETRY: Duration = Duration::from_secs(10);
+
+/// The Buckets of `gone`'s namespace refused for their class's quota: one of them may now
+/// fit.
+fn over_quota_peers(
+    buckets: &kube::runtime::reflector::Store<Bucket>,
+    gone: &Bucket,
+) -> Vec<kube::runtime::reflector::ObjectRef<Bucket>> {
+    buckets
+        .state()
+        .into_iter()
+        .filter(|bucket| bucket.namespace() == gone.namespace())
+        .filter(|bucket| ready_reason(bucket).as_deref() == Some("QuotaExceeded"))
+        .map(|bucket| kube::runtime::reflector::ObjectRef::from_obj(bucket.as_ref()))
+        .collect()
 }
 
 /// With keyless access on: the ConfigMaps Buckets own wake their Bucket, and a ServiceAccount
@@ -393,8 +547,15 @@ fn digest_of(value: &impl std::hash::Hash) -> u64 {
 
 /// What every pass of the controller shares.
 struct Shared {
-    /// S3 and IAM; `None` when kopper runs without a provider.
-    provider: Option<Arc<dyn Provider>>,
+    /// The providers of the classes' backends (and of kopper's flags).
+    backends: Arc<Backends>,
+    /// The cache of BucketClasses.
+    classes: kube::runtime::reflector::Store<BucketClass>,
+    /// Marked once the class cache has had its first list: no Bucket is bound to a class (or
+    /// to the built-in one) on an empty cache.
+    classes_listed: FirstList,
+    /// Admission to classes with a quota ([`admission`]).
+    admissions: Arc<admission::Admissions>,
     /// Held per bucket name from looking at it to tagging the bucket, when creating or
     /// adopting, across every Bucket this replica reconciles.
     creating: NameLocks,
@@ -414,22 +575,166 @@ struct Shared {
     oidc: Option<OidcProvider>,
 }
 
-async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
-    let Some(provider) = &shared.provider else {
-        let message = "kopper runs without an S3 provider: a cluster admin must set --s3-region \
-                       (KOPPER_S3_REGION) and, for an S3-compatible service, --s3-endpoint";
-        count_not_ready(&ctx, &bucket, Some(true));
-        write_status(&ctx, &bucket, false, |status| {
-            set_ready(status, &bucket, "False", "ProviderNotConfigured", message)
+/// The class a pass works with, and its backend's identity.
+struct ClassInUse {
+    binding: Binding,
+    spec: BucketClassSpec,
+    /// The BucketClass object; `None` for the built-in class.
+    object: Option<Arc<BucketClass>>,
+    /// The identity of its backend ([`class::backend_identity`]).
+    identity: String,
+}
+
+impl Shared {
+    /// Waits (a while) for the class cache's first list: which class an unbound Bucket takes,
+    /// and whether its class allows it, are never decided on a cache that has not seen every
+    /// class. Without the BucketClass CRD the list never comes: the Bucket says so, and kopper's
+    /// log names the CRD to apply.
+    async fn wait_for_classes(&self) -> Result<(), Error> {
+        if self.classes_listed.is_ready() {
+            return Ok(());
+        }
+        if let Ok(true) = tokio::time::timeout(CLASSES_LISTED_WAIT, self.classes_listed.wait()).await {
+            return Ok(());
+        }
+        Err(Error::Wait {
+            reason: "WaitingForClasses",
+            message: "kopper has not listed the BucketClasses yet, and decides nothing for this Bucket until it \
+                      has: if this lasts, a cluster admin must apply kopper's CRDs (kopper's log names the one \
+                      missing)"
+                .to_owned(),
+            retry_after: CLASSES_LISTED_RETRY,
         })
-        .await?;
-        return Ok(Action::await_change());
-    };
+    }
+
+    /// The class the Bucket uses ([`class::wanted_binding`]), from the cache.
+    fn class_for(&self, bucket: &Bucket) -> Result<ClassInUse, Error> {
+        let fallback = fallback_of(&self.classes);
+        let binding = class::wanted_binding(bucket, &fallback)
+            .map_err(|refusal| Error::blocked(refusal.reason, refusal.message))?;
+        self.class_of(binding)
+    }
+
+    /// The class to clean up with: the one status binds the Bucket to; else, when nothing
+    /// was made, the one it would use, if that exists (`None`: nothing to clean up with, and
+    /// nothing made).
+    fn class_for_cleanup(&self, bucket: &Bucket) -> Result<Option<ClassInUse>, Error> {
+        if let Some(bound) = class::recorded_binding(bucket) {
+            return self.class_of(bound).map(Some).map_err(|error| match error {
+                Error::Blocked { reason: "ClassNotFound", message } => Error::blocked(
+                    "ClassNotFound",
+                    format!(
+                        "{message}; this Bucket's bucket was made with it, so kopper cannot clean up until a cluster \
+                         admin creates it again with the same backend (or removes the finalizer {FINALIZER} by hand, \
+                         and then deletes the bucket and its IAM user or role)"
+                    ),
+                ),
+                error => error,
+            });
+        }
+        Ok(self.class_for(bucket).ok())
+    }
+
+    fn class_of(&self, binding: Binding) -> Result<ClassInUse, Error> {
+        let Binding::Named(name) = &binding else {
+            let identity = self.backends.identity(None);
+            return Ok(ClassInUse { binding, spec: BucketClassSpec::built_in(), object: None, identity });
+        };
+        let Some(object) = self.classes.get(&kube::runtime::reflector::ObjectRef::new(name)) else {
+            return Err(Error::blocked(
+                "ClassNotFound",
+                format!(
+                    "BucketClass {name} does not exist: set spec.className to a class that does (kubectl get \
+                     bucketclasses), or ask a cluster admin to create it; nothing was created"
+                ),
+            ));
+        };
+        let identity = self.backends.identity(object.spec.backend.as_ref());
+        Ok(ClassInUse { spec: object.spec.clone(), object: Some(object), identity, binding })
+    }
+
+    /// The provider of the class's backend.
+    async fn provider(&self, ctx: &Context, class: &ClassInUse) -> Result<Arc<dyn Provider>, Error> {
+        match &class.binding {
+            Binding::BuiltIn => {
+                self.backends.default_provider().ok_or_else(backends::built_in_not_configured)
+            }
+            Binding::Named(name) => self
+                .backends
+                .provider(&ctx.client, name, class.spec.backend.as_ref())
+                .await
+                .map_err(|error| for_tenant(error, name)),
+        }
+    }
+}
+
+/// The error a Bucket pass reports for its class's provider: a class whose backend cannot be
+/// used is named, and the details (its credentials Secret, kopper's namespace) stay in the
+/// class's status, for cluster admins.
+fn for_tenant(error: Error, class: &str) -> Error {
+    match error {
+        Error::Wait { reason: "ClassNotReady", message, retry_after } => {
+            tracing::debug!(class, "the class's backend cannot be used: {message}");
+            Error::Wait { reason: "ClassNotReady", message: class::class_not_ready(class), retry_after }
+        }
+        error => error,
+    }
+}
+
+/// Whether status records nothing made for the Bucket: no bucket (recorded before one is
+/// created), no user, no role.
+fn made_nothing(bucket: &Bucket) -> bool {
+    bucket.status.as_ref().is_none_or(|status| {
+        status.bucket_name.is_none()
+            && status.user_name.is_none()
+            && status.role_arn.is_none()
+            && status.service_account_name.is_none()
+    })
+}
+
+async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let prepared = async {
+        shared.wait_for_classes().await?;
+        let class = if is_cleaning_up(&bucket) {
+            shared.class_for_cleanup(&bucket)?
+        } else {
+            Some(shared.class_for(&bucket)?)
+        };
+        match class {
+            Some(class) => {
+                let provider = shared.provider(&ctx, &class).await?;
+                Ok(Some((class, provider)))
+            }
+            None => Ok(None),
+        }
+    }
+    .await;
     let namespace = bucket.namespace().unwrap_or_default();
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &namespace);
+    let (class, provider) = match prepared {
+        Ok(Some(prepared)) => prepared,
+        // Deleted before anything was made, with no class to make it with: let it go.
+        Ok(None) => return release(&api, &bucket).await,
+        // Deleted before anything was made, and its class cannot be used (not ready, no
+        // provider, gone): nothing to clean up that status knows of, so the Bucket (and its
+        // namespace) is not held. Leftovers of a pass cut short are the sweep's.
+        Err(error) if is_cleaning_up(&bucket) && made_nothing(&bucket) => {
+            info!("the Bucket made nothing and its class cannot be used ({error}); letting it go");
+            return release(&api, &bucket).await;
+        }
+        Err(error) => {
+            count_not_ready(&ctx, &bucket, Some(true));
+            report(&ctx, &bucket, &error, false).await;
+            return Err(error);
+        }
+    };
     let pass = Pass {
         ctx: &ctx,
         provider: provider.as_ref(),
+        class: &class,
+        backends: &shared.backends,
+        class_store: shared.classes.clone(),
+        admissions: &shared.admissions,
         owner: owner_of(&shared.cluster_id, &bucket),
         creating: &shared.creating,
         keys: &shared.keys,
@@ -470,6 +775,13 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         Some(wait) => Ok(Action::requeue(wait)),
         None => result,
     }
+}
+
+/// Takes the finalizer off a Bucket deleted before anything was made for it.
+async fn release(api: &Api<Bucket>, bucket: &Arc<Bucket>) -> Result<Action, Error> {
+    finalizer::finalizer(api, FINALIZER, bucket.clone(), |_| async { Ok::<_, Error>(Action::await_change()) })
+        .await
+        .map_err(|error| Error::Finalizer(Box::new(error)))
 }
 
 /// Whether the Bucket is deleted and still holds kopper's finalizer: what it owns outside
@@ -530,6 +842,13 @@ fn ready_reason(bucket: &Bucket) -> Option<String> {
 struct Pass<'a> {
     ctx: &'a Context,
     provider: &'a dyn Provider,
+    /// The class the Bucket is made with.
+    class: &'a ClassInUse,
+    backends: &'a Backends,
+    /// The cache of BucketClasses, for the default class.
+    class_store: kube::runtime::reflector::Store<BucketClass>,
+    /// Admission to classes with a quota.
+    admissions: &'a admission::Admissions,
     owner: Owner,
     /// Held per bucket name from looking at it to tagging the bucket, when creating or
     /// adopting.
@@ -569,6 +888,7 @@ impl Pass<'_> {
         if let Some(problem) = names::tags_problem(&bucket.spec.tags) {
             return Err(Error::blocked("InvalidTags", format!("spec.tags: {problem}")));
         }
+        self.admit(bucket, &status).await?;
         if bucket.access_mode() == AccessMode::ServiceAccount {
             return self.apply_keyless(bucket, &status).await;
         }
@@ -601,6 +921,7 @@ impl Pass<'_> {
             status.rotated_for = rotated_for.clone();
             status.role_arn = None;
             status.service_account_name = None;
+            self.record_class(status);
             let message =
                 format!("bucket {name}, user {user} and Secret {} are in place", bucket.secret_name());
             set_ready(status, bucket, "True", "Ready", &message);
@@ -613,6 +934,149 @@ impl Pass<'_> {
         }
         self.record_key(bucket, metrics::KeyAge::of(key_created, schedule.as_ref()));
         Ok(Action::requeue(until_due(key.next_due, Timestamp::now())))
+    }
+
+    /// Whether the Bucket's class lets it have a bucket: what it asks for is allowed, it is
+    /// within the class's quota, and its bucket is on the class's backend. Then the class is
+    /// held (its finalizer) before anything is made on its backend. A refused Bucket keeps what
+    /// it has and gets nothing new.
+    async fn admit(&self, bucket: &Bucket, status: &BucketStatus) -> Result<(), Error> {
+        let class = self.class;
+        if let Some(message) = class::too_many_tags(bucket, &class.binding, &class.spec) {
+            return Err(Error::blocked("InvalidTags", message));
+        }
+        if let Binding::Named(name) = &class.binding
+            && let Some(message) = class::forbidden(bucket, name, &class.spec)
+        {
+            return Err(Error::blocked("ForbiddenByClass", format!("{message}; nothing new was created")));
+        }
+        self.on_recorded_backend(status, bucket.name_any().as_str())?;
+        let Some(object) = &class.object else { return Ok(()) };
+        let name = object.name_any();
+        if class::recorded_binding(bucket).is_none() {
+            // Not bound yet: the class is read afresh, so that a cache that has not seen its
+            // deletion cannot bind a new Bucket to a class about to go.
+            let fresh = Api::<BucketClass>::all(self.ctx.client.clone())
+                .get_opt(&name)
+                .await
+                .map_err(Error::kube(format!("reading BucketClass {name}")))?;
+            let Some(fresh) = fresh else {
+                return Err(Error::blocked(
+                    "ClassNotFound",
+                    format!(
+                        "BucketClass {name} does not exist: set spec.className to a class that does (kubectl \
+                         get bucketclasses), or ask a cluster admin to create it; nothing was created"
+                    ),
+                ));
+            };
+            if fresh.meta().deletion_timestamp.is_some() {
+                return Err(Error::blocked("ClassNotFound", class::class_being_deleted(&name)));
+            }
+            class_status::hold_for_bucket(self.ctx, &self.class_store, &fresh, false).await?;
+        } else if object.meta().deletion_timestamp.is_none() {
+            // Bound: it keeps working with its class, also while the class is being deleted.
+            class_status::hold_for_bucket(self.ctx, &self.class_store, object, true).await?;
+        }
+        match class.spec.max_buckets_per_namespace {
+            Some(max) => self.within_quota(bucket, &name, max).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a Bucket beyond its class's `maxBucketsPerNamespace` ([`class::ranked_ahead`]).
+    /// A Bucket not yet bound to the class is admitted under the lock of its namespace and
+    /// class, and bound (`status.className`) before the lock is released ([`admission`]).
+    async fn within_quota(&self, bucket: &Bucket, name: &str, max: u32) -> Result<(), Error> {
+        let bound = class::recorded_binding(bucket).as_ref().and_then(Binding::name) == Some(name);
+        let key = admission::key(&self.owner.namespace, name);
+        let _admitting = if bound { None } else { Some(self.admissions.lock(&key).await) };
+        let fallback = fallback_of(&self.class_store);
+        let peers: Vec<Arc<Bucket>> =
+            self.cached.state().into_iter().filter(|peer| peer.namespace() == bucket.namespace()).collect();
+        let live = peers.iter().filter_map(|peer| peer.uid()).collect();
+        self.admissions.keep_only(&key, &live);
+        let contenders: Vec<class::Contender> = peers
+            .iter()
+            .map(|peer| peer.as_ref())
+            .filter(|peer| class::counted_binding(peer, &fallback).name() == Some(name))
+            .map(|peer| class::Contender {
+                bucket: peer,
+                bound: class::recorded_binding(peer).as_ref().and_then(Binding::name) == Some(name)
+                    || self.admissions.admitted(&key, &peer.uid().unwrap_or_default()),
+            })
+            // A Bucket not bound that cannot have a bucket of the class anyway (refused by it,
+            // or deleted) takes no place.
+            .filter(|peer| {
+                peer.bound
+                    || (peer.bucket.meta().deletion_timestamp.is_none()
+                        && class::forbidden(peer.bucket, name, &self.class.spec).is_none())
+            })
+            .collect();
+        let me = class::Contender { bucket, bound: bound || self.admissions.admitted(&key, &self.owner.uid) };
+        let ahead = class::ranked_ahead(me, contenders.iter().copied());
+        if ahead >= max as usize {
+            return Err(Error::blocked(
+                "QuotaExceeded",
+                class::quota_exceeded(name, max, ahead, &self.owner.namespace),
+            ));
+        }
+        if !me.bound {
+            write_status(self.ctx, bucket, false, |status| self.record_class(status)).await?;
+            self.admissions.admit(&key, &self.owner.uid);
+        }
+        Ok(())
+    }
+
+    /// Refuses to go on when the class's backend is not the one the bucket was made on: kopper
+    /// does not move buckets, and what it would make or delete on another backend is not this
+    /// Bucket's bucket.
+    fn on_recorded_backend(&self, status: &BucketStatus, bucket: &str) -> Result<(), Error> {
+        let recorded = match (&status.backend, &status.bucket_name) {
+            (Some(backend), _) => backend.clone(),
+            // Made before classes: on kopper's flags' backend.
+            (None, Some(_)) => self.backends.identity(None),
+            (None, None) => return Ok(()),
+        };
+        if recorded == self.class.identity {
+            return Ok(());
+        }
+        Err(Error::blocked(
+            "BackendChanged",
+            class::backend_changed(bucket, &recorded, &self.class.binding, &self.class.identity),
+        ))
+    }
+
+    /// Records in status the class and backend the bucket is made with.
+    fn record_class(&self, status: &mut BucketStatus) {
+        status.class_name = self.class.binding.name().map(str::to_owned);
+        status.backend = Some(self.class.identity.clone());
+    }
+
+    /// Brings the bucket's encryption, public-access block and lifecycle rules to what its
+    /// class enforces, writing only what differs ([`enforced`]).
+    async fn enforce(&self, name: &str) -> Result<(), Error> {
+        let wanted = enforced::Enforced::of(&self.class.spec);
+        if let Some(encryption) = &wanted.encryption {
+            let found = self.provider.encryption(name).await?;
+            if !enforced::encryption_holds(encryption, found.as_ref()) {
+                self.provider.set_encryption(name, encryption).await?;
+                info!(bucket = name, algorithm = encryption.algorithm, "set the class's encryption");
+            }
+        }
+        if let Some(block) = &wanted.public_access_block
+            && self.provider.public_access_block(name).await? != *block
+        {
+            self.provider.set_public_access_block(name, block).await?;
+            info!(bucket = name, "blocked public access, as the class says");
+        }
+        if let Some(rules) = &wanted.lifecycle {
+            let found = self.provider.lifecycle(name).await?;
+            if !enforced::lifecycle_holds(rules, &found) {
+                self.provider.set_lifecycle(name, rules).await?;
+                info!(bucket = name, rules = rules.len(), "set the class's lifecycle rules");
+            }
+        }
+        Ok(())
     }
 
     /// Records the key in use of `bucket` for the key aggregates, while the Bucket is in the
@@ -683,6 +1147,7 @@ impl Pass<'_> {
         region: &str,
     ) -> Result<(), Error> {
         let mut tags = bucket.spec.tags.clone();
+        tags.extend(self.class.spec.tags.clone());
         tags.extend(self.owner.tags());
         let recorded = recorded(status, name);
         let found = self.provider.lookup_bucket(name).await?;
@@ -705,6 +1170,7 @@ impl Pass<'_> {
                 write_status(self.ctx, bucket, false, |status| {
                     status.bucket_name = Some(name.to_owned());
                     status.region = Some(region.to_owned());
+                    self.record_class(status);
                     set_ready(status, bucket, "False", "Provisioning", &format!("creating bucket {name}"));
                 })
                 .await?;
@@ -732,7 +1198,11 @@ impl Pass<'_> {
                 return Err(self.refuse(bucket, status, &step, name, false).await?);
             }
         }
-        if let Some(enabled) = bucket.spec.versioning {
+        let versioning = match self.class.spec.versioning {
+            Some(enforced) => Some(enforced == types::ClassVersioning::Enabled),
+            None => bucket.spec.versioning,
+        };
+        if let Some(enabled) = versioning {
             // A state that cannot be read (some S3-compatible services answer a bucket that
             // never had versioning with a document the SDK cannot parse) is simply written.
             let current = match self.provider.versioning(name).await {
@@ -744,7 +1214,7 @@ impl Pass<'_> {
                 self.provider.set_versioning(name, enabled).await?;
             }
         }
-        Ok(())
+        self.enforce(name).await
     }
 
     /// After a failed CreateBucket: unless the bucket exists untagged (the call took effect
@@ -922,6 +1392,7 @@ impl Pass<'_> {
             status.rotated_for = None;
             status.role_arn = Some(role_arn.clone());
             status.service_account_name = Some(account.to_owned());
+            self.record_class(status);
             let message = format!(
                 "bucket {name}, its role for ServiceAccount {account} and ConfigMap {config_map} are in place"
             );
@@ -1274,6 +1745,7 @@ impl Pass<'_> {
     /// credentials a tenant needs to empty it.
     async fn cleanup(&self, bucket: &Bucket) -> Result<Cleanup, Error> {
         let status = bucket.status.clone().unwrap_or_default();
+        self.on_recorded_backend(&status, bucket.name_any().as_str())?;
         if bucket.spec.deletion_policy == DeletionPolicy::Delete
             && let Some(name) = &status.bucket_name
             && self.delete_bucket(bucket, &status, name).await? == Cleanup::Emptying

@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::enforced::{Encryption, LifecycleRule, PublicAccessBlock};
 use super::rotation::Schedule;
 
 /// What is found under a bucket name.
@@ -93,6 +94,29 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// Whether versioning is on (`false` for a bucket that never had it).
     fn versioning<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>>;
     fn set_versioning<'a>(&'a self, bucket: &'a str, enabled: bool) -> BoxFuture<'a, ProviderResult<()>>;
+    /// The bucket's default encryption, `None` when it has none.
+    fn encryption<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<Option<Encryption>>>;
+    fn set_encryption<'a>(
+        &'a self,
+        bucket: &'a str,
+        encryption: &'a Encryption,
+    ) -> BoxFuture<'a, ProviderResult<()>>;
+    /// The bucket's public-access block; all false when it has none.
+    fn public_access_block<'a>(&'a self, bucket: &'a str)
+    -> BoxFuture<'a, ProviderResult<PublicAccessBlock>>;
+    fn set_public_access_block<'a>(
+        &'a self,
+        bucket: &'a str,
+        block: &'a PublicAccessBlock,
+    ) -> BoxFuture<'a, ProviderResult<()>>;
+    /// The bucket's lifecycle rules; empty when it has none.
+    fn lifecycle<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<Vec<LifecycleRule>>>;
+    /// Replaces the bucket's lifecycle rules; no rules deletes its lifecycle configuration.
+    fn set_lifecycle<'a>(
+        &'a self,
+        bucket: &'a str,
+        rules: &'a [LifecycleRule],
+    ) -> BoxFuture<'a, ProviderResult<()>>;
     /// Whether the bucket holds no object, object version or delete marker.
     fn bucket_is_empty<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<bool>>;
     /// Deletes one batch of object versions and delete markers (one listing page and one

@@ -20,6 +20,13 @@
 //! user of this cluster, one paged list of Buckets from the API server; and for each orphan
 //! ListAccessKeys, a DeleteAccessKey per key, DeleteUserPolicy and DeleteUser. Writes pass
 //! the lease fence like every other provider write.
+//!
+//! Every backend Buckets may be on is swept: kopper's flags' and each BucketClass's own
+//! (`spec.backend`), once per distinct backend identity (classes sharing a backend share its
+//! sweep), with the class's cached provider. So the number of sweeps per round is bounded by
+//! the number of classes, admin objects. A class whose credentials cannot be read is skipped
+//! (and retried next round); the sweep waits for the class cache's first list, so that no
+//! backend is forgotten at start.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -29,10 +36,14 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
+use kube::runtime::reflector::Store;
+
 use super::Error;
+use super::backends::Backends;
 use super::names::{self, POLICY_NAME, TAG_CLUSTER, TAG_UID};
 use super::provider::Provider;
-use super::types::Bucket;
+use super::types::{Bucket, BucketClass};
+use crate::runtime::cache::FirstList;
 
 /// The kinds of identity kopper makes for a Bucket; each is found, proven and deleted the
 /// same way, so that roles can join users here.
@@ -61,23 +72,63 @@ pub fn orphans<'a>(found: &'a [Found], cluster: &str, live: &HashSet<String>) ->
         .collect()
 }
 
-/// Sweeps at once and then every `interval`, until the task is aborted. `keyless`: kopper
-/// makes roles (`--oidc-provider-arn`), so a denied ListRoles is worth a warning; without it
-/// roles are still looked for (left from when it was set), and a denial is only logged at
-/// debug level.
-pub async fn run(
-    client: kube::Client,
-    provider: Arc<dyn Provider>,
-    cluster: String,
-    interval: Duration,
-    keyless: bool,
-) {
+/// The backends to sweep: kopper's flags' and those of the BucketClasses.
+pub struct Targets {
+    pub backends: Arc<Backends>,
+    pub classes: Store<BucketClass>,
+    /// Marked once `classes` has had its first list.
+    pub classes_listed: FirstList,
+}
+
+impl Targets {
+    /// The provider of each distinct backend, kopper's flags' first.
+    async fn providers(&self, client: &kube::Client) -> Vec<(String, Arc<dyn Provider>)> {
+        let mut seen = HashSet::new();
+        let mut providers = Vec::new();
+        if let Some(provider) = self.backends.default_provider() {
+            seen.insert(self.backends.identity(None));
+            providers.push(("kopper's flags".to_owned(), provider));
+        }
+        let mut classes = self.classes.state();
+        classes.sort_by_key(|class| class.name_any());
+        for class in classes {
+            let Some(backend) = &class.spec.backend else { continue };
+            if !seen.insert(self.backends.identity(Some(backend))) {
+                continue;
+            }
+            let name = class.name_any();
+            match self.backends.provider(client, &name, Some(backend)).await {
+                Ok(provider) => providers.push((format!("BucketClass {name}"), provider)),
+                Err(error) => {
+                    warn!(class = name, "the class's backend is not swept this time: {error}");
+                    seen.remove(&self.backends.identity(Some(backend)));
+                }
+            }
+        }
+        providers
+    }
+}
+
+/// Sweeps every backend at once and then every `interval`, until the task is aborted.
+/// `keyless`: kopper makes roles (`--oidc-provider-arn`), so a denied ListRoles is worth a
+/// warning; without it roles are still looked for (left from when it was set), and a denial is
+/// only logged at debug level.
+pub async fn run(client: kube::Client, targets: Targets, cluster: String, interval: Duration, keyless: bool) {
+    if !targets.classes_listed.wait().await {
+        warn!("the sweep for credentials of deleted Buckets does not run: the BucketClass watch ended");
+        return;
+    }
     loop {
-        match sweep(&client, provider.as_ref(), &cluster, keyless).await {
-            Ok(0) => {}
-            Ok(deleted) => info!(deleted, "deleted the IAM users and roles of Buckets that no longer exist"),
-            Err(error) => {
-                warn!("the sweep for credentials of deleted Buckets failed, retried next time: {error}")
+        for (backend, provider) in targets.providers(&client).await {
+            match sweep(&client, provider.as_ref(), &cluster, keyless).await {
+                Ok(0) => {}
+                Ok(deleted) => {
+                    info!(deleted, backend, "deleted the IAM users and roles of Buckets that no longer exist")
+                }
+                Err(error) => warn!(
+                    backend,
+                    "the sweep for credentials of deleted Buckets failed, retried next time: {error}"
+                ),
             }
         }
         tokio::time::sleep(interval).await;

@@ -18,6 +18,14 @@ pub struct WriteError {
     pub source: kube::Error,
 }
 
+impl WriteError {
+    /// A create found the name taken (409): by a binding someone else made, or by kopper's
+    /// own whose watch event is not in yet.
+    pub fn is_name_taken(&self) -> bool {
+        matches!(&self.source, kube::Error::Api(status) if status.code == 409)
+    }
+}
+
 /// What a pass over a namespace's actions achieved.
 #[derive(Debug, Default)]
 pub struct Applied {

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use super::desired::{
     Desired, DesiredBinding, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL, Problem, ProblemKind,
 };
-use super::seen::{BindingState, SeenBinding};
+use super::seen::{BindingState, Bindings, SeenBinding};
 
 /// One write against the API server.
 #[derive(Clone, Debug, PartialEq)]
@@ -107,6 +107,36 @@ pub fn plan(namespace: &str, desired: &Desired, existing: &[RoleBinding]) -> Pla
         }
     }
     plan
+}
+
+/// The bindings to create in `namespace`, judged from kopper's index of its own bindings
+/// alone, without reading the namespace: `Some` (possibly empty) when every binding a policy
+/// wants is either up to date there or absent from it, and it holds none that no policy
+/// wants. `None` when a binding must be updated, replaced or deleted: those writes need what
+/// only a fresh read gives (the uid to delete exactly the binding seen), so [`plan`] decides.
+///
+/// An absent binding may still exist: made by someone else under that name (the index holds
+/// only kopper's), or by kopper a moment ago (its watch event not yet in). Its create then
+/// fails with 409, never overwriting anything, and the caller falls back to [`plan`].
+pub fn creates_from_index(
+    namespace: &str,
+    desired: &Desired,
+    index: &Bindings,
+) -> Option<Vec<DesiredBinding>> {
+    let mut creates = Vec::new();
+    for (name, wanted) in &desired.bindings {
+        match index.get(namespace, name).map(|seen| seen.state_for(wanted)) {
+            None => creates.push(wanted.clone()),
+            Some(BindingState::UpToDate | BindingState::Terminating) => {}
+            Some(_) => return None,
+        }
+    }
+    let unwanted = index.in_namespace(namespace).any(|(name, seen)| {
+        !desired.bindings.contains_key(name)
+            && !desired.held_policies.contains(seen.policy())
+            && !seen.is_terminating()
+    });
+    (!unwanted).then_some(creates)
 }
 
 /// The problem reported when a binding kopper did not make holds a name a policy wants.
@@ -234,6 +264,52 @@ mod tests {
         binding.labels_mut().insert(POLICY_LABEL.into(), "other".into());
         let plan = plan("team-1", &seed_desired("team-1"), &[binding]);
         assert!(matches!(&plan.actions[..], [Action::Update(d)] if d.policy == "seed"));
+    }
+
+    fn index_of(bindings: &[RoleBinding]) -> Bindings {
+        let mut index = Bindings::new();
+        for binding in bindings {
+            let seen = SeenBinding::of(binding).unwrap();
+            index.insert(binding.metadata.namespace.as_deref().unwrap(), &binding.name_any(), seen);
+        }
+        index
+    }
+
+    #[test]
+    fn the_index_alone_decides_creates_and_a_namespace_in_sync_needs_no_read() {
+        let desired = seed_desired("team-1");
+        let creates = creates_from_index("team-1", &desired, &Bindings::new()).unwrap();
+        assert_eq!(
+            creates.iter().map(|d| d.binding.name.as_str()).collect::<Vec<_>>(),
+            ["ad-kubernetes-team-1"]
+        );
+        let index = index_of(&[applied("team-1")]);
+        assert_eq!(creates_from_index("team-1", &desired, &index), Some(Vec::new()));
+        assert_eq!(
+            creates_from_index("team-2", &seed_desired("team-2"), &index).map(|c| c.len()),
+            Some(1),
+            "another namespace's binding is not this one's"
+        );
+    }
+
+    #[test]
+    fn updates_replacements_and_deletions_are_left_to_a_fresh_read() {
+        let desired = seed_desired("team-1");
+        let mut edited = applied("team-1");
+        edited.subjects.as_mut().unwrap()[0].name = "intruders".into();
+        assert_eq!(creates_from_index("team-1", &desired, &index_of(&[edited])), None);
+        let mut other_role = applied("team-1");
+        other_role.role_ref.name = "view".into();
+        assert_eq!(creates_from_index("team-1", &desired, &index_of(&[other_role])), None);
+        let index = index_of(&[applied("team-1")]);
+        assert_eq!(creates_from_index("team-1", &Desired::default(), &index), None, "no longer wanted");
+        let mut held = Desired::default();
+        held.held_policies.insert("seed".into());
+        assert_eq!(
+            creates_from_index("team-1", &held, &index),
+            Some(Vec::new()),
+            "an invalid policy's are kept"
+        );
     }
 
     #[test]

@@ -49,7 +49,7 @@ use crate::runtime::{Context, ErrorCategory};
 use crate::tenancy::ProtectedNamespaces;
 
 use self::cache::Cache;
-use self::desired::{Policies, Problem, desired_bindings};
+use self::desired::{Desired, Policies, Problem, desired_bindings};
 use self::seen::BindingIndex;
 use self::status::{Observed, next_status, notices, report_for};
 use self::template::NamespaceFacts;
@@ -260,27 +260,68 @@ async fn reconcile_namespace(
     let protected = shared.protected.contains(&name);
     let desired =
         desired_bindings(NamespaceFacts { name: &name, labels: namespace.labels(), protected }, &policies);
-    let existing = apply::list_bindings(&ctx.client, &name)
-        .await
-        .map_err(|source| Error::ListBindings { namespace: name.clone(), source })?;
-    let plan = diff::plan(&name, &desired, &existing);
-    for conflict in &plan.conflicts {
-        // Reported in the policy's status and as an Event by the status controller.
-        tracing::debug!(namespace = %name, binding = %conflict.name, policy = %conflict.policy, "left alone: not kopper's");
-    }
-    let conflicts = plan.conflicts;
     let field_manager = ctx.settings.field_manager_for(BINDING_CONTROLLER);
-    let mut applied = apply::execute(&ctx.client, &field_manager, &name, plan.actions).await;
-    shared.own_writes.record(&name, std::mem::take(&mut applied.written));
-    for _ in 0..applied.writes {
-        ctx.metrics.wrote(BINDING_CONTROLLER);
-    }
+    let (mut applied, conflicts) =
+        match create_from_index(&name, &desired, &ctx, &shared, &field_manager).await {
+            Some(applied) => (applied, Vec::new()),
+            None => read_and_apply(&name, &desired, &ctx, &field_manager).await?,
+        };
+    record_writes(&name, &ctx, &shared, &mut applied);
     let refused_any = !applied.refused.is_empty();
     shared.record_found(&name, conflicts.into_iter().chain(applied.refused).collect());
     match applied.retry {
         Some(error) => Err(error.into()),
         None if refused_any => Ok(Action::requeue(REFUSED_RETRY)),
         None => Ok(Action::await_change()),
+    }
+}
+
+/// Most passes (a new namespace, a restart, a policy added) only create, or write nothing:
+/// kopper's index of its own bindings tells, and the namespace is not read. `None` when the
+/// index cannot tell, or a create found the name taken: the namespace must be read.
+async fn create_from_index(
+    namespace: &str,
+    desired: &Desired,
+    ctx: &Context,
+    shared: &Shared,
+    field_manager: &str,
+) -> Option<apply::Applied> {
+    let creates = diff::creates_from_index(namespace, desired, &shared.bindings.read())?;
+    let actions = creates.into_iter().map(diff::Action::Create).collect();
+    let mut applied = apply::execute(&ctx.client, field_manager, namespace, actions).await;
+    if applied.retry.as_ref().is_some_and(apply::WriteError::is_name_taken) {
+        // Its last findings stand until the read tells what holds the name.
+        record_writes(namespace, ctx, shared, &mut applied);
+        return None;
+    }
+    Some(applied)
+}
+
+/// Reads the namespace's bindings fresh and makes the changes they need; also what the pass
+/// leaves alone (bindings others made under a name a policy wants).
+async fn read_and_apply(
+    namespace: &str,
+    desired: &Desired,
+    ctx: &Context,
+    field_manager: &str,
+) -> Result<(apply::Applied, Vec<Problem>), Error> {
+    let existing = apply::list_bindings(&ctx.client, namespace)
+        .await
+        .map_err(|source| Error::ListBindings { namespace: namespace.to_owned(), source })?;
+    let plan = diff::plan(namespace, desired, &existing);
+    for conflict in &plan.conflicts {
+        // Reported in the policy's status and as an Event by the status controller.
+        tracing::debug!(namespace, binding = %conflict.name, policy = %conflict.policy, "left alone: not kopper's");
+    }
+    let applied = apply::execute(&ctx.client, field_manager, namespace, plan.actions).await;
+    Ok((applied, plan.conflicts))
+}
+
+/// Counts the writes of a pass and remembers them, so their watch events wake nothing.
+fn record_writes(namespace: &str, ctx: &Context, shared: &Shared, applied: &mut apply::Applied) {
+    shared.own_writes.record(namespace, std::mem::take(&mut applied.written));
+    for _ in 0..std::mem::take(&mut applied.writes) {
+        ctx.metrics.wrote(BINDING_CONTROLLER);
     }
 }
 

@@ -48,6 +48,15 @@ impl SeenBinding {
         })
     }
 
+    /// The policy this binding serves, as its label says.
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    pub fn is_terminating(&self) -> bool {
+        self.terminating
+    }
+
     /// How this binding compares with the one `desired` asks for.
     pub fn state_for(&self, desired: &DesiredBinding) -> BindingState {
         if self.terminating {
@@ -114,8 +123,61 @@ pub enum BindingState {
     UpToDate,
 }
 
-/// (namespace, name) of each managed binding.
-pub type Bindings = HashMap<(String, String), SeenBinding>;
+/// Each managed binding, by namespace and then name: one namespace's are found without a
+/// pass over the cluster's, so the binding controller can judge a namespace from this index
+/// alone, and each namespace's name is held once, not once per binding.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Bindings {
+    by_namespace: HashMap<Box<str>, HashMap<Box<str>, SeenBinding>>,
+    count: usize,
+}
+
+impl Bindings {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&SeenBinding> {
+        self.by_namespace.get(namespace)?.get(name)
+    }
+
+    /// The managed bindings of one namespace, by name.
+    pub fn in_namespace<'a>(
+        &'a self,
+        namespace: &str,
+    ) -> impl Iterator<Item = (&'a str, &'a SeenBinding)> + 'a {
+        let names = self.by_namespace.get(namespace);
+        names.into_iter().flatten().map(|(name, seen)| (&**name, seen))
+    }
+
+    /// Records `seen` under `namespace`/`name`; what it held before.
+    pub fn insert(&mut self, namespace: &str, name: &str, seen: SeenBinding) -> Option<SeenBinding> {
+        let names = self.by_namespace.entry(namespace.into()).or_default();
+        let previous = names.insert(name.into(), seen);
+        if previous.is_none() {
+            self.count += 1;
+        }
+        previous
+    }
+
+    pub fn remove(&mut self, namespace: &str, name: &str) -> Option<SeenBinding> {
+        let names = self.by_namespace.get_mut(namespace)?;
+        let removed = names.remove(name)?;
+        if names.is_empty() {
+            self.by_namespace.remove(namespace);
+        }
+        self.count -= 1;
+        Some(removed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
 
 /// kopper's managed RoleBindings, kept by a watch until shutdown.
 #[derive(Clone)]
@@ -188,16 +250,17 @@ enum Change {
 /// Applies one watch event. A (re)list is gathered in `relisted` and replaces the index
 /// whole when it completes, so bindings deleted while the watch was down leave no trace.
 fn apply(shared: &RwLock<Bindings>, relisted: &mut Bindings, event: Event<RoleBinding>) -> Change {
-    let key = |binding: &RoleBinding| Some((binding.namespace()?, binding.name_any()));
     let index = || shared.write().unwrap_or_else(PoisonError::into_inner);
     match event {
         watcher::Event::Init => {
-            relisted.clear();
+            *relisted = Bindings::new();
             Change::None
         }
         watcher::Event::InitApply(binding) => {
-            if let (Some(key), Some(seen)) = (key(&binding), SeenBinding::of(&binding)) {
-                relisted.insert(key, seen);
+            if let (Some(namespace), Some(seen)) =
+                (binding.metadata.namespace.as_deref(), SeenBinding::of(&binding))
+            {
+                relisted.insert(namespace, &binding.name_any(), seen);
             }
             Change::None
         }
@@ -206,16 +269,21 @@ fn apply(shared: &RwLock<Bindings>, relisted: &mut Bindings, event: Event<RoleBi
             Change::ListDone
         }
         watcher::Event::Apply(binding) => {
-            let Some(key) = key(&binding) else { return Change::None };
+            let Some(namespace) = binding.metadata.namespace.as_deref() else { return Change::None };
+            let name = binding.name_any();
             let unchanged = match SeenBinding::of(&binding) {
-                Some(seen) => index().insert(key, seen.clone()).as_ref() == Some(&seen),
-                None => index().remove(&key).is_none(),
+                Some(seen) => index().insert(namespace, &name, seen.clone()).as_ref() == Some(&seen),
+                None => index().remove(namespace, &name).is_none(),
             };
             if unchanged { Change::None } else { Change::Changed }
         }
         watcher::Event::Delete(binding) => {
-            let Some(key) = key(&binding) else { return Change::None };
-            if index().remove(&key).is_some() { Change::Changed } else { Change::None }
+            let Some(namespace) = binding.metadata.namespace.as_deref() else { return Change::None };
+            if index().remove(namespace, &binding.name_any()).is_some() {
+                Change::Changed
+            } else {
+                Change::None
+            }
         }
     }
 }

@@ -76,7 +76,7 @@ pub fn report_for(policy: &str, observed: &Observed<'_>) -> Outcome {
         }
         for wanted in desired.bindings.values().filter(|wanted| wanted.policy == policy) {
             report.desired += 1;
-            let existing = observed.bindings.get(&(name.clone(), wanted.binding.name.clone()));
+            let existing = observed.bindings.get(&name, &wanted.binding.name);
             if existing.is_some_and(|seen| seen.state_for(wanted) == BindingState::UpToDate) {
                 report.ready += 1;
             }
@@ -268,7 +268,7 @@ mod tests {
                 let facts = NamespaceFacts { name: &name, labels: namespace.labels(), protected: false };
                 for (binding, wanted) in desired_bindings(facts, &self.policies).bindings {
                     let seen = SeenBinding::of(&wanted.to_role_binding(&name)).unwrap();
-                    self.bindings.insert((name.clone(), binding), seen);
+                    self.bindings.insert(&name, &binding, seen);
                 }
             }
         }
@@ -317,7 +317,7 @@ mod tests {
         let mut world = World::new(&[&policy("seed", 1)], &["a", "b"]);
         world.converge();
         // As the binding controller finds a binding kopper did not make under a wanted name.
-        world.bindings.remove(&("a".to_owned(), "ad-kubernetes-a".to_owned()));
+        world.bindings.remove("a", "ad-kubernetes-a");
         let facts = NamespaceFacts { name: "a", labels: &Default::default(), protected: false };
         let wanted = &desired_bindings(facts, &world.policies).bindings["ad-kubernetes-a"];
         world.found.push(crate::controllers::namespace_access::diff::foreign_conflict("a", wanted));

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kopper::controllers::bucket::types::BucketClass;
 use kopper::controllers::namespace_access::types::NamespaceAccess;
 use kopper::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use kube::api::PostParams;
@@ -46,6 +47,7 @@ pub async fn create_document(client: &Client, document: serde_json::Value) {
         "ConfigMapSync" => create::<ConfigMapSync>(client, document).await,
         "Secret" => create::<Secret>(client, document).await,
         "SecretSync" => create::<SecretSync>(client, document).await,
+        "BucketClass" => create_cluster_scoped::<BucketClass>(client, document).await,
         other => panic!("a manifest holds a {other}, which the tests do not know how to create"),
     }
 }

@@ -106,11 +106,14 @@ impl Cluster {
     /// This cluster with kubesim restarted on the same address with `config`, once the
     /// kopper serving `/metrics` on `admin` found the old server gone (see
     /// [`restart_api_server_once_noticed`]): the kubeconfig stays valid, and kopper's clients
-    /// reach the new server.
+    /// reach the new server. kopper must have found every watch it had open gone, not just
+    /// one: a watch that resumes on a new server without the old one's store, from a version
+    /// that server has not reached, stays quiet, and kopper would never see what it watches.
     pub async fn with_api_server_restarted(self, config: kubesim::Config, admin: &str) -> Self {
         let Self { sim, _dir, kubeconfig, .. } = self;
         let failed = unanswered_watches(admin).await;
-        let noticed = || async { unanswered_watches(admin).await > failed };
+        let open = sim.counters().open_watches() as f64;
+        let noticed = || async { unanswered_watches(admin).await >= failed + open.max(1.0) };
         let sim = restart_api_server_once_noticed(sim, config, noticed).await;
         let client = sim.client();
         Self { sim, client, _dir, kubeconfig }
