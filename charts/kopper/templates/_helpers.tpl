@@ -31,3 +31,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* `--replicate-kinds`: each entry of replication.extraKinds as apiVersion/Kind, comma-separated. */}}
+{{- define "kopper.replicateKinds" -}}
+{{- $kinds := list -}}
+{{- range . -}}
+{{- $kinds = append $kinds (printf "%s/%s" .apiVersion .kind) -}}
+{{- end -}}
+{{- join "," $kinds -}}
+{{- end -}}
+
+{{/* The API group of an apiVersion: "" for the core group's "v1". */}}
+{{- define "kopper.apiGroup" -}}
+{{- if contains "/" . -}}
+{{- index (splitList "/" .) 0 -}}
+{{- end -}}
+{{- end -}}

@@ -159,6 +159,18 @@ async fn values_the_schema_refuses_are_named_with_the_fix() {
         (json!({"replicaCnt": 2}), "replicaCnt"),
         (json!({"bucket": {"clusterId": "Prod!"}}), "/bucket/clusterId"),
         (json!({"bucket": {"credentialsSecret": "no-namespace"}}), "/bucket/credentialsSecret"),
+        (
+            json!({"replication": {"extraKinds": [{"apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket", "resource": "buckets"}]}}),
+            "/replication/extraKinds/0/apiVersion",
+        ),
+        (
+            json!({"replication": {"extraKinds": [{"apiVersion": "v1", "kind": "Secret", "resource": "secrets"}]}}),
+            "/replication/extraKinds/0/kind",
+        ),
+        (
+            json!({"replication": {"extraKinds": [{"apiVersion": "v1", "kind": "LimitRange"}]}}),
+            "/replication/extraKinds/0",
+        ),
     ] {
         let error = helm.release("install", &cluster.kubeconfig, "refused", values.clone()).unwrap_err();
         assert!(error.contains("schema") && error.contains(field), "{values}: {error}");
@@ -178,6 +190,39 @@ async fn values_the_schema_refuses_are_named_with_the_fix() {
             .contains("refused")),
         "no release recorded"
     );
+}
+
+/// Each kind of `replication.extraKinds` reaches kopper as `--replicate-kinds` and gets exactly
+/// one ClusterRole rule, for its own group and plural; with none, the rules are config/rbac's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_kinds_render_their_flag_and_one_rbac_rule_each() {
+    let Some(helm) = Helm::find() else { return };
+    let cluster = Cluster::start(kubesim::Authorization::AlwaysAllow).await;
+    let client = cluster.sim.client();
+    let values = json!({"replication": {"extraKinds": [
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "resource": "networkpolicies"},
+        {"apiVersion": "v1", "kind": "LimitRange", "resource": "limitranges"},
+    ]}});
+    helm.release("install", &cluster.kubeconfig, "kopper", values).unwrap();
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NAMESPACE).get("kopper").await.unwrap();
+    let args = deployment.spec.template.spec.unwrap().containers[0].args.clone().unwrap();
+    assert!(
+        args.contains(&"--replicate-kinds=networking.k8s.io/v1/NetworkPolicy,v1/LimitRange".to_owned()),
+        "{args:?}"
+    );
+    let rules = Api::<ClusterRole>::all(client.clone()).get("kopper").await.unwrap().rules.unwrap();
+    let mut extra: Vec<PolicyRule> =
+        rules.into_iter().filter(|rule| !rules_of(&config_rbac(), "ClusterRole").contains(rule)).collect();
+    extra.sort_by(|a, b| a.resources.cmp(&b.resources));
+    let verbs: Vec<String> =
+        ["get", "list", "watch", "create", "update", "patch", "delete"].map(str::to_owned).to_vec();
+    let rule = |group: &str, resource: &str| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec![resource.to_owned()]),
+        verbs: verbs.clone(),
+        ..PolicyRule::default()
+    };
+    assert_eq!(extra, [rule("", "limitranges"), rule("networking.k8s.io", "networkpolicies")]);
 }
 
 /// Minimal CRDs of the Prometheus Operator's kinds, so the chart's optional objects install.
