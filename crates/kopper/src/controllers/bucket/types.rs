@@ -559,10 +559,7 @@ mod tests {
         assert_eq!(spec.lifecycle_rules.as_ref().map(Vec::len), Some(2));
         assert_eq!(spec.allowed_access_modes, [AccessMode::Key, AccessMode::ServiceAccount]);
         let annotations = class.metadata.annotations.unwrap_or_default();
-        assert_eq!(
-            annotations.get(crate::controllers::bucket::class::DEFAULT_CLASS_ANNOTATION).map(String::as_str),
-            Some("true")
-        );
+        assert_eq!(annotations.get("kopper.dev/is-default-class").map(String::as_str), Some("true"));
         assert_eq!(spec.max_buckets_per_namespace, Some(10));
         assert_eq!(spec.tags["cost-centre"], "platform");
         assert!(crate::controllers::bucket::names::tags_problem(&spec.tags).is_none());
