@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// `config/samples/`, built into the binary, so that `kopper demo` works from any folder.
-pub const BUILT_IN: [(&str, &str); 8] = [
+pub const BUILT_IN: [(&str, &str); 9] = [
     ("bucket-with-credentials.yaml", include_str!("../../../config/samples/bucket-with-credentials.yaml")),
     ("bucketclass-encrypted.yaml", include_str!("../../../config/samples/bucketclass-encrypted.yaml")),
     (
