@@ -158,9 +158,11 @@ pub async fn run(
     );
     let status_feed = ctx.namespaces.subscribe();
     let binding_feed = ctx.namespaces.subscribe();
+    let (index_changed, index_changes) = tokio::sync::mpsc::unbounded_channel();
     let (bindings, bindings_task) = BindingIndex::spawn(
         client.clone(),
         wake_status.clone(),
+        index_changed,
         (ctx.metrics.clone(), BINDING_CONTROLLER),
         shutdown.clone(),
     );
@@ -206,6 +208,10 @@ pub async fn run(
         .watches_stream(binding_events, |binding| {
             binding.namespace().map(|namespace| ObjectRef::<NamespaceMeta>::new(&namespace))
         })
+        .reconcile_on(futures::stream::unfold(index_changes, |mut changes| async move {
+            let namespace = changes.recv().await?;
+            Some((ObjectRef::<NamespaceMeta>::new(&namespace), changes))
+        }))
         .reconcile_all_on(policy_changes)
         .reconcile_all_on(namespace_resyncs);
     let (policy_reader, policy_writer) = kube::runtime::reflector::store();

@@ -174,6 +174,23 @@ impl Bindings {
         self.count
     }
 
+    /// The namespaces whose bindings differ between this index and `other`.
+    fn namespaces_differing_from(&self, other: &Self) -> Vec<Box<str>> {
+        let differs = |a: &Self, b: &Self, namespace: &str| {
+            a.by_namespace.get(namespace) != b.by_namespace.get(namespace)
+        };
+        let mut namespaces: Vec<Box<str>> = self
+            .by_namespace
+            .keys()
+            .chain(other.by_namespace.keys())
+            .filter(|namespace| differs(self, other, namespace))
+            .cloned()
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+    }
+
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -187,10 +204,14 @@ pub struct BindingIndex {
 }
 
 impl BindingIndex {
-    /// Starts the watch; every change after the first list fires `wake`.
+    /// Starts the watch; every change after the first list fires `wake`, and names the
+    /// namespaces whose bindings changed on `changed`: the binding controller judges a
+    /// namespace from this index, so a namespace must be judged again once the index shows
+    /// the change, not only when the API server's event for it arrives (which may be first).
     pub fn spawn(
         client: kube::Client,
         wake: Trigger,
+        changed: tokio::sync::mpsc::UnboundedSender<Box<str>>,
         (metrics, controller): (Arc<Metrics>, &'static str),
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> (Self, tokio::task::JoinHandle<()>) {
@@ -215,14 +236,18 @@ impl BindingIndex {
                         continue;
                     }
                 };
-                let changed = apply(&index, &mut relisted, event);
+                let (change, namespaces) = apply(&index, &mut relisted, event);
                 let size = index.read().unwrap_or_else(PoisonError::into_inner).len();
                 metrics.cached_objects.get_or_create(&labels).set(i64::try_from(size).unwrap_or(i64::MAX));
-                if changed == Change::ListDone {
+                if change == Change::ListDone {
                     first_list.mark_ready();
                 }
-                if changed != Change::None && first_list.is_ready() {
+                if change != Change::None && first_list.is_ready() {
                     wake.fire();
+                    for namespace in namespaces {
+                        // The receiver is gone only when the controllers stop.
+                        let _ = changed.send(namespace);
+                    }
                 }
             }
             first_list.mark_stopped();
@@ -247,14 +272,22 @@ enum Change {
     ListDone,
 }
 
-/// Applies one watch event. A (re)list is gathered in `relisted` and replaces the index
-/// whole when it completes, so bindings deleted while the watch was down leave no trace.
-fn apply(shared: &RwLock<Bindings>, relisted: &mut Bindings, event: Event<RoleBinding>) -> Change {
+/// Applies one watch event: what changed, and the namespaces whose bindings it changed. A
+/// (re)list is gathered in `relisted` and replaces the index whole when it completes, so
+/// bindings deleted while the watch was down leave no trace.
+fn apply(
+    shared: &RwLock<Bindings>,
+    relisted: &mut Bindings,
+    event: Event<RoleBinding>,
+) -> (Change, Vec<Box<str>>) {
     let index = || shared.write().unwrap_or_else(PoisonError::into_inner);
+    let changed_in = |namespace: &str, changed: bool| {
+        if changed { (Change::Changed, vec![Box::from(namespace)]) } else { (Change::None, Vec::new()) }
+    };
     match event {
         watcher::Event::Init => {
             *relisted = Bindings::new();
-            Change::None
+            (Change::None, Vec::new())
         }
         watcher::Event::InitApply(binding) => {
             if let (Some(namespace), Some(seen)) =
@@ -262,28 +295,30 @@ fn apply(shared: &RwLock<Bindings>, relisted: &mut Bindings, event: Event<RoleBi
             {
                 relisted.insert(namespace, &binding.name_any(), seen);
             }
-            Change::None
+            (Change::None, Vec::new())
         }
         watcher::Event::InitDone => {
-            *index() = std::mem::take(relisted);
-            Change::ListDone
+            let mut index = index();
+            let changed = index.namespaces_differing_from(relisted);
+            *index = std::mem::take(relisted);
+            (Change::ListDone, changed)
         }
         watcher::Event::Apply(binding) => {
-            let Some(namespace) = binding.metadata.namespace.as_deref() else { return Change::None };
+            let Some(namespace) = binding.metadata.namespace.as_deref() else {
+                return (Change::None, Vec::new());
+            };
             let name = binding.name_any();
             let unchanged = match SeenBinding::of(&binding) {
                 Some(seen) => index().insert(namespace, &name, seen.clone()).as_ref() == Some(&seen),
                 None => index().remove(namespace, &name).is_none(),
             };
-            if unchanged { Change::None } else { Change::Changed }
+            changed_in(namespace, !unchanged)
         }
         watcher::Event::Delete(binding) => {
-            let Some(namespace) = binding.metadata.namespace.as_deref() else { return Change::None };
-            if index().remove(namespace, &binding.name_any()).is_some() {
-                Change::Changed
-            } else {
-                Change::None
-            }
+            let Some(namespace) = binding.metadata.namespace.as_deref() else {
+                return (Change::None, Vec::new());
+            };
+            changed_in(namespace, index().remove(namespace, &binding.name_any()).is_some())
         }
     }
 }
@@ -342,25 +377,40 @@ mod tests {
         let index = RwLock::new(Bindings::new());
         let mut relisted = Bindings::new();
         let binding = applied();
-        assert_eq!(apply(&index, &mut relisted, Event::Init), Change::None);
-        assert_eq!(apply(&index, &mut relisted, Event::InitApply(binding.clone())), Change::None);
-        assert_eq!(apply(&index, &mut relisted, Event::InitDone), Change::ListDone);
+        assert_eq!(apply(&index, &mut relisted, Event::Init).0, Change::None);
+        assert_eq!(apply(&index, &mut relisted, Event::InitApply(binding.clone())).0, Change::None);
+        assert_eq!(
+            apply(&index, &mut relisted, Event::InitDone),
+            (Change::ListDone, vec![Box::from("team-1")])
+        );
         assert_eq!(index.read().unwrap().len(), 1);
 
-        assert_eq!(apply(&index, &mut relisted, Event::Apply(binding.clone())), Change::None, "no change");
+        assert_eq!(
+            apply(&index, &mut relisted, Event::Apply(binding.clone())),
+            (Change::None, vec![]),
+            "no change"
+        );
         let mut edited = binding.clone();
         edited.subjects.as_mut().unwrap()[0].name = "intruders".into();
-        assert_eq!(apply(&index, &mut relisted, Event::Apply(edited)), Change::Changed);
+        assert_eq!(
+            apply(&index, &mut relisted, Event::Apply(edited)),
+            (Change::Changed, vec![Box::from("team-1")]),
+            "an edit names its namespace, to be judged again"
+        );
         let mut unlabelled = binding.clone();
         unlabelled.metadata.labels = None;
-        assert_eq!(apply(&index, &mut relisted, Event::Apply(unlabelled)), Change::Changed);
+        assert_eq!(apply(&index, &mut relisted, Event::Apply(unlabelled)).0, Change::Changed);
         assert!(index.read().unwrap().is_empty());
-        assert_eq!(apply(&index, &mut relisted, Event::Apply(binding.clone())), Change::Changed);
-        assert_eq!(apply(&index, &mut relisted, Event::Delete(binding)), Change::Changed);
+        assert_eq!(apply(&index, &mut relisted, Event::Apply(binding.clone())).0, Change::Changed);
+        assert_eq!(apply(&index, &mut relisted, Event::Delete(binding)).0, Change::Changed);
 
         apply(&index, &mut relisted, Event::Apply(applied()));
         apply(&index, &mut relisted, Event::Init);
-        assert_eq!(apply(&index, &mut relisted, Event::InitDone), Change::ListDone);
+        assert_eq!(
+            apply(&index, &mut relisted, Event::InitDone),
+            (Change::ListDone, vec![Box::from("team-1")]),
+            "a namespace whose binding went while the watch was down is judged again"
+        );
         assert!(index.read().unwrap().is_empty(), "deleted while the watch was down");
     }
 }
