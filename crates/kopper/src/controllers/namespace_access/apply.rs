@@ -18,14 +18,6 @@ pub struct WriteError {
     pub source: kube::Error,
 }
 
-impl WriteError {
-    /// A create found the name taken (409): by a binding someone else made, or by kopper's
-    /// own whose watch event is not in yet.
-    pub fn is_name_taken(&self) -> bool {
-        matches!(&self.source, kube::Error::Api(status) if status.code == 409)
-    }
-}
-
 /// What a pass over a namespace's actions achieved.
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -41,8 +33,8 @@ pub struct Applied {
     pub retry: Option<WriteError>,
 }
 
-/// Reads the namespace's RoleBindings fresh from the API server, so that a binding someone
-/// created a moment ago is never mistaken for a missing one.
+/// Reads the namespace's RoleBindings fresh from the API server: what a binding someone
+/// else made, or one changed a moment ago, holds is found here, never guessed.
 pub async fn list_bindings(client: &Client, namespace: &str) -> Result<Vec<RoleBinding>, kube::Error> {
     let api: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
     Ok(api.list(&ListParams::default()).await?.items)

@@ -3,8 +3,10 @@
 //! Two controllers share three caches (policies, RoleBindings, and the namespaces kopper's
 //! controllers share, [`crate::runtime::namespaces`]):
 //! - the binding controller reconciles each Namespace against every policy. It is woken by
-//!   namespace changes, by any RoleBinding change in the namespace (so edits and deletes are
-//!   undone) and by any policy spec change (which wakes every namespace);
+//!   namespace changes, by any RoleBinding change in the namespace and by any change the
+//!   index of kopper's own bindings shows there (so edits and deletes are undone, judged
+//!   from that index when it can tell, else from a fresh read), and by any policy spec
+//!   change (which wakes every namespace);
 //! - the status controller reconciles each NamespaceAccess, computing its status from the
 //!   caches and writing it only when it differs, so its own writes never start a loop.
 
@@ -50,7 +52,7 @@ use crate::tenancy::ProtectedNamespaces;
 
 use self::cache::Cache;
 use self::desired::{Desired, Policies, Problem, desired_bindings};
-use self::seen::BindingIndex;
+use self::seen::{BindingIndex, IndexWakes};
 use self::status::{Observed, next_status, notices, report_for};
 use self::template::NamespaceFacts;
 pub use self::types::{NamespaceAccess, NamespaceAccessSpec, NamespaceAccessStatus};
@@ -110,8 +112,10 @@ struct Shared {
     wake_status: Trigger,
     /// Namespaces a policy selects only by their exact name.
     protected: ProtectedNamespaces,
-    /// The bindings the binding controller wrote whose watch event has not come back yet.
+    /// The bindings the binding controller wrote whose watch event has not come back yet,
+    /// on the watch of every binding's metadata and on the index's own watch.
     own_writes: OwnWrites,
+    index_echoes: Arc<OwnWrites>,
 }
 
 /// The resource version of each binding kopper just wrote, by (namespace, name), until its
@@ -131,7 +135,7 @@ impl OwnWrites {
     }
 
     /// Whether `binding`'s event is the echo of kopper's own last write.
-    fn is_echo(&self, binding: &PartialObjectMeta<RoleBinding>) -> bool {
+    fn is_echo(&self, binding: &impl ResourceExt) -> bool {
         let key = (binding.namespace().unwrap_or_default(), binding.name_any());
         let mut writes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         writes.remove(&key).is_some_and(|version| binding.resource_version() == Some(version))
@@ -158,11 +162,16 @@ pub async fn run(
     );
     let status_feed = ctx.namespaces.subscribe();
     let binding_feed = ctx.namespaces.subscribe();
-    let (index_changed, index_changes) = tokio::sync::mpsc::unbounded_channel();
+    let index_wakes = Arc::new(IndexWakes::default());
+    let index_echoes = Arc::new(OwnWrites::default());
     let (bindings, bindings_task) = BindingIndex::spawn(
         client.clone(),
         wake_status.clone(),
-        index_changed,
+        index_wakes.clone(),
+        {
+            let echoes = index_echoes.clone();
+            move |binding| echoes.is_echo(binding)
+        },
         (ctx.metrics.clone(), BINDING_CONTROLLER),
         shutdown.clone(),
     );
@@ -186,6 +195,7 @@ pub async fn run(
         wake_status,
         protected: ctx.settings.destinations.protected.clone(),
         own_writes: OwnWrites::default(),
+        index_echoes,
     });
 
     let namespace_reader = binding_feed.store();
@@ -208,9 +218,8 @@ pub async fn run(
         .watches_stream(binding_events, |binding| {
             binding.namespace().map(|namespace| ObjectRef::<NamespaceMeta>::new(&namespace))
         })
-        .reconcile_on(futures::stream::unfold(index_changes, |mut changes| async move {
-            let namespace = changes.recv().await?;
-            Some((ObjectRef::<NamespaceMeta>::new(&namespace), changes))
+        .reconcile_on(futures::StreamExt::map(index_wakes.stream(), |namespace| {
+            ObjectRef::<NamespaceMeta>::new(&namespace)
         }))
         .reconcile_all_on(policy_changes)
         .reconcile_all_on(namespace_resyncs);
@@ -284,7 +293,7 @@ async fn reconcile_namespace(
 
 /// Most passes (a new namespace, a restart, a policy added) only create, or write nothing:
 /// kopper's index of its own bindings tells, and the namespace is not read. `None` when the
-/// index cannot tell, or a create found the name taken: the namespace must be read.
+/// index cannot tell, or a create failed: the namespace must be read.
 async fn create_from_index(
     namespace: &str,
     desired: &Desired,
@@ -295,8 +304,10 @@ async fn create_from_index(
     let creates = diff::creates_from_index(namespace, desired, &shared.bindings.read())?;
     let actions = creates.into_iter().map(diff::Action::Create).collect();
     let mut applied = apply::execute(&ctx.client, field_manager, namespace, actions).await;
-    if applied.retry.as_ref().is_some_and(apply::WriteError::is_name_taken) {
-        // Its last findings stand until the read tells what holds the name.
+    if applied.retry.is_some() || !applied.refused.is_empty() {
+        // A create that failed, whatever the reason, may have met a binding someone else
+        // made: what the namespace holds decides what is reported, as on every pass before,
+        // and its last findings stand until the read tells.
         record_writes(namespace, ctx, shared, &mut applied);
         return None;
     }
@@ -325,6 +336,7 @@ async fn read_and_apply(
 
 /// Counts the writes of a pass and remembers them, so their watch events wake nothing.
 fn record_writes(namespace: &str, ctx: &Context, shared: &Shared, applied: &mut apply::Applied) {
+    shared.index_echoes.record(namespace, applied.written.clone());
     shared.own_writes.record(namespace, std::mem::take(&mut applied.written));
     for _ in 0..std::mem::take(&mut applied.writes) {
         ctx.metrics.wrote(BINDING_CONTROLLER);

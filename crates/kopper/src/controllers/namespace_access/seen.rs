@@ -3,9 +3,12 @@
 //! and subjects), about a hundred bytes instead of the whole object.
 //!
 //! Only bindings labelled as kopper's are watched, so this index grows with what the
-//! policies ask for, never with the RoleBindings tenants make. Whether a binding someone
-//! else made holds a name a policy wants is found by the binding controller, which reads
-//! each namespace's bindings fresh, and reported to the status controller as a problem.
+//! policies ask for, never with the RoleBindings tenants make. The binding controller judges
+//! a namespace from it when it can (every wanted binding up to date or missing), and each
+//! change it shows wakes that namespace ([`IndexWakes`]). Whether a binding someone else
+//! made holds a name a policy wants is found when a create meets it (409): the binding
+//! controller then reads the namespace's bindings fresh and reports it to the status
+//! controller as a problem.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, RandomState};
@@ -196,6 +199,38 @@ impl Bindings {
     }
 }
 
+/// Namespaces whose bindings changed in the index, until the binding controller takes them:
+/// a set, so it holds each namespace at most once however often tenants change bindings,
+/// and nothing grows while the controller has not started.
+#[derive(Default)]
+pub struct IndexWakes {
+    pending: std::sync::Mutex<std::collections::HashSet<Box<str>>>,
+    notify: tokio::sync::Notify,
+}
+
+impl IndexWakes {
+    fn wake(&self, namespace: Box<str>) {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(namespace);
+        self.notify.notify_one();
+    }
+
+    /// Each namespace woken, once per time it was taken.
+    pub fn stream(self: Arc<Self>) -> impl futures::Stream<Item = Box<str>> + Send {
+        futures::stream::unfold((self, Vec::new()), |(wakes, mut taken)| async move {
+            loop {
+                if let Some(namespace) = taken.pop() {
+                    return Some((namespace, (wakes, taken)));
+                }
+                taken = wakes.pending.lock().unwrap_or_else(PoisonError::into_inner).drain().collect();
+                if taken.is_empty() {
+                    // notify_one keeps a permit when nobody waits, so no wake is lost here.
+                    wakes.notify.notified().await;
+                }
+            }
+        })
+    }
+}
+
 /// kopper's managed RoleBindings, kept by a watch until shutdown.
 #[derive(Clone)]
 pub struct BindingIndex {
@@ -211,7 +246,8 @@ impl BindingIndex {
     pub fn spawn(
         client: kube::Client,
         wake: Trigger,
-        changed: tokio::sync::mpsc::UnboundedSender<Box<str>>,
+        changed: Arc<IndexWakes>,
+        is_echo: impl Fn(&RoleBinding) -> bool + Send + 'static,
         (metrics, controller): (Arc<Metrics>, &'static str),
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> (Self, tokio::task::JoinHandle<()>) {
@@ -236,6 +272,10 @@ impl BindingIndex {
                         continue;
                     }
                 };
+                // The first list wakes nobody (every namespace is judged at start anyway), nor
+                // does the echo of kopper's own write (the pass that wrote it knew).
+                let was_ready = first_list.is_ready();
+                let echo = matches!(&event, watcher::Event::Apply(binding) if is_echo(binding));
                 let (change, namespaces) = apply(&index, &mut relisted, event);
                 let size = index.read().unwrap_or_else(PoisonError::into_inner).len();
                 metrics.cached_objects.get_or_create(&labels).set(i64::try_from(size).unwrap_or(i64::MAX));
@@ -244,10 +284,9 @@ impl BindingIndex {
                 }
                 if change != Change::None && first_list.is_ready() {
                     wake.fire();
-                    for namespace in namespaces {
-                        // The receiver is gone only when the controllers stop.
-                        let _ = changed.send(namespace);
-                    }
+                }
+                if was_ready && !echo {
+                    namespaces.into_iter().for_each(|namespace| changed.wake(namespace));
                 }
             }
             first_list.mark_stopped();
@@ -370,6 +409,27 @@ mod tests {
         let mut foreign = applied();
         foreign.metadata.labels = None;
         assert_eq!(SeenBinding::of(&foreign), None);
+    }
+
+    #[tokio::test]
+    async fn index_wakes_hold_each_namespace_once_until_taken() {
+        use futures::StreamExt;
+        let wakes = Arc::new(IndexWakes::default());
+        for _ in 0..1000 {
+            wakes.wake("team-1".into());
+        }
+        wakes.wake("team-2".into());
+        assert_eq!(
+            wakes.pending.lock().unwrap().len(),
+            2,
+            "a thousand changes in one namespace hold one entry"
+        );
+        let mut stream = Box::pin(wakes.clone().stream());
+        let mut taken = vec![stream.next().await.unwrap(), stream.next().await.unwrap()];
+        taken.sort();
+        assert_eq!(taken, [Box::from("team-1"), Box::from("team-2")]);
+        wakes.wake("team-1".into());
+        assert_eq!(stream.next().await.unwrap(), Box::from("team-1"), "a later change is taken again");
     }
 
     #[test]
