@@ -571,6 +571,11 @@ pub fn copy_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
 }
 
+/// How every watch of kopper's copies lists and selects them, whatever their kind.
+fn copy_watch_config() -> watcher::Config {
+    watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE)
+}
+
 /// Keeps `index` from a watch of kopper's copies of `K` until `shutdown`, waking the rules
 /// each change concerns.
 pub fn spawn<K: Replicable>(
@@ -581,7 +586,7 @@ pub fn spawn<K: Replicable>(
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
-    let config = watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE);
+    let config = copy_watch_config();
     let events = crate::runtime::watch::watcher(Api::<WatchedCopy<K>>::all(client.clone()), config)
         .map(|event| event.map(|event| reduced(event, WatchedCopy::into_parts)))
         .default_backoff()
@@ -601,7 +606,7 @@ pub fn spawn_generic(
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
-    let config = watcher::Config::default().labels(&copy_selector()).page_size(LIST_PAGE_SIZE);
+    let config = copy_watch_config();
     let api = Api::<DynamicObject>::all_with(client.clone(), resource);
     let not_served = format!("the API server no longer serves {} ({})", resource.kind, resource.api_version);
     let events = crate::runtime::watch::watcher_of(api, config, not_served)
