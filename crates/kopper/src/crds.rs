@@ -7,6 +7,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 
 use kube::CustomResourceExt;
 
+use crate::controllers::bucket::access_types::BucketAccess;
 use crate::controllers::bucket::types::{Bucket, BucketClass};
 use crate::controllers::namespace_access::NamespaceAccess;
 use crate::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
@@ -23,6 +24,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         SecretSync::crd(),
         Bucket::crd(),
         BucketClass::crd(),
+        BucketAccess::crd(),
     ];
     crds.into_iter().map(with_strict_selectors).collect()
 }

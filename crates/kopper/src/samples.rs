@@ -6,8 +6,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// `config/samples/`, built into the binary, so that `kopper demo` works from any folder.
-pub const BUILT_IN: [(&str, &str); 9] = [
+pub const BUILT_IN: [(&str, &str); 10] = [
     ("bucket-with-credentials.yaml", include_str!("../../../config/samples/bucket-with-credentials.yaml")),
+    ("bucketaccess-read-only.yaml", include_str!("../../../config/samples/bucketaccess-read-only.yaml")),
     ("bucketclass-encrypted.yaml", include_str!("../../../config/samples/bucketclass-encrypted.yaml")),
     (
         "configmapsync-across-namespaces.yaml",

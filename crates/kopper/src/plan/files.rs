@@ -89,9 +89,9 @@ impl FileRules {
                     self.origin(&policy, path)?;
                     self.namespace_accesses.push(policy);
                 }
-                // A kopper kind plan does not cover (Bucket, BucketClass) is skipped like any
-                // other kind.
-                (true, "Bucket" | "BucketClass") => self.skipped.push(kind.clone()),
+                // A kopper kind plan does not cover (Bucket, BucketClass, BucketAccess) is
+                // skipped like any other kind.
+                (true, "Bucket" | "BucketClass" | "BucketAccess") => self.skipped.push(kind.clone()),
                 (true, other) => {
                     return Err(at(format!("kopper.dev has no kind {other:?} that plan covers")));
                 }

@@ -6,6 +6,7 @@
 use crate::common;
 
 mod class;
+mod grant;
 mod keyless;
 
 use std::collections::BTreeMap;

@@ -12,6 +12,7 @@ use crate::common::{Operator, eventually, eventually_within, run_args};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use kopper::controllers::bucket::access_types::BucketAccess;
 use kopper::controllers::bucket::types::{Bucket, BucketClass};
 use kopper::controllers::replication::types::{ConfigMapSync, ReplicationRule, SecretSync};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -142,14 +143,14 @@ fn ready_reason(status: &Value) -> &str {
     status["conditions"][0]["reason"].as_str().unwrap_or_default()
 }
 
-/// Tenants may manage ConfigMaps, Secrets, ConfigMapSyncs, SecretSyncs and Buckets in their
-/// own namespace only.
+/// Tenants may manage ConfigMaps, Secrets, ConfigMapSyncs, SecretSyncs, Buckets and
+/// BucketAccesses in their own namespace only.
 async fn tenant_role(admin: &Client) {
     let role: ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": "tenant"},
         "rules": [
             {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["*"]},
-            {"apiGroups": ["kopper.dev"], "resources": ["configmapsyncs", "secretsyncs", "buckets"], "verbs": ["*"]},
+            {"apiGroups": ["kopper.dev"], "resources": ["configmapsyncs", "secretsyncs", "buckets", "bucketaccesses"], "verbs": ["*"]},
         ],
     }))
     .unwrap();
@@ -1669,5 +1670,147 @@ async fn a_tenant_cannot_create_a_class_nor_have_one_read_their_secret() {
     .await;
     assert_eq!(reason, "CredentialsNotUsable");
     assert!(detail.contains(&format!("namespace {KOPPER_NAMESPACE}")), "{detail}");
+    tenancy.stop().await;
+}
+
+/// Alice's Bucket `name` in tenant-a, shared as `shared_with` says, once it is Ready.
+async fn alice_shared_bucket(tenancy: &Tenancy, name: &str, shared_with: Value) -> Bucket {
+    let bucket: Bucket = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": name, "namespace": "tenant-a"}, "spec": {"sharedWith": shared_with},
+    }))
+    .unwrap();
+    let api = Api::<Bucket>::namespaced(tenancy.alice.clone(), "tenant-a");
+    api.create(&PostParams::default(), &bucket).await.unwrap();
+    alice_bucket_refused(tenancy, name, "Ready").await.0
+}
+
+/// Bob asks, from tenant-b, for `mode` on alice's Bucket `bucket` (`secret_name`: where).
+async fn bob_asks(tenancy: &Tenancy, name: &str, bucket: &str, mode: &str, secret_name: Option<&str>) {
+    let mut spec = json!({"bucketRef": {"namespace": "tenant-a", "name": bucket}, "mode": mode});
+    if let Some(secret_name) = secret_name {
+        spec["secretName"] = json!(secret_name);
+    }
+    let grant: BucketAccess = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "BucketAccess",
+        "metadata": {"name": name, "namespace": "tenant-b"}, "spec": spec,
+    }))
+    .unwrap();
+    Api::<BucketAccess>::namespaced(tenancy.bob.clone(), "tenant-b")
+        .create(&PostParams::default(), &grant)
+        .await
+        .expect("a tenant may create BucketAccesses in its namespace");
+}
+
+/// The reason and message of bob's BucketAccess `name` once its reason is `reason`.
+async fn bob_grant(tenancy: &Tenancy, name: &str, reason: &str) -> (BucketAccess, String) {
+    let api = Api::<BucketAccess>::namespaced(tenancy.bob.clone(), "tenant-b");
+    eventually(&format!("bob's BucketAccess {name} to report {reason}"), || async {
+        let grant = api.get(name).await.unwrap();
+        let ready = grant.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready")?.clone();
+        (ready.reason == reason).then_some((grant, ready.message))
+    })
+    .await
+}
+
+/// kopper with the Bucket controller (and so BucketAccess) on moto, as config/rbac/ allows it.
+async fn bucket_tenancy(moto: &crate::common::moto::Moto) -> Tenancy {
+    let mut tenancy = Tenancy::start().await;
+    crate::common::moto::create_credentials_secret(&tenancy.admin).await;
+    tenancy.operator.take().unwrap().stop().await.unwrap();
+    start_bucket_kopper(&mut tenancy, moto, "tenancy");
+    tenancy
+}
+
+/// IAM users kopper made, as an admin lists them.
+async fn iam_users(moto: &crate::common::moto::Moto) -> Vec<String> {
+    let s3 = moto.client().await;
+    kopper::controllers::bucket::provider::Provider::users(&s3, "").await.unwrap()
+}
+
+/// Bob cannot have alice's bucket without her consent: he cannot write the consent himself
+/// (her Bucket is hers), a grant of a Bucket she did not share with him is refused with no
+/// IAM user made, and it reads exactly as a grant of a Bucket that does not exist, so that
+/// BucketAccesses cannot probe which Buckets other namespaces have.
+#[tokio::test]
+async fn a_tenant_gets_no_grant_without_consent_and_cannot_tell_an_unshared_bucket_from_none() {
+    let Some(moto) = crate::common::moto::Moto::start().await else { return };
+    let tenancy = bucket_tenancy(&moto).await;
+    alice_shared_bucket(&tenancy, "data", json!([{"namespace": "tenant-c", "mode": "ReadWrite"}])).await;
+    let before = iam_users(&moto).await;
+
+    let consent = json!({"spec": {"sharedWith": [{"namespace": "tenant-b", "mode": "ReadWrite"}]}});
+    let denied = Api::<Bucket>::namespaced(tenancy.bob.clone(), "tenant-a")
+        .patch("data", &PatchParams::default(), &Patch::Merge(&consent))
+        .await
+        .expect_err("bob cannot write alice's Bucket");
+    assert!(matches!(denied, kube::Error::Api(ref status) if status.code == 403), "{denied:?}");
+
+    bob_asks(&tenancy, "data", "data", "ReadOnly", None).await;
+    bob_asks(&tenancy, "nothing", "nothing", "ReadOnly", None).await;
+    let (unshared, unshared_message) = bob_grant(&tenancy, "data", "NotShared").await;
+    let (_, missing_message) = bob_grant(&tenancy, "nothing", "NotShared").await;
+    assert_eq!(unshared_message, missing_message.replace("tenant-a/nothing", "tenant-a/data"));
+    assert!(unshared.status.unwrap().user_name.is_none());
+    assert_eq!(iam_users(&moto).await, before, "no IAM user for bob");
+    let bobs = Api::<Secret>::namespaced(tenancy.bob.clone(), "tenant-b");
+    assert!(bobs.get_opt("data").await.unwrap().is_none(), "no Secret for bob");
+    tenancy.stop().await;
+}
+
+/// Alice shares ReadOnly: bob asking for ReadWrite is refused (ModeNotShared) and gets no
+/// user; asking for ReadOnly he gets a key whose policy writes nothing.
+#[tokio::test]
+async fn read_only_consent_never_gives_read_write() {
+    let Some(moto) = crate::common::moto::Moto::start().await else { return };
+    let tenancy = bucket_tenancy(&moto).await;
+    alice_shared_bucket(&tenancy, "data", json!([{"namespace": "tenant-b", "mode": "ReadOnly"}])).await;
+    let before = iam_users(&moto).await;
+    bob_asks(&tenancy, "writer", "data", "ReadWrite", None).await;
+    let (_, message) = bob_grant(&tenancy, "writer", "ModeNotShared").await;
+    assert!(message.contains("ReadOnly only"), "{message}");
+    assert_eq!(iam_users(&moto).await, before, "no IAM user for a mode not consented to");
+
+    let lower = json!({"spec": {"mode": "ReadOnly"}});
+    Api::<BucketAccess>::namespaced(tenancy.bob.clone(), "tenant-b")
+        .patch("writer", &PatchParams::default(), &Patch::Merge(&lower))
+        .await
+        .unwrap();
+    let (granted, _) = bob_grant(&tenancy, "writer", "Granted").await;
+    let user = granted.status.unwrap().user_name.unwrap();
+    let s3 = moto.client().await;
+    let policy = kopper::controllers::bucket::provider::Provider::user_policy(
+        &s3,
+        &user,
+        kopper::controllers::bucket::names::POLICY_NAME,
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .to_string();
+    assert!(policy.contains("s3:GetObject") && !policy.contains("s3:PutObject"), "{policy}");
+    tenancy.stop().await;
+}
+
+/// A Secret already in bob's namespace under the grant's secretName is not kopper's: it is
+/// never overwritten, the grant reports SecretNameTaken and no key is issued into it.
+#[tokio::test]
+async fn a_squatted_secret_name_is_never_overwritten_by_a_grant() {
+    let Some(moto) = crate::common::moto::Moto::start().await else { return };
+    let tenancy = bucket_tenancy(&moto).await;
+    alice_shared_bucket(&tenancy, "data", json!([{"namespace": "tenant-b", "mode": "ReadOnly"}])).await;
+    let squatted = json!({"metadata": {"name": "app-config", "namespace": "tenant-b"}, "stringData": {"password": "hunter2"}});
+    secret(&tenancy.bob, "tenant-b", squatted).await;
+    bob_asks(&tenancy, "reader", "data", "ReadOnly", Some("app-config")).await;
+    let (granted, message) = bob_grant(&tenancy, "reader", "SecretNameTaken").await;
+    assert!(message.contains("spec.secretName"), "{message}");
+    let kept = Api::<Secret>::namespaced(tenancy.bob.clone(), "tenant-b").get("app-config").await.unwrap();
+    let data = kept.data.unwrap_or_default();
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["password"], "the Secret is left as it was");
+    assert!(kept.metadata.owner_references.is_none());
+    let s3 = moto.client().await;
+    let user = granted.status.unwrap().user_name.unwrap();
+    let keys = kopper::controllers::bucket::provider::Provider::access_keys(&s3, &user).await.unwrap();
+    assert!(keys.is_empty(), "no key issued: {keys:?}");
     tenancy.stop().await;
 }

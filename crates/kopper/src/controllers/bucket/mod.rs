@@ -24,6 +24,7 @@
 //! always happens on the backend the bucket is on. Without classes, kopper's flags are the
 //! class, enforcing nothing: Buckets behave as they did before classes.
 
+pub mod access_types;
 pub mod admission;
 pub mod aws;
 pub mod backends;
@@ -34,6 +35,8 @@ pub mod config_map;
 pub mod decide;
 pub mod enforced;
 pub mod fenced;
+pub mod grant;
+pub mod grant_controller;
 pub mod metrics;
 pub mod name_locks;
 pub mod names;
@@ -45,7 +48,7 @@ pub mod service_account;
 pub mod sweep;
 pub mod types;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -271,6 +274,9 @@ pub async fn run(
         ctx.fence.clone(),
         settings.provider.as_ref().and_then(|aws| aws.delete_batch),
     ));
+    let (grant_wake, grant_wakes) = futures::channel::mpsc::unbounded();
+    let grant_index = Arc::new(grant_controller::GrantIndex::default());
+    let grant_controller = grant_controller::controller(&ctx, grant_wakes, grant_index.clone());
     let (class_wake, class_wakes) = futures::channel::mpsc::unbounded();
     let (bucket_wake, bucket_wakes) = futures::channel::mpsc::unbounded();
     let classes_listed = FirstList::default();
@@ -301,7 +307,9 @@ pub async fn run(
             let mut wakes = class_status::ClassWakes::default();
             let (buckets, classes) = (reader.clone(), classes.clone());
             let admissions = admissions.clone();
+            let mut grant_wakes = GrantWakes { index: grant_index, wake: grant_wake, seen: HashMap::new() };
             move |event| {
+                grant_wakes.after(event);
                 // Also when the Bucket leaves without its finalizer: its key stops counting.
                 if let kube::runtime::watcher::Event::Delete(bucket) = event {
                     key_ages.forget(&bucket.uid().unwrap_or_default());
@@ -385,18 +393,61 @@ pub async fn run(
         )))
     };
     let shutdown = futures::FutureExt::shared(shutdown);
+    let grant_shared = shared.clone();
     let buckets_run = run_controller(NAME, controller, ctx.clone(), shutdown.clone(), move |bucket, ctx| {
         reconcile(bucket, ctx, shared.clone())
     });
+    let grants_run = run_controller(
+        grant_controller::NAME,
+        grant_controller,
+        ctx.clone(),
+        shutdown.clone(),
+        move |grant, ctx| grant_controller::reconcile(grant, ctx, grant_shared.clone()),
+    );
     let classes_run =
         run_controller(class_status::CLASS_CONTROLLER, class_controller, ctx, shutdown, move |class, ctx| {
             class_status::reconcile(class, ctx, class_shared.clone())
         });
-    tokio::join!(buckets_run, classes_run);
+    tokio::join!(buckets_run, classes_run, grants_run);
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
     Ok(())
+}
+
+/// Wakes the grants of a Bucket when what they decide on changes ([`grant_controller::bucket_digest`]):
+/// its consent, its state, its deletion. Status writes that change none of it wake none.
+struct GrantWakes {
+    index: Arc<grant_controller::GrantIndex>,
+    wake: futures::channel::mpsc::UnboundedSender<
+        kube::runtime::reflector::ObjectRef<access_types::BucketAccess>,
+    >,
+    /// The digest each Bucket (by uid) last woke its grants with.
+    seen: HashMap<String, u64>,
+}
+
+impl GrantWakes {
+    fn after(&mut self, event: &kube::runtime::watcher::Event<Bucket>) {
+        use kube::runtime::watcher::Event;
+        let (bucket, gone) = match event {
+            Event::Apply(bucket) | Event::InitApply(bucket) => (bucket, false),
+            Event::Delete(bucket) => (bucket, true),
+            _ => return,
+        };
+        let uid = bucket.uid().unwrap_or_default();
+        if gone {
+            self.seen.remove(&uid);
+        } else {
+            let digest = grant_controller::bucket_digest(bucket);
+            if self.seen.insert(uid, digest) == Some(digest) {
+                return;
+            }
+        }
+        let namespace = bucket.namespace().unwrap_or_default();
+        for grant in self.index.grants_of(&namespace, &bucket.name_any()) {
+            let _ = self.wake.unbounded_send(grant);
+        }
+    }
 }
 
 /// The controller of BucketClasses ([`class_status`]): woken by changes to a class and, through
@@ -1740,12 +1791,19 @@ impl Pass<'_> {
         }
     }
 
-    /// The bucket first (with `Delete`), then the IAM user: while the bucket cannot be
-    /// deleted (not empty, denied, not this Bucket's), the finalizer stays and so do the
-    /// credentials a tenant needs to empty it.
+    /// Every grant's IAM user first, then the bucket (with `Delete`), then the Bucket's own IAM
+    /// user: while the bucket cannot be deleted (not empty, denied, not this Bucket's), the
+    /// finalizer stays and so do the credentials the owner needs to empty it.
     async fn cleanup(&self, bucket: &Bucket) -> Result<Cleanup, Error> {
         let status = bucket.status.clone().unwrap_or_default();
         self.on_recorded_backend(&status, bucket.name_any().as_str())?;
+        // Every grant's key goes first: no consumer keeps access to a bucket about to go.
+        let revoked =
+            grant_controller::revoke_bucket_grants(self.provider, &self.owner.cluster, &self.owner.uid)
+                .await?;
+        if revoked > 0 {
+            info!(revoked, "deleted the IAM users of the Bucket's grants");
+        }
         if bucket.spec.deletion_policy == DeletionPolicy::Delete
             && let Some(name) = &status.bucket_name
             && self.delete_bucket(bucket, &status, name).await? == Cleanup::Emptying
@@ -2047,8 +2105,8 @@ async fn write_status(
 }
 
 /// The merge patch from `old` to `new`: the fields that differ, `null` for those removed.
-fn status_patch(old: &BucketStatus, new: &BucketStatus) -> serde_json::Value {
-    let fields = |status: &BucketStatus| match serde_json::to_value(status) {
+fn status_patch<S: serde::Serialize>(old: &S, new: &S) -> serde_json::Value {
+    let fields = |status: &S| match serde_json::to_value(status) {
         Ok(serde_json::Value::Object(fields)) => fields,
         _ => serde_json::Map::new(),
     };

@@ -67,17 +67,23 @@ pub enum Keeper {
 /// only hands the tenant's own Bucket a Secret the tenant could have written anyway. Whatever
 /// slips through, [`super::churn`] bounds the access keys a fight could cost.
 pub fn keeper<K: Resource>(secret: &K, bucket: &Bucket) -> Keeper {
+    keeper_of(secret, bucket.uid().as_deref(), BUCKET_LABEL)
+}
+
+/// Who keeps `secret`, for the kopper object of uid `owner_uid` that labels its Secrets with
+/// `label` (a Bucket, or a BucketAccess): [`Keeper::ThisBucket`] only when that object is the
+/// Secret's controller and the label is there, as [`keeper`] says for Buckets.
+pub fn keeper_of<K: Resource>(secret: &K, owner_uid: Option<&str>, label: &str) -> Keeper {
     let replicated = secret.labels().contains_key(REPLICATED_BY_LABEL)
         || secret.annotations().contains_key(RULE_UID_ANNOTATION);
     if replicated {
         return Keeper::Replication;
     }
-    let uid = bucket.uid();
     let controlled = secret
         .owner_references()
         .iter()
-        .any(|owner| owner.controller == Some(true) && Some(&owner.uid) == uid.as_ref());
-    if controlled && secret.labels().contains_key(BUCKET_LABEL) { Keeper::ThisBucket } else { Keeper::Other }
+        .any(|owner| owner.controller == Some(true) && Some(owner.uid.as_str()) == owner_uid);
+    if controlled && secret.labels().contains_key(label) { Keeper::ThisBucket } else { Keeper::Other }
 }
 
 /// The access key id the Secret holds, if it holds a complete key pair.

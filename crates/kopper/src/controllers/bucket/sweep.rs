@@ -21,6 +21,10 @@
 //! ListAccessKeys, a DeleteAccessKey per key, DeleteUserPolicy and DeleteUser. Writes pass
 //! the lease fence like every other provider write.
 //!
+//! Grant users (of BucketAccess objects, tagged with the grant's and the Bucket's uids) are
+//! swept the same way: one whose BucketAccess or whose Bucket no longer exists is an orphan.
+//! BucketAccesses are listed (after the users) only when a grant user was found.
+//!
 //! Every backend Buckets may be on is swept: kopper's flags' and each BucketClass's own
 //! (`spec.backend`), once per distinct backend identity (classes sharing a backend share its
 //! sweep), with the class's cached provider. So the number of sweeps per round is bounded by
@@ -39,7 +43,9 @@ use tracing::{debug, info, warn};
 use kube::runtime::reflector::Store;
 
 use super::Error;
+use super::access_types::BucketAccess;
 use super::backends::Backends;
+use super::grant;
 use super::names::{self, POLICY_NAME, TAG_CLUSTER, TAG_UID};
 use super::provider::Provider;
 use super::types::{Bucket, BucketClass};
@@ -156,8 +162,15 @@ async fn sweep(
         return Ok(0);
     }
     let live = live_bucket_uids(client).await?;
+    let mut doomed = orphans(&found, cluster, &live);
+    if found.iter().any(|found| found.tags.contains_key(grant::TAG_GRANT_UID)) {
+        let grants = live_grant_uids(client).await?;
+        doomed.extend(found.iter().filter(|found| {
+            found.kind == Kind::User && grant::is_orphaned_grant(&found.tags, cluster, &grants, &live)
+        }));
+    }
     let mut deleted = 0;
-    for orphan in orphans(&found, cluster, &live) {
+    for orphan in doomed {
         // One that cannot be deleted now does not keep the others' credentials alive.
         match delete(provider, orphan).await {
             Ok(()) => {
@@ -215,6 +228,21 @@ async fn live_bucket_uids(client: &kube::Client) -> Result<HashSet<String>, Erro
     loop {
         let page = api.list_metadata(&params).await.map_err(Error::kube("listing Buckets"))?;
         uids.extend(page.items.iter().filter_map(|bucket| bucket.uid()));
+        match page.metadata.continue_ {
+            Some(next) if !next.is_empty() => params = params.continue_token(&next),
+            _ => return Ok(uids),
+        }
+    }
+}
+
+/// Every BucketAccess's uid, read from the API server page by page.
+async fn live_grant_uids(client: &kube::Client) -> Result<HashSet<String>, Error> {
+    let api = Api::<BucketAccess>::all(client.clone());
+    let mut uids = HashSet::new();
+    let mut params = ListParams::default().limit(crate::runtime::trim::TENANT_OBJECTS_PAGE_SIZE);
+    loop {
+        let page = api.list_metadata(&params).await.map_err(Error::kube("listing BucketAccesses"))?;
+        uids.extend(page.items.iter().filter_map(|grant| grant.uid()));
         match page.metadata.continue_ {
             Some(next) if !next.is_empty() => params = params.continue_token(&next),
             _ => return Ok(uids),

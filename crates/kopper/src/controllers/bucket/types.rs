@@ -8,6 +8,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::access_types::SharedWith;
+
 /// An S3 bucket for an application, with credentials for exactly that bucket: kopper creates
 /// (or adopts, after a crash) the bucket, an IAM user, an inline policy allowing this bucket
 /// and its objects, and one access key, and writes the credentials into a Secret in this
@@ -110,6 +112,19 @@ pub struct BucketSpec {
     /// Switching modes removes the other mode's credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<Access>,
+
+    /// The other namespaces whose BucketAccess objects may get this bucket, each with the
+    /// most it may get (`ReadOnly` or `ReadWrite`); at most 64. Only this list counts as
+    /// consent: nothing another namespace writes does. Removing a namespace, or lowering its
+    /// mode below what its BucketAccess asks for, deletes that grant's IAM user and key. A
+    /// BucketAccess of this Bucket's own namespace needs no entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "maxItems" = 64,
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["namespace"]
+    ))]
+    pub shared_with: Vec<SharedWith>,
 }
 
 /// How workloads reach the bucket.

@@ -1,0 +1,379 @@
+//! BucketAccess: a grant of a Bucket's bucket to another namespace, only with the consent the
+//! Bucket gives in `spec.sharedWith`. On moto, as the other Bucket tests; what a grant's key
+//! can and cannot do is shown with moto enforcing IAM, after kopper has stopped.
+
+use super::*;
+
+use kopper::controllers::bucket::access_types::{BucketAccess, BucketAccessStatus};
+use kopper::controllers::bucket::grant::GrantOwner;
+
+const CONSUMER: &str = "team-b";
+
+async fn create_namespace(cluster: &Cluster, name: &str) {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(cluster.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+}
+
+fn grants(cluster: &Cluster, namespace: &str) -> Api<BucketAccess> {
+    Api::namespaced(cluster.client.clone(), namespace)
+}
+
+/// A BucketAccess in `namespace` for the Bucket `team-a/<bucket>`, asking for `mode`.
+async fn create_grant(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+    bucket: &str,
+    mode: &str,
+) -> BucketAccess {
+    let grant: BucketAccess = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "BucketAccess",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"bucketRef": {"namespace": NAMESPACE, "name": bucket}, "mode": mode},
+    }))
+    .unwrap();
+    grants(cluster, namespace).create(&PostParams::default(), &grant).await.unwrap()
+}
+
+/// A Ready Bucket `team-a/<name>` shared as `shared_with` says.
+async fn shared_bucket(cluster: &Cluster, name: &str, shared_with: serde_json::Value) -> BucketStatus {
+    create_bucket(cluster, name, json!({"sharedWith": shared_with})).await;
+    status(&wait_for_reason(cluster, name, "Ready").await)
+}
+
+/// The grant's Ready reason and message once its reason is `reason`, and its status.
+async fn wait_for_grant(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+) -> (BucketAccessStatus, String) {
+    wait_for_grant_within(cluster, namespace, name, reason, common::DEADLINE).await
+}
+
+async fn wait_for_grant_within(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+    deadline: Duration,
+) -> (BucketAccessStatus, String) {
+    let api = grants(cluster, namespace);
+    eventually_within(&format!("BucketAccess {namespace}/{name} to report {reason}"), deadline, || async {
+        let grant = api.get(name).await.unwrap();
+        let status = grant.status?;
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?.clone();
+        (ready.reason == reason).then_some((status, ready.message))
+    })
+    .await
+}
+
+async fn secret_in(cluster: &Cluster, namespace: &str, name: &str) -> Option<Secret> {
+    Api::<Secret>::namespaced(cluster.client.clone(), namespace).get_opt(name).await.unwrap()
+}
+
+/// Every IAM user of the account.
+async fn users(endpoint: &str) -> Vec<String> {
+    account_contents(endpoint).await.0
+}
+
+fn grant_owner(grant: &BucketAccess, bucket: &Bucket) -> GrantOwner {
+    GrantOwner {
+        cluster: "test".into(),
+        namespace: grant.namespace().unwrap(),
+        name: grant.name_any(),
+        grant_uid: grant.uid().unwrap(),
+        bucket_uid: bucket.uid().unwrap(),
+    }
+}
+
+fn error_code<E: aws_sdk_s3::error::ProvideErrorMetadata>(error: &E) -> Option<String> {
+    error.code().map(str::to_owned)
+}
+
+async fn get_object(secret: &Secret, key: &str) -> Result<(), String> {
+    let got =
+        application_client(secret).get_object().bucket(value(secret, "BUCKET_NAME")).key(key).send().await;
+    got.map(drop).map_err(|error| error_code(&error).unwrap_or_else(|| format!("{error:?}")))
+}
+
+async fn try_put_object(secret: &Secret, key: &str) -> Result<(), String> {
+    let put = application_client(secret)
+        .put_object()
+        .bucket(value(secret, "BUCKET_NAME"))
+        .key(key)
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"data"))
+        .send()
+        .await;
+    put.map(drop).map_err(|error| error_code(&error).unwrap_or_else(|| format!("{error:?}")))
+}
+
+/// A read-only grant's key reads the shared bucket and is refused a write; a read-write
+/// grant's key writes. The Secret holds what a Bucket's does, for the shared bucket.
+#[tokio::test]
+async fn a_read_only_grant_reads_and_cannot_write_and_a_read_write_grant_writes() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    create_namespace(&cluster, "team-c").await;
+    let operator = start_operator(&cluster, &moto);
+    let shared =
+        json!([{"namespace": CONSUMER, "mode": "ReadOnly"}, {"namespace": "team-c", "mode": "ReadWrite"}]);
+    let ready = shared_bucket(&cluster, "data", shared).await;
+    let bucket_name = ready.bucket_name.unwrap();
+    put_object(&secret(&cluster, "data-s3").await.unwrap(), "report.csv").await;
+
+    let reader = create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let writer = create_grant(&cluster, "team-c", "writer", "data", "ReadWrite").await;
+    let (granted, message) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    assert!(message.contains("ReadOnly") && message.contains(&bucket_name), "{message}");
+    assert_eq!(granted.bucket_name.as_deref(), Some(bucket_name.as_str()));
+    let bucket = buckets(&cluster).get("data").await.unwrap();
+    assert_eq!(granted.user_name, Some(grant_owner(&reader, &bucket).user_name()));
+    wait_for_grant(&cluster, "team-c", "writer", "Granted").await;
+    let read_only =
+        secret_in(&cluster, CONSUMER, "reader").await.expect("the grant's Secret, named after it");
+    assert_eq!(value(&read_only, "BUCKET_NAME"), bucket_name);
+    assert_eq!(value(&read_only, "AWS_REGION"), REGION);
+    assert_eq!(value(&read_only, "AWS_ACCESS_KEY_ID"), granted.access_key_id.clone().unwrap());
+    assert_eq!(read_only.owner_references()[0].uid, reader.uid().unwrap(), "owned by the BucketAccess");
+    let read_write = secret_in(&cluster, "team-c", "writer").await.unwrap();
+    let s3 = moto.client().await;
+    let user = granted.user_name.unwrap();
+    assert_eq!(key_ids(&s3, &user).await.unwrap(), vec![value(&read_only, "AWS_ACCESS_KEY_ID")]);
+    let _ = writer;
+    // kopper's own key exists in no IAM: it must be stopped before moto checks keys.
+    operator.stop().await.unwrap();
+
+    moto.enforce_iam_after(1).await;
+    get_object(&read_only, "report.csv").await.expect("the read-only grant reads");
+    assert_eq!(try_put_object(&read_only, "mine.csv").await, Err("AccessDenied".to_owned()));
+    try_put_object(&read_write, "written.csv").await.expect("the read-write grant writes");
+    get_object(&read_write, "written.csv").await.expect("and reads");
+}
+
+/// Without an entry in the Bucket's sharedWith, a grant is refused (NotShared) and no IAM user
+/// is made; the consent given afterwards grants it, and the Bucket's own namespace needs none.
+#[tokio::test]
+async fn a_grant_without_consent_is_refused_and_gets_no_user_until_the_owner_consents() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator(&cluster, &moto);
+    shared_bucket(&cluster, "data", json!([])).await;
+    let before = users(&moto.endpoint).await;
+
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let (refused, message) = wait_for_grant(&cluster, CONSUMER, "reader", "NotShared").await;
+    assert!(message.contains("spec.sharedWith") && message.contains(CONSUMER), "{message}");
+    assert_eq!((refused.user_name, refused.access_key_id), (None, None));
+    assert!(secret_in(&cluster, CONSUMER, "reader").await.is_none());
+    assert_eq!(users(&moto.endpoint).await, before, "no IAM user for a grant never consented to");
+
+    let consent =
+        Patch::Merge(json!({"spec": {"sharedWith": [{"namespace": CONSUMER, "mode": "ReadOnly"}]}}));
+    buckets(&cluster).patch("data", &PatchParams::default(), &consent).await.unwrap();
+    wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    create_grant(&cluster, NAMESPACE, "own", "data", "ReadWrite").await;
+    wait_for_grant(&cluster, NAMESPACE, "own", "Granted").await;
+    assert_eq!(users(&moto.endpoint).await.len(), before.len() + 2);
+    operator.stop().await.unwrap();
+}
+
+/// The Bucket's owner removes the namespace from sharedWith: the grant's user and key are
+/// deleted, its Secret is gone, status says why, and the old key is refused by S3.
+#[tokio::test]
+async fn withdrawn_consent_deletes_the_grant_s_user_key_and_secret() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator(&cluster, &moto);
+    shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadWrite"}])).await;
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let old = secret_in(&cluster, CONSUMER, "reader").await.unwrap();
+    let user = granted.user_name.unwrap();
+    let s3 = moto.client().await;
+
+    let withdraw = Patch::Merge(json!({"spec": {"sharedWith": null}}));
+    buckets(&cluster).patch("data", &PatchParams::default(), &withdraw).await.unwrap();
+    let (revoked, message) = wait_for_grant(&cluster, CONSUMER, "reader", "NotShared").await;
+    assert!(message.contains("does not exist or is not shared"), "{message}");
+    assert_eq!((revoked.user_name, revoked.access_key_id), (None, None));
+    assert_eq!(s3.user_tags(&user).await.unwrap(), None, "the grant's user is gone");
+    eventually("the grant's Secret to be gone", || async {
+        secret_in(&cluster, CONSUMER, "reader").await.is_none().then_some(())
+    })
+    .await;
+    let events = Api::<Event>::namespaced(cluster.client.clone(), CONSUMER);
+    eventually("a Revoked Event on the BucketAccess", || async {
+        let listed = events.list(&ListParams::default()).await.unwrap();
+        listed.items.iter().any(|event| event.reason.as_deref() == Some("Revoked")).then_some(())
+    })
+    .await;
+    operator.stop().await.unwrap();
+
+    moto.enforce_iam_after(1).await;
+    let refused = get_object(&old, "anything").await.expect_err("the old key is refused");
+    assert!(["InvalidAccessKeyId", "AccessDenied"].contains(&refused.as_str()), "{refused}");
+}
+
+/// Deleting a BucketAccess deletes its user and key (its finalizer holds it until then); the
+/// Bucket's own user is untouched.
+#[tokio::test]
+async fn deleting_a_grant_deletes_its_user() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator(&cluster, &moto);
+    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let s3 = moto.client().await;
+
+    grants(&cluster, CONSUMER).delete("reader", &DeleteParams::default()).await.unwrap();
+    let api = grants(&cluster, CONSUMER);
+    eventually("the BucketAccess to be gone", || async {
+        api.get_opt("reader").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(s3.user_tags(&granted.user_name.unwrap()).await.unwrap(), None);
+    assert_eq!(users(&moto.endpoint).await, vec![ready.user_name.unwrap()], "the Bucket's own user stays");
+    operator.stop().await.unwrap();
+}
+
+/// Deleting a shared Bucket deletes every grant's user before its own: while IAM refuses
+/// DeleteUser, the grant user has lost its key and the Bucket's own user still has its key;
+/// once IAM allows it, every user is gone and the grant reports why.
+#[tokio::test]
+async fn deleting_a_bucket_deletes_its_grants_users_first() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let (own, grant_user) = (ready.user_name.unwrap(), granted.user_name.unwrap());
+    let s3 = moto.client().await;
+
+    proxy
+        .set_faults(
+            json!([{"operation": "DeleteUser", "times": 1000, "status": 403, "code": "AccessDenied"}]),
+        )
+        .await;
+    buckets(&cluster).delete("data", &DeleteParams::default()).await.unwrap();
+    wait_for_reason(&cluster, "data", "AccessDenied").await;
+    eventually("the grant user's key to be deleted", || async {
+        key_ids(&s3, &grant_user).await.unwrap().is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(key_ids(&s3, &own).await.unwrap().len(), 1, "the Bucket's own key waits for its grants");
+
+    proxy.set_faults(json!([])).await;
+    nudge(&cluster, "data", "1").await;
+    let api = buckets(&cluster);
+    eventually_within("the Bucket to be gone", THROUGH_FAULTS, || async {
+        api.get_opt("data").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(users(&moto.endpoint).await.is_empty(), "every user is gone");
+    wait_for_grant(&cluster, CONSUMER, "reader", "NotShared").await;
+    operator.stop().await.unwrap();
+}
+
+/// The writes that make a grant, in kopper's order.
+const GRANT_WRITES: [&str; 3] = ["CreateUser", "PutUserPolicy", "CreateAccessKey"];
+
+/// A crash right after each provider call of a grant (the call takes effect, its answer is
+/// lost): each grant still ends with exactly one user and one key, the one in its Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_call_whose_answer_is_lost_leaves_one_user_and_one_key() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    let s3 = moto.client().await;
+    for (index, operation) in GRANT_WRITES.iter().enumerate() {
+        proxy.set_faults(json!([{"operation": operation, "times": 3, "status": 500, "forward": true}])).await;
+        let name = format!("lost-{index}");
+        create_grant(&cluster, CONSUMER, &name, "data", "ReadOnly").await;
+        let (granted, _) = wait_for_grant_within(&cluster, CONSUMER, &name, "Granted", THROUGH_FAULTS).await;
+        assert_faults_used(&proxy).await;
+        let user = granted.user_name.unwrap();
+        let held = value(&secret_in(&cluster, CONSUMER, &name).await.unwrap(), "AWS_ACCESS_KEY_ID");
+        eventually(&format!("{name}: one key, the one in its Secret"), || async {
+            (key_ids(&s3, &user).await.unwrap() == vec![held.clone()]).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        users(&moto.endpoint).await.len(),
+        1 + GRANT_WRITES.len(),
+        "one user per grant and the Bucket's"
+    );
+    operator.stop().await.unwrap();
+}
+
+/// The grant controller's reconciles, from kopper's metrics.
+async fn grant_reconciles(admin: &str) -> Option<u64> {
+    let (_, body) = common::http_get(admin, "/metrics").await?;
+    let prefix = "kopper_reconciles_total{controller=\"bucket-access\"}";
+    let line = body.lines().find(|line| line.starts_with(prefix))?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+/// Writes to BucketAccesses and Secrets the API server has counted.
+fn grant_and_secret_writes(cluster: &Cluster) -> u64 {
+    let writes = ["create", "update", "patch", "delete"];
+    cluster
+        .sim
+        .counters()
+        .snapshot()
+        .into_iter()
+        .filter(|((verb, resource), _)| {
+            writes.contains(&verb.as_str())
+                && (resource.starts_with("bucketaccesses") || resource.starts_with("secrets"))
+        })
+        .map(|(_, count)| count)
+        .sum()
+}
+
+/// A granted BucketAccess woken with nothing to do writes nothing: no IAM call that writes,
+/// no status write, no Secret write.
+#[tokio::test]
+async fn a_granted_grant_s_idle_pass_writes_nothing() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let admin = common::free_admin_addr();
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &["--admin-addr", &admin]);
+    shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+
+    proxy.reset_calls().await;
+    let writes = grant_and_secret_writes(&cluster);
+    let reconciles = eventually("kopper's grant reconcile count", || grant_reconciles(&admin)).await;
+    // A label on the Secret wakes the grant (its Secret changed) and asks for nothing.
+    let label = Patch::Merge(json!({"metadata": {"labels": {"audited": "yes"}}}));
+    Api::<Secret>::namespaced(cluster.client.clone(), CONSUMER)
+        .patch("reader", &PatchParams::default(), &label)
+        .await
+        .unwrap();
+    eventually("a pass after the Secret change", || async {
+        (grant_reconciles(&admin).await? > reconciles).then_some(())
+    })
+    .await;
+    let calls = proxy.calls().await;
+    assert!(calls.iter().any(|call| call.operation == "ListAccessKeys"), "the pass looked: {calls:?}");
+    let provider_writes: Vec<_> = calls.iter().filter(|call| call.is_write()).map(|c| &c.operation).collect();
+    assert!(provider_writes.is_empty(), "an idle pass wrote to IAM: {provider_writes:?}");
+    assert_eq!(grant_and_secret_writes(&cluster) - writes, 1, "only the test's own label was written");
+    operator.stop().await.unwrap();
+}
