@@ -60,7 +60,7 @@ async fn wait_for_grant_within(
     deadline: Duration,
 ) -> (BucketAccessStatus, String) {
     let api = grants(cluster, namespace);
-    eventually_within(&format!("BucketAccess {namespace}/{name} to report {reason}"), deadline, || async {
+    eventually_within(deadline, &format!("BucketAccess {namespace}/{name} to report {reason}"), || async {
         let grant = api.get(name).await.unwrap();
         let status = grant.status?;
         let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?.clone();
@@ -146,7 +146,7 @@ async fn a_read_only_grant_reads_and_cannot_write_and_a_read_write_grant_writes(
     // kopper's own key exists in no IAM: it must be stopped before moto checks keys.
     operator.stop().await.unwrap();
 
-    moto.enforce_iam_after(1).await;
+    moto.enforce_iam_after(0).await;
     get_object(&read_only, "report.csv").await.expect("the read-only grant reads");
     assert_eq!(try_put_object(&read_only, "mine.csv").await, Err("AccessDenied".to_owned()));
     try_put_object(&read_write, "written.csv").await.expect("the read-write grant writes");
@@ -214,7 +214,7 @@ async fn withdrawn_consent_deletes_the_grant_s_user_key_and_secret() {
     .await;
     operator.stop().await.unwrap();
 
-    moto.enforce_iam_after(1).await;
+    moto.enforce_iam_after(0).await;
     let refused = get_object(&old, "anything").await.expect_err("the old key is refused");
     assert!(["InvalidAccessKeyId", "AccessDenied"].contains(&refused.as_str()), "{refused}");
 }
@@ -275,7 +275,7 @@ async fn deleting_a_bucket_deletes_its_grants_users_first() {
     proxy.set_faults(json!([])).await;
     nudge(&cluster, "data", "1").await;
     let api = buckets(&cluster);
-    eventually_within("the Bucket to be gone", THROUGH_FAULTS, || async {
+    eventually_within(THROUGH_FAULTS, "the Bucket to be gone", || async {
         api.get_opt("data").await.unwrap().is_none().then_some(())
     })
     .await;
