@@ -164,6 +164,7 @@ async fn promtool_finds_nothing_to_fix_in_kopper_s_metrics() {
     let known = [
         "bucket",
         kopper::controllers::bucket::class_status::CLASS_CONTROLLER,
+        kopper::controllers::bucket::grant_controller::NAME,
         "config-map-sync",
         "namespace-access",
         "namespace-access-status",
