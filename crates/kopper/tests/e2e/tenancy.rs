@@ -1814,3 +1814,31 @@ async fn a_squatted_secret_name_is_never_overwritten_by_a_grant() {
     assert!(keys.is_empty(), "no key issued: {keys:?}");
     tenancy.stop().await;
 }
+
+/// A namespace given consent cannot use up the account's IAM users: of bob's BucketAccesses
+/// naming alice's Bucket, the 10 oldest get a user each, and the next gets nothing
+/// (TooManyGrants) until one of those is deleted.
+#[tokio::test]
+async fn a_consented_tenant_gets_at_most_ten_grants_of_one_bucket() {
+    let Some(moto) = crate::common::moto::Moto::start().await else { return };
+    let tenancy = bucket_tenancy(&moto).await;
+    alice_shared_bucket(&tenancy, "data", json!([{"namespace": "tenant-b", "mode": "ReadOnly"}])).await;
+    let before = iam_users(&moto).await.len();
+    for index in 0..=10 {
+        bob_asks(&tenancy, &format!("g-{index:02}"), "data", "ReadOnly", None).await;
+    }
+    let (_, message) = bob_grant(&tenancy, "g-10", "TooManyGrants").await;
+    assert!(message.contains("10 older BucketAccesses"), "{message}");
+    for index in 0..10 {
+        bob_grant(&tenancy, &format!("g-{index:02}"), "Granted").await;
+    }
+    assert_eq!(iam_users(&moto).await.len(), before + 10, "one IAM user per admitted grant");
+
+    Api::<BucketAccess>::namespaced(tenancy.bob.clone(), "tenant-b")
+        .delete("g-03", &DeleteParams::default())
+        .await
+        .unwrap();
+    bob_grant(&tenancy, "g-10", "Granted").await;
+    assert_eq!(iam_users(&moto).await.len(), before + 10);
+    tenancy.stop().await;
+}

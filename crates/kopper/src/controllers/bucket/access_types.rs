@@ -122,7 +122,9 @@ pub struct BucketAccessStatus {
     /// `Ready` is True when the user, its policy, one access key and the Secret are in place.
     /// Reasons when it is not: `NotShared` (the Bucket does not exist, or is not shared with
     /// this namespace: the two are not told apart), `ModeNotShared`, `BucketNotReady`,
-    /// `BucketDeleted`, `ForbiddenByClass`, `SecretNameTaken`, `UserNameTaken`, `AccessDenied`,
+    /// `BucketDeleted`, `ForbiddenByClass`, `TooManyGrants` (more than 10 BucketAccesses of
+    /// this namespace name the Bucket: the oldest get access), `SecretNameTaken`,
+    /// `UserNameTaken`, `AccessDenied`,
     /// `ProviderUnavailable`, `ProviderError`, `CredentialsChurn`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

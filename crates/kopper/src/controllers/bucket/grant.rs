@@ -130,6 +130,31 @@ pub enum Verdict {
     Withdraw { reason: &'static str, message: String },
 }
 
+/// Most grants one namespace may hold on one Bucket. IAM allows an account a few thousand
+/// users in all: without a bound, a namespace given consent could use them up, and every
+/// tenant of the account would get no more credentials.
+pub const MAX_GRANTS_PER_NAMESPACE: usize = 10;
+
+/// How many of `peers` (the other BucketAccesses of the same namespace naming the same
+/// Bucket, as creation time and name) rank ahead of `me`: the older first, then by name, so
+/// a grant in place is never displaced by a newer one. A grant ranked at
+/// [`MAX_GRANTS_PER_NAMESPACE`] or beyond gets nothing new.
+pub fn ranked_ahead<T: Ord>(me: (&T, &str), peers: &[(T, String)]) -> usize {
+    peers.iter().filter(|(created, name)| (created, name.as_str()) < me && name != me.1).count()
+}
+
+/// The refusal of a grant beyond [`MAX_GRANTS_PER_NAMESPACE`].
+pub fn too_many(bucket_ref: (&str, &str)) -> Verdict {
+    let (namespace, name) = bucket_ref;
+    Verdict::Hold {
+        reason: "TooManyGrants",
+        message: format!(
+            "this namespace already has {MAX_GRANTS_PER_NAMESPACE} older BucketAccesses of Bucket {namespace}/{name}, \
+             the most one namespace may have: delete one, or share one grant's Secret among your workloads"
+        ),
+    }
+}
+
 /// Whether the Bucket's class lets a grant have an access key (its `allowedAccessModes`
 /// holds `Key`), as for the Bucket's own; a `Hold` when it does not, so that a class changed
 /// later keeps existing grants as it keeps existing Buckets, and issues nothing new.
@@ -347,6 +372,16 @@ mod tests {
         assert!(!text.contains("\"*\"") && !text.contains("s3:*") && !text.contains("PutBucket"));
         assert!(policy::equivalent(&write, &write));
         assert!(!policy::equivalent(&write, &policy_document("data", GrantMode::ReadOnly)));
+    }
+
+    #[test]
+    fn the_oldest_grants_rank_first_then_by_name() {
+        let peers = vec![(1, "b".to_owned()), (2, "a".to_owned()), (1, "c".to_owned())];
+        assert_eq!(ranked_ahead((&1, "c"), &peers), 1, "same age as b, later by name");
+        assert_eq!(ranked_ahead((&1, "b"), &peers), 0);
+        assert_eq!(ranked_ahead((&2, "a"), &peers), 2);
+        assert_eq!(ranked_ahead((&3, "z"), &peers), 3);
+        assert!(matches!(too_many(("team-a", "data")), Verdict::Hold { reason: "TooManyGrants", .. }));
     }
 
     fn owner(grant: &str, bucket: &str) -> GrantOwner {

@@ -111,11 +111,13 @@ pub fn bucket_digest(bucket: &Bucket) -> u64 {
     ))
 }
 
-/// The BucketAccess controller, fed by `wakes` (the grants of a changed Bucket), and the
-/// index that maps Buckets to grants.
+/// The BucketAccess controller, fed by `wakes` (the grants of a changed Bucket, and those
+/// whose peer was deleted, which it sends through `wake`); it keeps `index`, which maps
+/// Buckets to grants, up to date.
 pub fn controller(
     ctx: &Context,
     wakes: futures::channel::mpsc::UnboundedReceiver<ObjectRef<BucketAccess>>,
+    wake: futures::channel::mpsc::UnboundedSender<ObjectRef<BucketAccess>>,
     index: Arc<GrantIndex>,
 ) -> Controller<BucketAccess> {
     let api = Api::<BucketAccess>::all(ctx.client.clone());
@@ -132,7 +134,16 @@ pub fn controller(
             kube::runtime::watcher::Event::Apply(grant) | kube::runtime::watcher::Event::InitApply(grant) => {
                 index.note(grant, false)
             }
-            kube::runtime::watcher::Event::Delete(grant) => index.note(grant, true),
+            kube::runtime::watcher::Event::Delete(grant) => {
+                index.note(grant, true);
+                // One of its namespace's grants of the Bucket may have waited for its place.
+                let bucket = (grant.bucket_namespace(), &grant.spec.bucket_ref.name);
+                for peer in index.grants_of(&bucket.0, bucket.1) {
+                    if peer.namespace == grant.namespace() {
+                        let _ = wake.unbounded_send(peer);
+                    }
+                }
+            }
             _ => {}
         })
         .applied_objects()
@@ -151,12 +162,39 @@ pub fn controller(
         .with_config(crate::runtime::controller::config())
 }
 
+/// What every pass of the BucketAccess controller shares: the Bucket controller's classes,
+/// backends and key ledger, and its own cache and index of grants.
+pub(super) struct Grants {
+    pub(super) shared: Arc<Shared>,
+    pub(super) cache: kube::runtime::reflector::Store<BucketAccess>,
+    pub(super) index: Arc<GrantIndex>,
+}
+
+impl Grants {
+    /// Whether `grant` is within [`grant::MAX_GRANTS_PER_NAMESPACE`] of its namespace's grants
+    /// of the same Bucket, by the cache (a grant not yet in it is counted next pass).
+    fn within_bound(&self, grant: &BucketAccess) -> bool {
+        let namespace = grant.namespace();
+        let created = |grant: &BucketAccess| grant.meta().creation_timestamp.as_ref().map(|time| time.0);
+        let peers: Vec<_> = self
+            .index
+            .grants_of(&grant.bucket_namespace(), &grant.spec.bucket_ref.name)
+            .into_iter()
+            .filter(|peer| peer.namespace == namespace && peer.name != grant.name_any())
+            .filter_map(|peer| self.cache.get(&peer))
+            .map(|peer| (created(&peer), peer.name_any()))
+            .collect();
+        grant::ranked_ahead((&created(grant), &grant.name_any()), &peers) < grant::MAX_GRANTS_PER_NAMESPACE
+    }
+}
+
 /// One pass over a BucketAccess.
 pub(super) async fn reconcile(
     grant: Arc<BucketAccess>,
     ctx: Arc<Context>,
-    shared: Arc<Shared>,
+    grants: Arc<Grants>,
 ) -> Result<Action, Error> {
+    let shared = &grants.shared;
     let namespace = grant.namespace().unwrap_or_default();
     let api = Api::<BucketAccess>::namespaced(ctx.client.clone(), &namespace);
     let bucket_namespace = grant.bucket_namespace();
@@ -164,7 +202,7 @@ pub(super) async fn reconcile(
         .get_opt(&grant.spec.bucket_ref.name)
         .await
         .map_err(Error::kube("reading the Bucket"));
-    let pass = GrantPass { ctx: &ctx, shared: &shared, grant: &grant };
+    let pass = GrantPass { ctx: &ctx, shared, grant: &grant, within_bound: grants.within_bound(&grant) };
     let result = match bucket {
         Err(error) => Err(error),
         Ok(bucket) => finalizer::finalizer(&api, FINALIZER, grant.clone(), |event| {
@@ -193,6 +231,8 @@ struct GrantPass<'a> {
     ctx: &'a Context,
     shared: &'a Shared,
     grant: &'a BucketAccess,
+    /// Whether the grant is within the bound of grants per namespace and Bucket.
+    within_bound: bool,
 }
 
 impl GrantPass<'_> {
@@ -203,7 +243,10 @@ impl GrantPass<'_> {
     async fn apply(&self, bucket: Option<&Bucket>) -> Result<Action, Error> {
         let (namespace, name) = self.bucket_ref();
         let grant_namespace = self.grant.namespace().unwrap_or_default();
-        let verdict = grant::verdict(&grant_namespace, self.grant.spec.mode, (&namespace, &name), bucket);
+        let mut verdict = grant::verdict(&grant_namespace, self.grant.spec.mode, (&namespace, &name), bucket);
+        if matches!(verdict, Verdict::Grant { .. }) && !self.within_bound {
+            verdict = grant::too_many((&namespace, &name));
+        }
         match (verdict, bucket) {
             (Verdict::Grant { bucket: bucket_name, region }, Some(bucket)) => {
                 self.grant_access(bucket, &bucket_name, &region).await

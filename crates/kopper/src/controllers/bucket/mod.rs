@@ -276,7 +276,9 @@ pub async fn run(
     ));
     let (grant_wake, grant_wakes) = futures::channel::mpsc::unbounded();
     let grant_index = Arc::new(grant_controller::GrantIndex::default());
-    let grant_controller = grant_controller::controller(&ctx, grant_wakes, grant_index.clone());
+    let grant_controller =
+        grant_controller::controller(&ctx, grant_wakes, grant_wake.clone(), grant_index.clone());
+    let grant_index_for_bound = grant_index.clone();
     let (class_wake, class_wakes) = futures::channel::mpsc::unbounded();
     let (bucket_wake, bucket_wakes) = futures::channel::mpsc::unbounded();
     let classes_listed = FirstList::default();
@@ -393,7 +395,11 @@ pub async fn run(
         )))
     };
     let shutdown = futures::FutureExt::shared(shutdown);
-    let grant_shared = shared.clone();
+    let grants = Arc::new(grant_controller::Grants {
+        shared: shared.clone(),
+        cache: grant_controller.store(),
+        index: grant_index_for_bound,
+    });
     let buckets_run = run_controller(NAME, controller, ctx.clone(), shutdown.clone(), move |bucket, ctx| {
         reconcile(bucket, ctx, shared.clone())
     });
@@ -402,7 +408,7 @@ pub async fn run(
         grant_controller,
         ctx.clone(),
         shutdown.clone(),
-        move |grant, ctx| grant_controller::reconcile(grant, ctx, grant_shared.clone()),
+        move |grant, ctx| grant_controller::reconcile(grant, ctx, grants.clone()),
     );
     let classes_run =
         run_controller(class_status::CLASS_CONTROLLER, class_controller, ctx, shutdown, move |class, ctx| {

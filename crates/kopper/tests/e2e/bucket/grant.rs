@@ -377,3 +377,40 @@ async fn a_granted_grant_s_idle_pass_writes_nothing() {
     assert_eq!(grant_and_secret_writes(&cluster) - writes, 1, "only the test's own label was written");
     operator.stop().await.unwrap();
 }
+
+/// A BucketAccess gone without its finalizer (stripped while kopper was down) leaves its
+/// user behind: the sweep deletes it, and the Bucket's own user and another live grant's stay.
+#[tokio::test]
+async fn the_user_of_a_grant_gone_without_its_finalizer_is_swept() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator(&cluster, &moto);
+    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    create_grant(&cluster, CONSUMER, "gone", "data", "ReadOnly").await;
+    create_grant(&cluster, CONSUMER, "kept", "data", "ReadOnly").await;
+    let (gone, _) = wait_for_grant(&cluster, CONSUMER, "gone", "Granted").await;
+    let (kept, _) = wait_for_grant(&cluster, CONSUMER, "kept", "Granted").await;
+    operator.stop().await.unwrap();
+
+    let api = grants(&cluster, CONSUMER);
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch("gone", &PatchParams::default(), &strip).await.unwrap();
+    api.delete("gone", &DeleteParams::default()).await.unwrap();
+    assert!(api.get_opt("gone").await.unwrap().is_none());
+    let s3 = moto.client().await;
+    let gone_user = gone.user_name.unwrap();
+    assert!(s3.user_tags(&gone_user).await.unwrap().is_some(), "left behind");
+
+    let operator = start_operator_at(&cluster, &moto.endpoint, &["--orphan-sweep-interval", "1s"]);
+    eventually("the orphaned grant user to be swept", || async {
+        s3.user_tags(&gone_user).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let mut left = users(&moto.endpoint).await;
+    left.sort();
+    let mut expected = vec![ready.user_name.unwrap(), kept.user_name.unwrap()];
+    expected.sort();
+    assert_eq!(left, expected, "the Bucket's user and the live grant's stay");
+    operator.stop().await.unwrap();
+}
