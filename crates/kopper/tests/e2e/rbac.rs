@@ -16,6 +16,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding};
+use kopper::controllers::bucket::access_types::BucketAccess;
 use kopper::controllers::bucket::types::Bucket;
 use kopper::controllers::namespace_access::types::NamespaceAccess;
 use kopper::controllers::replication::types::ReplicationRule;
@@ -235,6 +236,19 @@ async fn create_inputs(admin: &Client) {
     }))
     .unwrap();
     Api::<Bucket>::namespaced(admin.clone(), "team-a").create(&PostParams::default(), &bucket).await.unwrap();
+    // A grant of that Bucket from its own namespace (which needs no consent): a fresh read of
+    // the Bucket, a user and key of its own, its Secret.
+    let grant: BucketAccess = serde_json::from_value(json!({
+        "apiVersion": "kopper.dev/v1alpha1",
+        "kind": "BucketAccess",
+        "metadata": {"name": "store-reader", "namespace": "team-a"},
+        "spec": {"bucketRef": {"name": "store"}, "mode": "ReadOnly"},
+    }))
+    .unwrap();
+    Api::<BucketAccess>::namespaced(admin.clone(), "team-a")
+        .create(&PostParams::default(), &grant)
+        .await
+        .unwrap();
     let account: ServiceAccount =
         serde_json::from_value(json!({"metadata": {"name": "app", "namespace": "team-a"}})).unwrap();
     Api::<ServiceAccount>::namespaced(admin.clone(), "team-a")
@@ -293,6 +307,11 @@ async fn expect_outputs(admin: &Client) {
     .await;
     eventually("Bucket store's credentials in Secret team-a/store-s3", || async { bucket_key(admin).await })
         .await;
+    let secrets = Api::<Secret>::namespaced(admin.clone(), "team-a");
+    eventually("BucketAccess store-reader's credentials in Secret team-a/store-reader", || async {
+        secrets.get_opt("store-reader").await.unwrap()?.data?.get("AWS_ACCESS_KEY_ID").map(drop)
+    })
+    .await;
     eventually("Bucket keyless's role on ServiceAccount team-a/app", || async {
         role_annotation(admin).await
     })
@@ -371,6 +390,12 @@ async fn expect_cleanups(admin: &Client) {
     buckets.delete("store", &DeleteParams::default()).await.unwrap();
     eventually("Bucket store's user and bucket deleted and its finalizer released", || async {
         buckets.get_opt("store").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let grants: Api<BucketAccess> = Api::namespaced(admin.clone(), "team-a");
+    grants.delete("store-reader", &DeleteParams::default()).await.unwrap();
+    eventually("BucketAccess store-reader's finalizer released", || async {
+        grants.get_opt("store-reader").await.unwrap().is_none().then_some(())
     })
     .await;
     buckets.delete("keyless", &DeleteParams::default()).await.unwrap();
