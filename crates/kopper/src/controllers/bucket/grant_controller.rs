@@ -412,7 +412,25 @@ impl GrantPass<'_> {
         let desired = self.desired_secret(&contents, &key.id, &key.secret);
         secret::write(&secrets, current.as_ref(), desired, &manager).await?;
         info!(user, key = %key.id, "wrote the grant's access key into its Secret");
+        self.delete_former_secrets(&secrets, &secret_name).await?;
         Ok(key.id)
+    }
+
+    /// Deletes the Secrets this grant keeps under another name than `current` (its
+    /// `spec.secretName` changed): their key was deleted with the plan that made the new one.
+    /// Looked for only when a new key is written, so an idle pass lists nothing.
+    async fn delete_former_secrets(&self, secrets: &Api<Secret>, current: &str) -> Result<(), Error> {
+        let label = format!("{ACCESS_LABEL}={}", super::names::label_value(&self.grant.name_any()));
+        let params = kube::api::ListParams::default().labels(&label);
+        let listed =
+            secrets.list_metadata(&params).await.map_err(Error::kube("listing the grant's Secrets"))?;
+        for former in listed.items.iter().filter(|former| former.name_any() != current) {
+            if self.keeper(former) == secret::Keeper::ThisBucket {
+                super::delete_exactly(secrets, &former.name_any(), former.uid()).await?;
+                info!(secret = former.name_any(), "deleted the grant's Secret of a former spec.secretName");
+            }
+        }
+        Ok(())
     }
 
     fn keeper(&self, current: &impl Resource) -> secret::Keeper {

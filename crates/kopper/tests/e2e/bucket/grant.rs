@@ -219,10 +219,11 @@ async fn withdrawn_consent_deletes_the_grant_s_user_key_and_secret() {
     assert!(["InvalidAccessKeyId", "AccessDenied"].contains(&refused.as_str()), "{refused}");
 }
 
-/// Deleting a BucketAccess deletes its user and key (its finalizer holds it until then); the
-/// Bucket's own user is untouched.
+/// A BucketAccess's new secretName gets the key and the former Secret goes; deleting the
+/// BucketAccess deletes its user and key (its finalizer holds it until then); the Bucket's own
+/// user is untouched.
 #[tokio::test]
-async fn deleting_a_grant_deletes_its_user() {
+async fn a_moved_secret_leaves_no_former_one_and_deleting_a_grant_deletes_its_user() {
     let Some(moto) = Moto::start().await else { return };
     let cluster = cluster().await;
     create_namespace(&cluster, CONSUMER).await;
@@ -231,6 +232,20 @@ async fn deleting_a_grant_deletes_its_user() {
     create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
     let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
     let s3 = moto.client().await;
+    let user = granted.user_name.clone().unwrap();
+
+    // Another secretName: the key moves there, and the former Secret (its key deleted) goes.
+    let moved = Patch::Merge(json!({"spec": {"secretName": "reader-moved"}}));
+    grants(&cluster, CONSUMER).patch("reader", &PatchParams::default(), &moved).await.unwrap();
+    let held = eventually("the key in the new Secret", || async {
+        secret_in(&cluster, CONSUMER, "reader-moved").await.map(|moved| value(&moved, "AWS_ACCESS_KEY_ID"))
+    })
+    .await;
+    eventually("the former Secret gone and one key, the new Secret's", || async {
+        let former = secret_in(&cluster, CONSUMER, "reader").await;
+        (former.is_none() && key_ids(&s3, &user).await.unwrap() == vec![held.clone()]).then_some(())
+    })
+    .await;
 
     grants(&cluster, CONSUMER).delete("reader", &DeleteParams::default()).await.unwrap();
     let api = grants(&cluster, CONSUMER);
