@@ -115,6 +115,16 @@ pub struct BucketAccessStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_name: Option<String>,
 
+    /// The uid of the Bucket the user was made for: a Bucket deleted and created again under
+    /// the same name is another Bucket, and the user of the former goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_uid: Option<String>,
+
+    /// The BucketClass whose backend the user is on (none: kopper's built-in class), so that
+    /// kopper deletes the user there whether or not its Bucket still exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_name: Option<String>,
+
     /// Id of the access key in the Secret (never the secret key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_key_id: Option<String>,
@@ -122,8 +132,8 @@ pub struct BucketAccessStatus {
     /// `Ready` is True when the user, its policy, one access key and the Secret are in place.
     /// Reasons when it is not: `NotShared` (the Bucket does not exist, or is not shared with
     /// this namespace: the two are not told apart), `ModeNotShared`, `BucketNotReady`,
-    /// `BucketDeleted`, `ForbiddenByClass`, `TooManyGrants` (more than 10 BucketAccesses of
-    /// this namespace name the Bucket: the oldest get access), `SecretNameTaken`,
+    /// `BucketDeleted`, `ForbiddenByClass`, `TooManyGrants` (10 other BucketAccesses of this
+    /// namespace already hold access to the Bucket: this one holds nothing until one goes), `SecretNameTaken`,
     /// `UserNameTaken`, `AccessDenied`,
     /// `ProviderUnavailable`, `ProviderError`, `CredentialsChurn`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -130,29 +130,80 @@ pub enum Verdict {
     Withdraw { reason: &'static str, message: String },
 }
 
-/// Most grants one namespace may hold on one Bucket. IAM allows an account a few thousand
-/// users in all: without a bound, a namespace given consent could use them up, and every
-/// tenant of the account would get no more credentials.
+/// Most grants one namespace may hold on one Bucket, the Bucket's own namespace too (it needs
+/// no consent). IAM allows an account a few thousand users in all: without a bound, a
+/// namespace could use them up, and every tenant of the account would get no more credentials.
 pub const MAX_GRANTS_PER_NAMESPACE: usize = 10;
 
-/// How many of `peers` (the other BucketAccesses of the same namespace naming the same
-/// Bucket, as creation time and name) rank ahead of `me`: the older first, then by name, so
-/// a grant in place is never displaced by a newer one. A grant ranked at
-/// [`MAX_GRANTS_PER_NAMESPACE`] or beyond gets nothing new.
-pub fn ranked_ahead<T: Ord>(me: (&T, &str), peers: &[(T, String)]) -> usize {
-    peers.iter().filter(|(created, name)| (created, name.as_str()) < me && name != me.1).count()
+/// Whether the grant `me` may hold a user, given the grants of its namespace that hold one of
+/// the same Bucket (`holders`, by uid, which may include `me`): those in place keep theirs,
+/// and a new one takes a place only while fewer than [`MAX_GRANTS_PER_NAMESPACE`] are taken.
+pub fn admits(me: &str, holders: &std::collections::HashSet<String>) -> bool {
+    holders.contains(me) || holders.len() < MAX_GRANTS_PER_NAMESPACE
 }
 
-/// The refusal of a grant beyond [`MAX_GRANTS_PER_NAMESPACE`].
+/// The refusal of a grant beyond [`MAX_GRANTS_PER_NAMESPACE`]: it holds nothing.
 pub fn too_many(bucket_ref: (&str, &str)) -> Verdict {
     let (namespace, name) = bucket_ref;
-    Verdict::Hold {
+    Verdict::Withdraw {
         reason: "TooManyGrants",
         message: format!(
-            "this namespace already has {MAX_GRANTS_PER_NAMESPACE} older BucketAccesses of Bucket {namespace}/{name}, \
-             the most one namespace may have: delete one, or share one grant's Secret among your workloads"
+            "{MAX_GRANTS_PER_NAMESPACE} other BucketAccesses of this namespace already hold access to Bucket \
+             {namespace}/{name}, the most one namespace may hold: delete one, or share one grant's Secret among your \
+             workloads (this one is granted when a place is free)"
         ),
     }
+}
+
+/// Whether a Bucket change wakes a grant of namespace `grant_namespace`: only a grant of the
+/// Bucket's own namespace, of a namespace it is (or was, `shared`) shared with, or one that
+/// holds a user. Others are never told anything about the Bucket, not even when it changes.
+pub fn woken_by_bucket(
+    grant_namespace: &str,
+    holds_user: bool,
+    bucket_namespace: &str,
+    shared: &std::collections::BTreeSet<String>,
+) -> bool {
+    holds_user || grant_namespace == bucket_namespace || shared.contains(grant_namespace)
+}
+
+/// After a grant's user is created: `Ok` only when the Bucket read since (`fresh`) is still the
+/// one the user was made for (`granted_uid`), not being deleted, still consents, and its class
+/// still allows keys (`class_allows`); else why the user just made must go. The Bucket's
+/// deletion writes its deletionTimestamp and then deletes its grants' users; this read comes
+/// after the user exists, so one of the two sees the other.
+pub fn after_create(
+    grant_namespace: &str,
+    mode: GrantMode,
+    bucket_ref: (&str, &str),
+    granted_uid: &str,
+    fresh: Option<&Bucket>,
+    class_allows: bool,
+) -> Result<(), Verdict> {
+    let (namespace, name) = bucket_ref;
+    match verdict(grant_namespace, mode, bucket_ref, fresh) {
+        Verdict::Grant { .. } => {}
+        other => return Err(other),
+    }
+    if fresh.and_then(|bucket| bucket.metadata.uid.as_deref()) != Some(granted_uid) {
+        return Err(Verdict::Withdraw {
+            reason: "BucketDeleted",
+            message: format!(
+                "Bucket {namespace}/{name} was deleted and created again while this grant's user was made: kopper \
+                 deleted that user and grants the new Bucket on the next pass, if it is shared"
+            ),
+        });
+    }
+    if !class_allows {
+        return Err(Verdict::Hold {
+            reason: "ForbiddenByClass",
+            message: format!(
+                "the class of Bucket {namespace}/{name} does not allow access keys (allowedAccessModes), and a \
+                 BucketAccess gets one: no new key is issued"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Whether the Bucket's class lets a grant have an access key (its `allowedAccessModes`
@@ -375,13 +426,44 @@ mod tests {
     }
 
     #[test]
-    fn the_oldest_grants_rank_first_then_by_name() {
-        let peers = vec![(1, "b".to_owned()), (2, "a".to_owned()), (1, "c".to_owned())];
-        assert_eq!(ranked_ahead((&1, "c"), &peers), 1, "same age as b, later by name");
-        assert_eq!(ranked_ahead((&1, "b"), &peers), 0);
-        assert_eq!(ranked_ahead((&2, "a"), &peers), 2);
-        assert_eq!(ranked_ahead((&3, "z"), &peers), 3);
-        assert!(matches!(too_many(("team-a", "data")), Verdict::Hold { reason: "TooManyGrants", .. }));
+    fn grants_in_place_keep_their_place_and_a_new_one_waits_for_a_free_one() {
+        let holders: HashSet<String> = (0..MAX_GRANTS_PER_NAMESPACE).map(|i| format!("uid-{i}")).collect();
+        assert!(admits("uid-3", &holders), "a grant in place keeps it");
+        assert!(!admits("uid-new", &holders), "the bound is full");
+        let fewer: HashSet<String> = holders.iter().skip(1).cloned().collect();
+        assert!(admits("uid-new", &fewer));
+        assert!(matches!(too_many(("team-a", "data")), Verdict::Withdraw { reason: "TooManyGrants", .. }));
+    }
+
+    #[test]
+    fn a_bucket_change_wakes_no_grant_of_a_namespace_it_is_not_shared_with() {
+        let shared: std::collections::BTreeSet<String> = ["team-b".to_owned()].into();
+        assert!(!woken_by_bucket("team-c", false, "team-a", &shared), "not shared: told nothing");
+        assert!(woken_by_bucket("team-b", false, "team-a", &shared));
+        assert!(woken_by_bucket("team-a", false, "team-a", &shared), "its own namespace");
+        assert!(woken_by_bucket("team-c", true, "team-a", &shared), "a grant holding a user loses it");
+    }
+
+    #[test]
+    fn after_its_user_is_made_a_grant_goes_on_only_for_the_same_bucket_still_consenting() {
+        let mut fresh = ready_bucket(json!([{"namespace": "team-b", "mode": "ReadOnly"}]));
+        fresh.metadata.uid = Some("uid-1".into());
+        let check = |fresh: Option<&Bucket>, class: bool| {
+            after_create("team-b", GrantMode::ReadOnly, ("team-a", "data"), "uid-1", fresh, class)
+        };
+        assert_eq!(check(Some(&fresh), true), Ok(()));
+        let reason = |result: Result<(), Verdict>| reason(&result.unwrap_err());
+        assert_eq!(reason(check(None, true)), "NotShared", "deleted meanwhile");
+        assert_eq!(reason(check(Some(&fresh), false)), "ForbiddenByClass");
+        let mut deleting = fresh.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert_eq!(reason(check(Some(&deleting), true)), "BucketDeleted");
+        let mut recreated = fresh.clone();
+        recreated.metadata.uid = Some("uid-2".into());
+        assert_eq!(reason(check(Some(&recreated), true)), "BucketDeleted");
+        let mut unshared = fresh.clone();
+        unshared.spec.shared_with.clear();
+        assert_eq!(reason(check(Some(&unshared), true)), "NotShared", "consent withdrawn meanwhile");
     }
 
     fn owner(grant: &str, bucket: &str) -> GrantOwner {

@@ -9,13 +9,18 @@
 //! in one call and its name is recorded in status first; the Secret is the record of the key
 //! in use ([`provider::plan_keys`]), so a key created and never written is deleted.
 //!
-//! Removal: the finalizer [`FINALIZER`] holds a BucketAccess until its user is gone; a
-//! Bucket's own cleanup deletes every grant user of its bucket first
-//! ([`revoke_bucket_grants`]), found by name prefix and proven by tags, whether or not the
-//! BucketAccess objects still exist; and the sweep deletes grant users whose grant or Bucket
-//! is gone.
+//! The user is made before its key, and the Bucket is read again right after the user is made
+//! ([`grant::after_create`]): a Bucket deleted (or no longer consenting) meanwhile gets the user
+//! deleted at once, so that a grant pass racing the Bucket's deletion leaves nothing behind.
+//!
+//! Removal: the finalizer [`FINALIZER`] holds a BucketAccess until its user is gone. The user
+//! recorded in status (with the Bucket uid and class it was made with) is deleted on its
+//! backend whether or not the Bucket still exists. A Bucket's own cleanup deletes the users of
+//! the grants kopper knows of first ([`revoke_bucket_grants`], by name, proven by tags, no
+//! listing of the account); the sweep deletes grant users whose grant or Bucket is gone.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,8 +40,9 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use super::access_types::{BucketAccess, BucketAccessStatus};
+use super::class::Binding;
 use super::grant::{self, GrantOwner, Verdict};
-use super::names::POLICY_NAME;
+use super::names::{self, POLICY_NAME};
 use super::provider::{self, FailureKind, Provider};
 use super::types::Bucket;
 use super::{Error, Shared, churn, policy, secret};
@@ -53,7 +59,8 @@ const READY: &str = "Ready";
 const RESYNC: Duration = Duration::from_secs(30 * 60);
 
 /// The BucketAccess objects naming each Bucket (`namespace/name`), fed by the grant watch, so
-/// that a change to a Bucket wakes exactly its grants.
+/// that a change to a Bucket wakes exactly its grants and its cleanup knows their users; and
+/// the places of the bound [`grant::MAX_GRANTS_PER_NAMESPACE`] this replica gave.
 #[derive(Debug, Default)]
 pub struct GrantIndex {
     inner: Mutex<IndexState>,
@@ -62,38 +69,244 @@ pub struct GrantIndex {
 #[derive(Debug, Default)]
 struct IndexState {
     by_bucket: HashMap<String, HashSet<ObjectRef<BucketAccess>>>,
-    by_grant: HashMap<ObjectRef<BucketAccess>, String>,
+    by_grant: HashMap<ObjectRef<BucketAccess>, Entry>,
+    /// By [`place_key`]: the uids of grants given a place here, until they give it back. A
+    /// grant counts from the moment it is given a place, before the cache shows its user.
+    admitted: HashMap<String, HashSet<String>>,
+}
+
+/// What the index knows of one grant.
+#[derive(Clone, Debug)]
+struct Entry {
+    bucket: String,
+    namespace: String,
+    uid: String,
+    /// `status.userName`: the grant holds (or may hold) a user.
+    user_name: Option<String>,
+}
+
+/// The key of one namespace's places on one Bucket (`bucket` is `namespace/name`).
+fn place_key(grant_namespace: &str, bucket: &str) -> String {
+    format!("{grant_namespace}|{bucket}")
+}
+
+fn bucket_key(grant: &BucketAccess) -> String {
+    format!("{}/{}", grant.bucket_namespace(), grant.spec.bucket_ref.name)
 }
 
 impl GrantIndex {
-    /// Records that `grant` names its Bucket (`gone`: it no longer exists).
-    pub fn note(&self, grant: &BucketAccess, gone: bool) {
+    fn state(&self) -> std::sync::MutexGuard<'_, IndexState> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records `grant` as it is now (`gone`: it no longer exists); whether it gave back a user
+    /// it held (so that a grant waiting for a place may get it).
+    pub fn note(&self, grant: &BucketAccess, gone: bool) -> bool {
         let grant_ref = ObjectRef::from_obj(grant);
-        let bucket = format!("{}/{}", grant.bucket_namespace(), grant.spec.bucket_ref.name);
-        let Ok(mut state) = self.inner.lock() else { return };
-        if let Some(previous) = state.by_grant.remove(&grant_ref)
-            && let Some(grants) = state.by_bucket.get_mut(&previous)
+        let bucket = bucket_key(grant);
+        let mut state = self.state();
+        let previous = state.by_grant.remove(&grant_ref);
+        if let Some(previous) = &previous
+            && let Some(grants) = state.by_bucket.get_mut(&previous.bucket)
         {
             grants.remove(&grant_ref);
             if grants.is_empty() {
-                state.by_bucket.remove(&previous);
+                state.by_bucket.remove(&previous.bucket);
             }
         }
-        if !gone {
-            state.by_bucket.entry(bucket.clone()).or_default().insert(grant_ref.clone());
-            state.by_grant.insert(grant_ref, bucket);
+        let user_name = grant.status.as_ref().and_then(|status| status.user_name.clone());
+        let held = previous.as_ref().is_some_and(|previous| previous.user_name.is_some());
+        if gone {
+            let uid = grant.uid().unwrap_or_default();
+            Self::release_in(&mut state, &uid);
+        } else {
+            let entry = Entry {
+                bucket: bucket.clone(),
+                namespace: grant.namespace().unwrap_or_default(),
+                uid: grant.uid().unwrap_or_default(),
+                user_name: user_name.clone(),
+            };
+            state.by_bucket.entry(bucket).or_default().insert(grant_ref.clone());
+            state.by_grant.insert(grant_ref, entry);
+        }
+        held && (gone || user_name.is_none())
+    }
+
+    /// Forgets every grant not in `live` (a relist's objects): a grant deleted while the watch
+    /// was down gives back its place.
+    pub fn keep_only(&self, live: &HashSet<ObjectRef<BucketAccess>>) {
+        let mut state = self.state();
+        let gone: Vec<_> = state.by_grant.keys().filter(|grant| !live.contains(*grant)).cloned().collect();
+        for grant_ref in gone {
+            if let Some(entry) = state.by_grant.remove(&grant_ref) {
+                if let Some(grants) = state.by_bucket.get_mut(&entry.bucket) {
+                    grants.remove(&grant_ref);
+                    if grants.is_empty() {
+                        state.by_bucket.remove(&entry.bucket);
+                    }
+                }
+                Self::release_in(&mut state, &entry.uid);
+            }
         }
     }
 
     /// The grants naming the Bucket `namespace/name`.
     pub fn grants_of(&self, namespace: &str, name: &str) -> Vec<ObjectRef<BucketAccess>> {
         let key = format!("{namespace}/{name}");
-        let Ok(state) = self.inner.lock() else { return Vec::new() };
+        let state = self.state();
         let mut grants: Vec<_> =
             state.by_bucket.get(&key).map(|grants| grants.iter().cloned().collect()).unwrap_or_default();
         grants.sort_by_key(ToString::to_string);
         grants
     }
+
+    /// Whether the grant records a user (or was given a place here).
+    pub fn holds_user(&self, grant: &ObjectRef<BucketAccess>) -> bool {
+        let state = self.state();
+        state.by_grant.get(grant).is_some_and(|entry| {
+            entry.user_name.is_some()
+                || state
+                    .admitted
+                    .get(&place_key(&entry.namespace, &entry.bucket))
+                    .is_some_and(|uids| uids.contains(&entry.uid))
+        })
+    }
+
+    /// The uid and recorded user of every grant naming the Bucket `namespace/name`.
+    pub fn recorded_users(&self, namespace: &str, name: &str) -> Vec<(String, Option<String>)> {
+        let key = format!("{namespace}/{name}");
+        let state = self.state();
+        let Some(grants) = state.by_bucket.get(&key) else { return Vec::new() };
+        grants
+            .iter()
+            .filter_map(|grant| state.by_grant.get(grant))
+            .map(|entry| (entry.uid.clone(), entry.user_name.clone()))
+            .collect()
+    }
+
+    /// Gives `grant` a place among its namespace's grants of its Bucket ([`grant::admits`]),
+    /// counting those whose status records a user and those given a place here, in one lock:
+    /// two passes cannot both take the last place. Whether it has one.
+    fn admit(&self, grant: &BucketAccess) -> bool {
+        let (namespace, bucket) = (grant.namespace().unwrap_or_default(), bucket_key(grant));
+        let uid = grant.uid().unwrap_or_default();
+        let key = place_key(&namespace, &bucket);
+        let mut state = self.state();
+        let mut holders: HashSet<String> = state
+            .by_bucket
+            .get(&bucket)
+            .into_iter()
+            .flatten()
+            .filter_map(|peer| state.by_grant.get(peer))
+            .filter(|entry| entry.namespace == namespace && entry.user_name.is_some())
+            .map(|entry| entry.uid.clone())
+            .collect();
+        holders.extend(state.admitted.get(&key).into_iter().flatten().cloned());
+        if !grant::admits(&uid, &holders) {
+            return false;
+        }
+        state.admitted.entry(key).or_default().insert(uid);
+        true
+    }
+
+    /// Gives back the place of the grant `uid` (its user is gone).
+    fn release(&self, uid: &str) {
+        Self::release_in(&mut self.state(), uid);
+    }
+
+    fn release_in(state: &mut IndexState, uid: &str) {
+        state.admitted.retain(|_, uids| {
+            uids.remove(uid);
+            !uids.is_empty()
+        });
+    }
+}
+
+/// Wakes the grants of a Bucket when what they decide on changes ([`bucket_digest`]): its
+/// consent, its state, its deletion. Only grants [`grant::woken_by_bucket`] says: a namespace
+/// the Bucket is not shared with learns nothing of it from when its grant is looked at.
+pub struct GrantWakes {
+    pub index: Arc<GrantIndex>,
+    pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<BucketAccess>>,
+    /// By Bucket uid: what it last woke its grants with.
+    seen: HashMap<String, Seen>,
+    /// The uids of a relist under way.
+    listing: HashSet<String>,
+}
+
+struct Seen {
+    digest: u64,
+    namespace: String,
+    name: String,
+    shared: BTreeSet<String>,
+}
+
+impl GrantWakes {
+    pub fn new(
+        index: Arc<GrantIndex>,
+        wake: futures::channel::mpsc::UnboundedSender<ObjectRef<BucketAccess>>,
+    ) -> Self {
+        GrantWakes { index, wake, seen: HashMap::new(), listing: HashSet::new() }
+    }
+
+    pub fn after(&mut self, event: &kube::runtime::watcher::Event<Bucket>) {
+        use kube::runtime::watcher::Event;
+        match event {
+            Event::Init => self.listing.clear(),
+            Event::InitApply(bucket) => {
+                self.listing.insert(bucket.uid().unwrap_or_default());
+                self.changed(bucket);
+            }
+            Event::Apply(bucket) => self.changed(bucket),
+            Event::Delete(bucket) => {
+                if let Some(seen) = self.seen.remove(&bucket.uid().unwrap_or_default()) {
+                    self.wake_grants(&seen.namespace, &seen.name, &seen.shared);
+                } else {
+                    let shared = shared_namespaces(bucket);
+                    self.wake_grants(&bucket.namespace().unwrap_or_default(), &bucket.name_any(), &shared);
+                }
+            }
+            Event::InitDone => {
+                // Buckets deleted while the watch was down: their grants are told.
+                let gone: Vec<String> =
+                    self.seen.keys().filter(|uid| !self.listing.contains(*uid)).cloned().collect();
+                for uid in gone {
+                    if let Some(seen) = self.seen.remove(&uid) {
+                        self.wake_grants(&seen.namespace, &seen.name, &seen.shared);
+                    }
+                }
+                self.listing.clear();
+            }
+        }
+    }
+
+    fn changed(&mut self, bucket: &Bucket) {
+        let uid = bucket.uid().unwrap_or_default();
+        let digest = bucket_digest(bucket);
+        let (namespace, name) = (bucket.namespace().unwrap_or_default(), bucket.name_any());
+        let mut shared = shared_namespaces(bucket);
+        let now = Seen { digest, namespace: namespace.clone(), name: name.clone(), shared: shared.clone() };
+        match self.seen.insert(uid, now) {
+            Some(before) if before.digest == digest => return,
+            // Those it was shared with are told that it no longer is.
+            Some(before) => shared.extend(before.shared),
+            None => {}
+        }
+        self.wake_grants(&namespace, &name, &shared);
+    }
+
+    fn wake_grants(&self, namespace: &str, name: &str, shared: &BTreeSet<String>) {
+        for grant in self.index.grants_of(namespace, name) {
+            let grant_namespace = grant.namespace.clone().unwrap_or_default();
+            if grant::woken_by_bucket(&grant_namespace, self.index.holds_user(&grant), namespace, shared) {
+                let _ = self.wake.unbounded_send(grant);
+            }
+        }
+    }
+}
+
+fn shared_namespaces(bucket: &Bucket) -> BTreeSet<String> {
+    bucket.spec.shared_with.iter().map(|entry| entry.namespace.clone()).collect()
 }
 
 /// What about a Bucket its grants decide on: a change to any of it wakes them.
@@ -130,21 +343,37 @@ pub fn controller(
         .default_backoff()
         .modify(|grant| crate::runtime::trim::keep_only_what_decisions_read(grant, &[]))
         .reflect(writer)
-        .inspect_ok(move |event| match event {
-            kube::runtime::watcher::Event::Apply(grant) | kube::runtime::watcher::Event::InitApply(grant) => {
-                index.note(grant, false)
-            }
-            kube::runtime::watcher::Event::Delete(grant) => {
-                index.note(grant, true);
-                // One of its namespace's grants of the Bucket may have waited for its place.
-                let bucket = (grant.bucket_namespace(), &grant.spec.bucket_ref.name);
-                for peer in index.grants_of(&bucket.0, bucket.1) {
-                    if peer.namespace == grant.namespace() {
-                        let _ = wake.unbounded_send(peer);
+        .inspect_ok({
+            let mut listing = HashSet::new();
+            move |event| {
+                let (grant, gone) = match event {
+                    kube::runtime::watcher::Event::Init => {
+                        listing.clear();
+                        return;
+                    }
+                    kube::runtime::watcher::Event::InitDone => {
+                        index.keep_only(&listing);
+                        listing.clear();
+                        return;
+                    }
+                    kube::runtime::watcher::Event::InitApply(grant) => {
+                        listing.insert(ObjectRef::from_obj(grant));
+                        (grant, false)
+                    }
+                    kube::runtime::watcher::Event::Apply(grant) => (grant, false),
+                    kube::runtime::watcher::Event::Delete(grant) => (grant, true),
+                };
+                // A grant that gave back its place: one of its namespace's grants of the Bucket
+                // may have waited for it.
+                if index.note(grant, gone) {
+                    let bucket = (grant.bucket_namespace(), &grant.spec.bucket_ref.name);
+                    for peer in index.grants_of(&bucket.0, bucket.1) {
+                        if peer.namespace == grant.namespace() && peer.name != grant.name_any() {
+                            let _ = wake.unbounded_send(peer);
+                        }
                     }
                 }
             }
-            _ => {}
         })
         .applied_objects()
         .predicate_filter(changes, Default::default());
@@ -163,29 +392,10 @@ pub fn controller(
 }
 
 /// What every pass of the BucketAccess controller shares: the Bucket controller's classes,
-/// backends and key ledger, and its own cache and index of grants.
+/// backends and key ledger, and its own index of grants.
 pub(super) struct Grants {
     pub(super) shared: Arc<Shared>,
-    pub(super) cache: kube::runtime::reflector::Store<BucketAccess>,
     pub(super) index: Arc<GrantIndex>,
-}
-
-impl Grants {
-    /// Whether `grant` is within [`grant::MAX_GRANTS_PER_NAMESPACE`] of its namespace's grants
-    /// of the same Bucket, by the cache (a grant not yet in it is counted next pass).
-    fn within_bound(&self, grant: &BucketAccess) -> bool {
-        let namespace = grant.namespace();
-        let created = |grant: &BucketAccess| grant.meta().creation_timestamp.as_ref().map(|time| time.0);
-        let peers: Vec<_> = self
-            .index
-            .grants_of(&grant.bucket_namespace(), &grant.spec.bucket_ref.name)
-            .into_iter()
-            .filter(|peer| peer.namespace == namespace && peer.name != grant.name_any())
-            .filter_map(|peer| self.cache.get(&peer))
-            .map(|peer| (created(&peer), peer.name_any()))
-            .collect();
-        grant::ranked_ahead((&created(grant), &grant.name_any()), &peers) < grant::MAX_GRANTS_PER_NAMESPACE
-    }
 }
 
 /// One pass over a BucketAccess.
@@ -202,7 +412,8 @@ pub(super) async fn reconcile(
         .get_opt(&grant.spec.bucket_ref.name)
         .await
         .map_err(Error::kube("reading the Bucket"));
-    let pass = GrantPass { ctx: &ctx, shared, grant: &grant, within_bound: grants.within_bound(&grant) };
+    let pass =
+        GrantPass { ctx: &ctx, shared, grant: &grant, index: &grants.index, settled: AtomicBool::new(false) };
     let result = match bucket {
         Err(error) => Err(error),
         Ok(bucket) => finalizer::finalizer(&api, FINALIZER, grant.clone(), |event| {
@@ -210,7 +421,7 @@ pub(super) async fn reconcile(
             async move {
                 match event {
                     FinalizerEvent::Apply(_) => pass.apply(bucket).await,
-                    FinalizerEvent::Cleanup(_) => pass.revoke(bucket).await.map(|()| Action::await_change()),
+                    FinalizerEvent::Cleanup(_) => pass.revoke().await.map(|()| Action::await_change()),
                 }
             }
         })
@@ -219,6 +430,11 @@ pub(super) async fn reconcile(
     };
     if let Err(error) = &result {
         report(&ctx, &grant, error).await;
+        // Refused, holding nothing: only a change wakes it (the Bucket's, which wakes the
+        // namespaces it is shared with, a relist, a peer giving back its place, its own edit).
+        if pass.settled.load(Ordering::SeqCst) {
+            return Ok(Action::await_change());
+        }
     }
     match result.as_ref().err().and_then(Error::retry_after) {
         Some(wait) => Ok(Action::requeue(wait)),
@@ -226,13 +442,21 @@ pub(super) async fn reconcile(
     }
 }
 
+/// What a grant's status records of its user: where to delete it.
+#[derive(Clone, Debug, Default)]
+struct Record {
+    user_name: Option<String>,
+    class_name: Option<String>,
+}
+
 /// One reconcile's view of a grant.
 struct GrantPass<'a> {
     ctx: &'a Context,
     shared: &'a Shared,
     grant: &'a BucketAccess,
-    /// Whether the grant is within the bound of grants per namespace and Bucket.
-    within_bound: bool,
+    index: &'a GrantIndex,
+    /// Set when the pass refuses the grant and it holds nothing any more.
+    settled: AtomicBool,
 }
 
 impl GrantPass<'_> {
@@ -244,7 +468,7 @@ impl GrantPass<'_> {
         let (namespace, name) = self.bucket_ref();
         let grant_namespace = self.grant.namespace().unwrap_or_default();
         let mut verdict = grant::verdict(&grant_namespace, self.grant.spec.mode, (&namespace, &name), bucket);
-        if matches!(verdict, Verdict::Grant { .. }) && !self.within_bound {
+        if matches!(verdict, Verdict::Grant { .. }) && !self.index.admit(self.grant) {
             verdict = grant::too_many((&namespace, &name));
         }
         match (verdict, bucket) {
@@ -252,7 +476,8 @@ impl GrantPass<'_> {
                 self.grant_access(bucket, &bucket_name, &region).await
             }
             (Verdict::Withdraw { reason, message }, _) => {
-                self.revoke(bucket).await?;
+                self.revoke().await?;
+                self.settled.store(true, Ordering::SeqCst);
                 Err(Error::blocked(reason, message))
             }
             (Verdict::Hold { reason, message }, _) => Err(Error::blocked(reason, message)),
@@ -273,13 +498,15 @@ impl GrantPass<'_> {
         }
     }
 
-    /// The provider of the Bucket's backend: the class its bucket was made with.
-    async fn provider(&self, bucket: &Bucket) -> Result<Option<Arc<dyn Provider>>, Error> {
+    /// The provider of the backend of the class `class_name` (none: kopper's built-in class).
+    async fn provider_of(&self, class_name: Option<&str>) -> Result<Arc<dyn Provider>, Error> {
         self.shared.wait_for_classes().await?;
-        match self.shared.class_for_cleanup(bucket)? {
-            Some(class) => Ok(Some(self.shared.provider(self.ctx, &class).await?)),
-            None => Ok(None),
-        }
+        let binding = match class_name {
+            Some(name) => Binding::Named(name.to_owned()),
+            None => Binding::BuiltIn,
+        };
+        let class = self.shared.class_of(binding)?;
+        self.shared.provider(self.ctx, &class).await
     }
 
     async fn grant_access(&self, bucket: &Bucket, bucket_name: &str, region: &str) -> Result<Action, Error> {
@@ -297,13 +524,24 @@ impl GrantPass<'_> {
         let provider = provider.as_ref();
         let owner = self.owner(bucket);
         let user = owner.user_name();
+        let class_name = class.binding.name().map(str::to_owned);
+        // The user of a former Bucket of this name (deleted and created again) goes first.
+        let recorded = self.cached_record();
+        if recorded.user_name.as_ref().is_some_and(|former| *former != user) {
+            self.delete_recorded(&recorded).await?;
+        }
         // Recorded before the user is made: wherever a pass stops, a revoke knows to look.
         write_status(self.ctx, self.grant, |status| {
             status.user_name = Some(user.clone());
             status.bucket_name = Some(bucket_name.to_owned());
+            status.bucket_uid = bucket.uid();
+            status.class_name = class_name.clone();
         })
         .await?;
-        self.ensure_user(provider, &owner, bucket_name).await?;
+        if self.ensure_user(provider, &owner).await? {
+            self.check_after_create(provider, &owner).await?;
+        }
+        self.ensure_policy(provider, &user, bucket_name).await?;
         let key_id = self.ensure_key(provider, &user, bucket_name, region).await?;
         let became_ready = ready_reason(self.grant).is_none_or(|reason| reason != "Granted");
         let mode = self.grant.spec.mode.as_str();
@@ -314,6 +552,8 @@ impl GrantPass<'_> {
         write_status(self.ctx, self.grant, |status| {
             status.user_name = Some(user.clone());
             status.bucket_name = Some(bucket_name.to_owned());
+            status.bucket_uid = bucket.uid();
+            status.class_name = class_name.clone();
             status.access_key_id = Some(key_id.clone());
             set_ready(status, self.grant, "True", "Granted", &message);
         })
@@ -324,31 +564,67 @@ impl GrantPass<'_> {
         Ok(Action::requeue(RESYNC))
     }
 
-    /// The grant's user with exactly its policy. A user under the name that is not this
-    /// grant's is left alone.
-    async fn ensure_user(
-        &self,
-        provider: &dyn Provider,
-        owner: &GrantOwner,
-        bucket_name: &str,
-    ) -> Result<(), Error> {
+    /// The grant's user, made when missing; whether this pass made it. A user under the name
+    /// that is not this grant's is left alone.
+    async fn ensure_user(&self, provider: &dyn Provider, owner: &GrantOwner) -> Result<bool, Error> {
         let user = owner.user_name();
         match provider.user_tags(&user).await? {
-            None => provider.create_user(&user, &owner.tags()).await?,
-            Some(tags) if owner.owns(&tags) => {}
-            Some(_) => {
-                return Err(Error::blocked(
-                    "UserNameTaken",
-                    format!(
-                        "the IAM user {user} exists and is not this BucketAccess's; kopper leaves it alone"
-                    ),
-                ));
+            None => {
+                provider.create_user(&user, &owner.tags()).await?;
+                Ok(true)
             }
+            Some(tags) if owner.owns(&tags) => Ok(false),
+            Some(_) => Err(Error::blocked(
+                "UserNameTaken",
+                format!("the IAM user {user} exists and is not this BucketAccess's; kopper leaves it alone"),
+            )),
         }
+    }
+
+    /// Reads the Bucket again after the grant's user was made ([`grant::after_create`]): when it
+    /// was deleted, replaced or no longer consents meanwhile, the user goes at once, before it
+    /// has a key, and so does the record of it.
+    async fn check_after_create(&self, provider: &dyn Provider, owner: &GrantOwner) -> Result<(), Error> {
+        let (namespace, name) = self.bucket_ref();
+        let fresh = Api::<Bucket>::namespaced(self.ctx.client.clone(), &namespace)
+            .get_opt(&name)
+            .await
+            .map_err(Error::kube("reading the Bucket"))?;
+        let class_allows = fresh
+            .as_ref()
+            .and_then(|fresh| self.shared.class_for_cleanup(fresh).ok().flatten())
+            .is_some_and(|class| grant::class_allows(&class.spec, (&namespace, &name)).is_ok());
+        let grant_namespace = self.grant.namespace().unwrap_or_default();
+        let checked = grant::after_create(
+            &grant_namespace,
+            self.grant.spec.mode,
+            (&namespace, &name),
+            &owner.bucket_uid,
+            fresh.as_ref(),
+            class_allows,
+        );
+        let Err(Verdict::Hold { reason, message } | Verdict::Withdraw { reason, message }) = checked else {
+            return Ok(());
+        };
+        let user = owner.user_name();
+        warn!(user, reason, "the Bucket changed while the grant's user was made: deleting the user");
+        delete_grant_user(provider, &user, |tags| owner.owns(tags)).await?;
+        self.index.release(&owner.grant_uid);
+        clear_record(self.ctx, self.grant).await?;
+        Err(Error::blocked(reason, message))
+    }
+
+    /// The grant's policy: exactly its mode on exactly its bucket.
+    async fn ensure_policy(
+        &self,
+        provider: &dyn Provider,
+        user: &str,
+        bucket_name: &str,
+    ) -> Result<(), Error> {
         let wanted = grant::policy_document(bucket_name, self.grant.spec.mode);
-        let found = provider.user_policy(&user, POLICY_NAME).await?;
+        let found = provider.user_policy(user, POLICY_NAME).await?;
         if !found.is_some_and(|found| policy::equivalent(&wanted, &found)) {
-            provider.put_user_policy(&user, POLICY_NAME, &wanted).await?;
+            provider.put_user_policy(user, POLICY_NAME, &wanted).await?;
         }
         Ok(())
     }
@@ -434,7 +710,7 @@ impl GrantPass<'_> {
     }
 
     fn keeper(&self, current: &impl Resource) -> secret::Keeper {
-        secret::keeper_of(current, self.grant.uid().as_deref(), ACCESS_LABEL)
+        secret::keeper_of(current, self.grant, ACCESS_LABEL)
     }
 
     /// The grant's Secret with a key pair: the Bucket Secret's keys, labelled and owned by the
@@ -476,30 +752,55 @@ impl GrantPass<'_> {
         (!same).then_some(desired)
     }
 
-    /// Removes what the grant has: its user's keys, policy and user (first: the key stops
-    /// working), then its own Secret, then the record in status. IAM is looked at only when
-    /// status records a user (recorded before one is made), so a grant never consented to
-    /// costs no provider call. Without its Bucket there is no backend to look on: the Bucket's
-    /// cleanup deleted every grant user of its bucket, or the sweep does.
-    async fn revoke(&self, bucket: Option<&Bucket>) -> Result<(), Error> {
+    fn cached_record(&self) -> Record {
         let status = self.grant.status.clone().unwrap_or_default();
-        let mut revoked = false;
-        if status.user_name.is_some()
-            && let Some(bucket) = bucket
-            && let Some(provider) = self.provider(bucket).await?
-        {
-            let owner = self.owner(bucket);
-            revoked =
-                delete_grant_user(provider.as_ref(), &owner.user_name(), |tags| owner.owns(tags)).await?;
-        }
-        self.delete_own_secret().await?;
-        if status.user_name.is_some() || status.access_key_id.is_some() || status.bucket_name.is_some() {
-            write_status(self.ctx, self.grant, |status| {
-                status.user_name = None;
-                status.access_key_id = None;
-                status.bucket_name = None;
-            })
-            .await?;
+        Record { user_name: status.user_name, class_name: status.class_name }
+    }
+
+    /// The record as the API server has it: a pass woken by the Bucket may run on a cache that
+    /// has not seen the user recorded yet.
+    async fn fresh_record(&self) -> Result<Record, Error> {
+        let api = Api::<BucketAccess>::namespaced(
+            self.ctx.client.clone(),
+            &self.grant.namespace().unwrap_or_default(),
+        );
+        let fresh =
+            api.get_opt(&self.grant.name_any()).await.map_err(Error::kube("reading the BucketAccess"))?;
+        let status = fresh.filter(|fresh| fresh.uid() == self.grant.uid()).and_then(|fresh| fresh.status);
+        Ok(status
+            .map(|status| Record { user_name: status.user_name, class_name: status.class_name })
+            .unwrap_or_default())
+    }
+
+    /// Deletes the recorded user on the backend it was made on, proven this grant's by its
+    /// cluster and grant uid tags, whether or not its Bucket still exists; whether it did.
+    async fn delete_recorded(&self, record: &Record) -> Result<bool, Error> {
+        let Some(user) = &record.user_name else { return Ok(false) };
+        let provider = self.provider_of(record.class_name.as_deref()).await?;
+        let (cluster, grant_uid) = (&self.shared.cluster_id, self.grant.uid().unwrap_or_default());
+        let proves = |tags: &BTreeMap<String, String>| {
+            tags.get(names::TAG_CLUSTER) == Some(cluster)
+                && tags.get(grant::TAG_GRANT_UID).is_some_and(|uid| !uid.is_empty() && *uid == grant_uid)
+        };
+        delete_grant_user(provider.as_ref(), user, proves).await
+    }
+
+    /// Removes what the grant has: its user's keys, policy and user (first: the key stops
+    /// working), then its Secrets (the current and any of a former `spec.secretName`), then the
+    /// record in status, once IAM says the user is gone. IAM is looked at only when status
+    /// records a user (recorded before one is made), so a grant never consented to costs no
+    /// provider call.
+    async fn revoke(&self) -> Result<(), Error> {
+        let cached = self.grant.status.clone().unwrap_or_default();
+        let record = match self.cached_record() {
+            record if record.user_name.is_some() => record,
+            _ => self.fresh_record().await?,
+        };
+        let revoked = self.delete_recorded(&record).await?;
+        self.index.release(&self.grant.uid().unwrap_or_default());
+        self.delete_kept_secrets().await?;
+        if record.user_name.is_some() || cached.access_key_id.is_some() || cached.bucket_name.is_some() {
+            clear_record(self.ctx, self.grant).await?;
         }
         if revoked {
             let note = format!(
@@ -511,16 +812,32 @@ impl GrantPass<'_> {
         Ok(())
     }
 
-    async fn delete_own_secret(&self) -> Result<(), Error> {
+    /// Deletes every Secret kopper keeps for this grant, under its secret name or a former one.
+    async fn delete_kept_secrets(&self) -> Result<(), Error> {
         let api =
             Api::<Secret>::namespaced(self.ctx.client.clone(), &self.grant.namespace().unwrap_or_default());
-        let name = self.grant.secret_name();
-        let current = api.get_opt(&name).await.map_err(Error::kube(format!("reading Secret {name}")))?;
-        if let Some(current) = current.filter(|secret| self.keeper(secret) == secret::Keeper::ThisBucket) {
-            super::delete_exactly(&api, &name, current.uid()).await?;
+        let label = format!("{ACCESS_LABEL}={}", super::names::label_value(&self.grant.name_any()));
+        let params = kube::api::ListParams::default().labels(&label);
+        let listed = api.list_metadata(&params).await.map_err(Error::kube("listing the grant's Secrets"))?;
+        for kept in listed.items.iter().filter(|secret| self.keeper(*secret) == secret::Keeper::ThisBucket) {
+            super::delete_exactly(&api, &kept.name_any(), kept.uid()).await?;
         }
         Ok(())
     }
+}
+
+/// Clears the record of the grant's user in its status (with `null`s, whatever the cache said).
+async fn clear_record(ctx: &Context, grant: &BucketAccess) -> Result<(), Error> {
+    let patch = json!({ "status": {
+        "userName": null, "accessKeyId": null, "bucketName": null, "bucketUid": null, "className": null,
+    }});
+    let api = Api::<BucketAccess>::namespaced(ctx.client.clone(), &grant.namespace().unwrap_or_default());
+    let params =
+        PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
+    api.patch_status(&grant.name_any(), &params, &Patch::Merge(patch))
+        .await
+        .map_err(Error::kube("writing the BucketAccess's status"))?;
+    Ok(())
 }
 
 /// Deletes the user `user` (its keys, then its policy, then it) when `proves` says its tags
@@ -543,17 +860,31 @@ async fn delete_grant_user(
     Ok(true)
 }
 
-/// Deletes the IAM user of every grant of the Bucket `bucket_uid`, found by its name prefix
-/// ([`grant::bucket_grants_prefix`]) and proven by its tags, whether its BucketAccess still
-/// exists or not: a Bucket's cleanup calls it before anything else, so that no consumer keeps
-/// a key to a bucket about to go (or to be handed to someone else). How many it deleted.
+/// Deletes the IAM user of every grant of the Bucket `bucket_uid` kopper knows of (`grants`:
+/// each one's uid and recorded user, from [`GrantIndex::recorded_users`]), by name (derived
+/// from the cluster, the Bucket's uid and the grant's) and proven by its tags; no listing of
+/// the account. A grant not yet in the index reads the Bucket after making its user
+/// ([`grant::after_create`]) and deletes it itself. How many it deleted.
 pub async fn revoke_bucket_grants(
     provider: &dyn Provider,
     cluster: &str,
     bucket_uid: &str,
+    grants: &[(String, Option<String>)],
 ) -> Result<usize, Error> {
+    let mut users = BTreeSet::new();
+    for (grant_uid, recorded) in grants {
+        let owner = GrantOwner {
+            cluster: cluster.to_owned(),
+            namespace: String::new(),
+            name: String::new(),
+            grant_uid: grant_uid.clone(),
+            bucket_uid: bucket_uid.to_owned(),
+        };
+        users.insert(owner.user_name());
+        users.extend(recorded.iter().cloned());
+    }
     let mut deleted = 0;
-    for user in provider.users(&grant::bucket_grants_prefix(cluster, bucket_uid)).await? {
+    for user in users {
         if delete_grant_user(provider, &user, |tags| grant::is_grant_of_bucket(tags, cluster, bucket_uid))
             .await?
         {
@@ -678,5 +1009,75 @@ mod tests {
         index.note(&reader, true);
         assert_eq!(names(index.grants_of("team-a", "data")), ["own"]);
         assert!(index.grants_of("team-b", "data").is_empty());
+    }
+
+    fn bucket(shared: serde_json::Value, ready: &str) -> Bucket {
+        serde_json::from_value(json!({
+            "apiVersion": "kopper.dev/v1alpha1",
+            "kind": "Bucket",
+            "metadata": {"name": "data", "namespace": "team-a", "uid": "b-1"},
+            "spec": {"sharedWith": shared},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "R", "message": "",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+        }))
+        .unwrap()
+    }
+
+    /// Churn on a Bucket never wakes the grant of a namespace it is not shared with (its
+    /// passes would tell that namespace when the Bucket changes); it wakes those it is shared
+    /// with, and one it was shared with until the change.
+    #[test]
+    fn a_bucket_change_wakes_only_the_grants_of_namespaces_it_is_shared_with() {
+        use kube::runtime::watcher::Event;
+        let index = Arc::new(GrantIndex::default());
+        let (wake, mut woken) = futures::channel::mpsc::unbounded();
+        let mut wakes = GrantWakes::new(index.clone(), wake);
+        for namespace in ["team-b", "team-c"] {
+            index.note(&grant(namespace, "g", json!({"namespace": "team-a", "name": "data"})), false);
+        }
+        let mut drain = || {
+            let mut names = Vec::new();
+            while let Ok(grant) = woken.try_recv() {
+                names.push(grant.namespace.unwrap_or_default());
+            }
+            names
+        };
+        let shared_b = json!([{"namespace": "team-b", "mode": "ReadOnly"}]);
+        wakes.after(&Event::Apply(bucket(shared_b.clone(), "False")));
+        assert_eq!(drain(), ["team-b"]);
+        wakes.after(&Event::Apply(bucket(shared_b.clone(), "True")));
+        assert_eq!(drain(), ["team-b"]);
+        wakes.after(&Event::Apply(bucket(shared_b.clone(), "True")));
+        assert!(drain().is_empty(), "nothing the grants decide on changed");
+        wakes.after(&Event::Apply(bucket(json!([]), "True")));
+        assert_eq!(drain(), ["team-b"], "consent withdrawn: told");
+        wakes.after(&Event::Apply(bucket(json!([]), "False")));
+        wakes.after(&Event::Delete(bucket(json!([]), "False")));
+        assert!(drain().is_empty(), "team-c never, team-b no more");
+    }
+
+    #[test]
+    fn the_last_place_goes_once_and_comes_back_when_its_holder_gives_it_back() {
+        let index = GrantIndex::default();
+        let grants: Vec<_> = (0..=grant::MAX_GRANTS_PER_NAMESPACE)
+            .map(|i| {
+                let mut grant =
+                    grant("team-b", &format!("g{i}"), json!({"namespace": "team-a", "name": "data"}));
+                grant.metadata.uid = Some(format!("uid-{i}"));
+                index.note(&grant, false);
+                grant
+            })
+            .collect();
+        let (last, first) = (grants.last().unwrap(), &grants[0]);
+        for grant in &grants[..grant::MAX_GRANTS_PER_NAMESPACE] {
+            assert!(index.admit(grant));
+        }
+        assert!(!index.admit(last), "the bound is full, though no status shows a user yet");
+        assert!(index.admit(first), "a grant in place keeps it");
+        let other = grant("team-c", "g", json!({"namespace": "team-a", "name": "data"}));
+        assert!(index.admit(&other), "another namespace has its own places");
+        index.release("uid-0");
+        assert!(index.admit(last));
+        assert!(!index.admit(first));
     }
 }

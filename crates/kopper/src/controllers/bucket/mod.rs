@@ -48,7 +48,7 @@ pub mod service_account;
 pub mod sweep;
 pub mod types;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -309,7 +309,7 @@ pub async fn run(
             let mut wakes = class_status::ClassWakes::default();
             let (buckets, classes) = (reader.clone(), classes.clone());
             let admissions = admissions.clone();
-            let mut grant_wakes = GrantWakes { index: grant_index, wake: grant_wake, seen: HashMap::new() };
+            let mut grant_wakes = grant_controller::GrantWakes::new(grant_index, grant_wake);
             move |event| {
                 grant_wakes.after(event);
                 // Also when the Bucket leaves without its finalizer: its key stops counting.
@@ -365,6 +365,7 @@ pub async fn run(
         key_ages,
         cached: reader.clone(),
         oidc: settings.oidc.clone(),
+        grants: grant_index_for_bound.clone(),
     });
     let class_shared = Arc::new(class_status::ClassShared {
         buckets: reader.clone(),
@@ -395,11 +396,7 @@ pub async fn run(
         )))
     };
     let shutdown = futures::FutureExt::shared(shutdown);
-    let grants = Arc::new(grant_controller::Grants {
-        shared: shared.clone(),
-        cache: grant_controller.store(),
-        index: grant_index_for_bound,
-    });
+    let grants = Arc::new(grant_controller::Grants { shared: shared.clone(), index: grant_index_for_bound });
     let buckets_run = run_controller(NAME, controller, ctx.clone(), shutdown.clone(), move |bucket, ctx| {
         reconcile(bucket, ctx, shared.clone())
     });
@@ -419,41 +416,6 @@ pub async fn run(
         sweeper.abort();
     }
     Ok(())
-}
-
-/// Wakes the grants of a Bucket when what they decide on changes ([`grant_controller::bucket_digest`]):
-/// its consent, its state, its deletion. Status writes that change none of it wake none.
-struct GrantWakes {
-    index: Arc<grant_controller::GrantIndex>,
-    wake: futures::channel::mpsc::UnboundedSender<
-        kube::runtime::reflector::ObjectRef<access_types::BucketAccess>,
-    >,
-    /// The digest each Bucket (by uid) last woke its grants with.
-    seen: HashMap<String, u64>,
-}
-
-impl GrantWakes {
-    fn after(&mut self, event: &kube::runtime::watcher::Event<Bucket>) {
-        use kube::runtime::watcher::Event;
-        let (bucket, gone) = match event {
-            Event::Apply(bucket) | Event::InitApply(bucket) => (bucket, false),
-            Event::Delete(bucket) => (bucket, true),
-            _ => return,
-        };
-        let uid = bucket.uid().unwrap_or_default();
-        if gone {
-            self.seen.remove(&uid);
-        } else {
-            let digest = grant_controller::bucket_digest(bucket);
-            if self.seen.insert(uid, digest) == Some(digest) {
-                return;
-            }
-        }
-        let namespace = bucket.namespace().unwrap_or_default();
-        for grant in self.index.grants_of(&namespace, &bucket.name_any()) {
-            let _ = self.wake.unbounded_send(grant);
-        }
-    }
 }
 
 /// The controller of BucketClasses ([`class_status`]): woken by changes to a class and, through
@@ -628,6 +590,9 @@ struct Shared {
     key_ages: Arc<metrics::KeyAges>,
     /// The controller's cache of Buckets: a key is recorded only for a Bucket still in it.
     cached: kube::runtime::reflector::Store<Bucket>,
+    /// The BucketAccesses naming each Bucket, and their recorded users: a Bucket's cleanup
+    /// deletes them.
+    grants: Arc<grant_controller::GrantIndex>,
     /// The cluster's OIDC provider, for roles of ServiceAccounts.
     oidc: Option<OidcProvider>,
 }
@@ -795,6 +760,7 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         owner: owner_of(&shared.cluster_id, &bucket),
         creating: &shared.creating,
         keys: &shared.keys,
+        grants: &shared.grants,
         key_interval: shared.key_interval,
         min_key_age: shared.min_key_age,
         key_ages: &shared.key_ages,
@@ -912,6 +878,8 @@ struct Pass<'a> {
     creating: &'a NameLocks,
     /// When each Bucket last got an access key: no Bucket gets keys in a loop.
     keys: &'a churn::KeyLedger,
+    /// The BucketAccesses naming each Bucket: its cleanup deletes their users.
+    grants: &'a grant_controller::GrantIndex,
     /// The shortest time between two access keys for one Bucket.
     key_interval: Duration,
     /// The shortest `spec.keyRotation.maxKeyAge` a Bucket may ask for.
@@ -1804,9 +1772,14 @@ impl Pass<'_> {
         let status = bucket.status.clone().unwrap_or_default();
         self.on_recorded_backend(&status, bucket.name_any().as_str())?;
         // Every grant's key goes first: no consumer keeps access to a bucket about to go.
-        let revoked =
-            grant_controller::revoke_bucket_grants(self.provider, &self.owner.cluster, &self.owner.uid)
-                .await?;
+        let grants = self.grants.recorded_users(&bucket.namespace().unwrap_or_default(), &bucket.name_any());
+        let revoked = grant_controller::revoke_bucket_grants(
+            self.provider,
+            &self.owner.cluster,
+            &self.owner.uid,
+            &grants,
+        )
+        .await?;
         if revoked > 0 {
             info!(revoked, "deleted the IAM users of the Bucket's grants");
         }

@@ -67,22 +67,28 @@ pub enum Keeper {
 /// only hands the tenant's own Bucket a Secret the tenant could have written anyway. Whatever
 /// slips through, [`super::churn`] bounds the access keys a fight could cost.
 pub fn keeper<K: Resource>(secret: &K, bucket: &Bucket) -> Keeper {
-    keeper_of(secret, bucket.uid().as_deref(), BUCKET_LABEL)
+    keeper_of(secret, bucket, BUCKET_LABEL)
 }
 
-/// Who keeps `secret`, for the kopper object of uid `owner_uid` that labels its Secrets with
-/// `label` (a Bucket, or a BucketAccess): [`Keeper::ThisBucket`] only when that object is the
-/// Secret's controller and the label is there, as [`keeper`] says for Buckets.
-pub fn keeper_of<K: Resource>(secret: &K, owner_uid: Option<&str>, label: &str) -> Keeper {
+/// Who keeps `secret`, for the kopper object `owner` that labels its Secrets with `label` (a
+/// Bucket, or a BucketAccess): [`Keeper::ThisBucket`] only when that object is the Secret's
+/// controller (by API group, kind, name and uid: a reference that names another kind with the
+/// same uid is not it) and the label is there, as [`keeper`] says for Buckets. The version in
+/// `apiVersion` is not compared, so that Secrets stay kopper's across a version of the CRD.
+pub fn keeper_of<K: Resource, O: Resource<DynamicType = ()>>(secret: &K, owner: &O, label: &str) -> Keeper {
     let replicated = secret.labels().contains_key(REPLICATED_BY_LABEL)
         || secret.annotations().contains_key(RULE_UID_ANNOTATION);
     if replicated {
         return Keeper::Replication;
     }
-    let controlled = secret
-        .owner_references()
-        .iter()
-        .any(|owner| owner.controller == Some(true) && Some(owner.uid.as_str()) == owner_uid);
+    let group = |api_version: &str| api_version.rsplit_once('/').map(|(group, _)| group.to_owned());
+    let controlled = secret.owner_references().iter().any(|reference| {
+        reference.controller == Some(true)
+            && owner.meta().uid.as_deref() == Some(reference.uid.as_str())
+            && owner.meta().name.as_deref() == Some(reference.name.as_str())
+            && reference.kind == O::kind(&())
+            && group(&reference.api_version).as_deref() == Some(O::group(&()).as_ref())
+    });
     if controlled && secret.labels().contains_key(label) { Keeper::ThisBucket } else { Keeper::Other }
 }
 
@@ -262,6 +268,27 @@ mod tests {
         assert_eq!(keeper(&forged(true, false), &bucket()), Keeper::Replication);
         assert_eq!(keeper(&forged(false, true), &bucket()), Keeper::Replication);
         assert_eq!(keeper(&forged(false, false), &bucket()), Keeper::ThisBucket);
+    }
+
+    /// A controller reference with the owner's uid but another kind or name (a tenant's forgery
+    /// to make kopper delete a planted Secret) does not make the Secret the owner's.
+    #[test]
+    fn a_reference_with_the_uid_but_another_kind_or_name_is_someone_else_s() {
+        for (kind, name, api_version) in [
+            ("ConfigMap", "data", "v1"),
+            ("Bucket", "other", "kopper.dev/v1"),
+            ("Bucket", "data", "x.dev/v1"),
+        ] {
+            let mut secret = desired(&bucket(), &contents(), "AKIA1", "s3cr3t");
+            let reference = &mut secret.metadata.owner_references.as_mut().unwrap()[0];
+            reference.kind = kind.into();
+            reference.name = name.into();
+            reference.api_version = api_version.into();
+            assert_eq!(keeper(&secret, &bucket()), Keeper::Other, "{kind} {name} {api_version}");
+        }
+        let mut secret = desired(&bucket(), &contents(), "AKIA1", "s3cr3t");
+        secret.metadata.owner_references.as_mut().unwrap()[0].api_version = "kopper.dev/v2".into();
+        assert_eq!(keeper(&secret, &bucket()), Keeper::ThisBucket, "another version of the CRD is still it");
     }
 
     #[test]
