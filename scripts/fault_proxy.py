@@ -11,9 +11,12 @@ Control endpoints (S3 bucket names cannot start with "_", so these never shadow 
          "forward": true lets the request reach the server before the error is answered,
          so its effect happens and only its answer is lost (a crash after the call).
          "bare": true answers with no body, so no error code, as a gateway might.
+         "delay": N holds the request N seconds before anything else; a rule with a delay
+         and no "status" then passes the request on and answers as the server does (a
+         slow call, to make a race happen in a known order).
   GET    /__proxy/faults  the rules with the times each has left
   GET    /__proxy/calls   every call since the last reset: [{"service", "operation",
-         "status"}], in order
+         "status", "user"}] (user: the UserName of an IAM call, or null), in order
   DELETE /__proxy/calls   forget the calls
 
 Only the standard library, so it runs on the moto virtual environment's interpreter.
@@ -24,6 +27,7 @@ import http.client
 import json
 import re
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -101,9 +105,10 @@ class State:
                     return dict(rule)
         return None
 
-    def record(self, service, operation, status):
+    def record(self, service, operation, status, user=None):
         with self.lock:
-            self.calls.append({"service": service, "operation": operation, "status": status})
+            self.calls.append({"service": service, "operation": operation, "status": status,
+                               "user": user})
 
 
 def handler(upstream, state):
@@ -177,18 +182,24 @@ def handler(upstream, state):
                 return self.control(body)
             service = service_of(self.headers)
             split = urllib.parse.urlsplit(self.path)
+            user = None
             if service == "iam":
                 form = urllib.parse.parse_qs(body.decode(errors="replace"))
                 operation = form.get("Action", ["Unknown"])[0]
+                user = form.get("UserName", [None])[0]
             else:
                 query = urllib.parse.parse_qs(split.query, keep_blank_values=True)
                 operation = s3_operation(self.command, split.path, query)
             fault = state.take_fault(operation)
+            if fault is not None and "delay" in fault:
+                time.sleep(float(fault["delay"]))
+                if "status" not in fault:
+                    fault = None
             if fault is None or fault.get("forward"):
                 try:
                     status, data, headers = self.forward(body)
                 except OSError as error:
-                    state.record(service, operation, 502)
+                    state.record(service, operation, 502, user)
                     return self.answer(502, str(error).encode())
             if fault is not None:
                 status = fault.get("status", 500)
@@ -197,7 +208,7 @@ def handler(upstream, state):
                 headers = [("Content-Type", "text/xml")]
                 if fault.get("bare"):
                     data, headers = b"", []
-            state.record(service, operation, status)
+            state.record(service, operation, status, user)
             self.answer(status, data, headers)
 
     return Handler

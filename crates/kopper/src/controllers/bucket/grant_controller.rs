@@ -466,6 +466,15 @@ impl GrantPass<'_> {
 
     async fn apply(&self, bucket: Option<&Bucket>) -> Result<Action, Error> {
         let (namespace, name) = self.bucket_ref();
+        // A user made for a former Bucket of this name (deleted, maybe created again) goes
+        // first, whatever is decided for the Bucket there is now.
+        let status = self.grant.status.clone().unwrap_or_default();
+        if status.user_name.is_some()
+            && status.bucket_uid.is_some()
+            && status.bucket_uid != bucket.and_then(|bucket| bucket.uid())
+        {
+            self.revoke().await?;
+        }
         let grant_namespace = self.grant.namespace().unwrap_or_default();
         let mut verdict = grant::verdict(&grant_namespace, self.grant.spec.mode, (&namespace, &name), bucket);
         if matches!(verdict, Verdict::Grant { .. }) && !self.index.admit(self.grant) {

@@ -7,6 +7,8 @@ use super::*;
 use kopper::controllers::bucket::access_types::{BucketAccess, BucketAccessStatus};
 use kopper::controllers::bucket::grant::GrantOwner;
 
+use crate::common::moto::Call;
+
 const CONSUMER: &str = "team-b";
 
 async fn create_namespace(cluster: &Cluster, name: &str) {
@@ -88,6 +90,18 @@ fn grant_owner(grant: &BucketAccess, bucket: &Bucket) -> GrantOwner {
     }
 }
 
+/// Whether an IAM call names a grant user (of the cluster `test`).
+fn is_grant_user_call(call: &Call) -> bool {
+    let prefix = format!("{}ga-", kopper::controllers::bucket::names::user_name_prefix("test"));
+    call.service == "iam" && call.user.as_deref().is_some_and(|user| user.starts_with(&prefix))
+}
+
+/// The grant users (of the cluster `test`) in the account.
+async fn grant_users(endpoint: &str) -> Vec<String> {
+    let prefix = format!("{}ga-", kopper::controllers::bucket::names::user_name_prefix("test"));
+    users(endpoint).await.into_iter().filter(|user| user.starts_with(&prefix)).collect()
+}
+
 fn error_code<E: aws_sdk_s3::error::ProvideErrorMetadata>(error: &E) -> Option<String> {
     error.code().map(str::to_owned)
 }
@@ -132,6 +146,17 @@ async fn a_read_only_grant_reads_and_cannot_write_and_a_read_write_grant_writes(
     let bucket = buckets(&cluster).get("data").await.unwrap();
     assert_eq!(granted.user_name, Some(grant_owner(&reader, &bucket).user_name()));
     wait_for_grant(&cluster, "team-c", "writer", "Granted").await;
+    // A read-write grant lowered to read-only: the policy follows it.
+    create_grant(&cluster, "team-c", "lowered", "data", "ReadWrite").await;
+    wait_for_grant(&cluster, "team-c", "lowered", "Granted").await;
+    let lower = Patch::Merge(json!({"spec": {"mode": "ReadOnly"}}));
+    grants(&cluster, "team-c").patch("lowered", &PatchParams::default(), &lower).await.unwrap();
+    eventually("the lowered grant granted read-only", || async {
+        let (_, message) = wait_for_grant(&cluster, "team-c", "lowered", "Granted").await;
+        message.starts_with("ReadOnly").then_some(())
+    })
+    .await;
+    let lowered = secret_in(&cluster, "team-c", "lowered").await.unwrap();
     let read_only =
         secret_in(&cluster, CONSUMER, "reader").await.expect("the grant's Secret, named after it");
     assert_eq!(value(&read_only, "BUCKET_NAME"), bucket_name);
@@ -151,6 +176,12 @@ async fn a_read_only_grant_reads_and_cannot_write_and_a_read_write_grant_writes(
     assert_eq!(try_put_object(&read_only, "mine.csv").await, Err("AccessDenied".to_owned()));
     try_put_object(&read_write, "written.csv").await.expect("the read-write grant writes");
     get_object(&read_write, "written.csv").await.expect("and reads");
+    assert_eq!(
+        try_put_object(&lowered, "lowered.csv").await,
+        Err("AccessDenied".to_owned()),
+        "lowered: no write"
+    );
+    get_object(&lowered, "report.csv").await.expect("the lowered grant still reads");
 }
 
 /// Without an entry in the Bucket's sharedWith, a grant is refused (NotShared) and no IAM user
@@ -158,11 +189,13 @@ async fn a_read_only_grant_reads_and_cannot_write_and_a_read_write_grant_writes(
 #[tokio::test]
 async fn a_grant_without_consent_is_refused_and_gets_no_user_until_the_owner_consents() {
     let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
     let cluster = cluster().await;
     create_namespace(&cluster, CONSUMER).await;
-    let operator = start_operator(&cluster, &moto);
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
     shared_bucket(&cluster, "data", json!([])).await;
     let before = users(&moto.endpoint).await;
+    proxy.reset_calls().await;
 
     create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
     let (refused, message) = wait_for_grant(&cluster, CONSUMER, "reader", "NotShared").await;
@@ -170,6 +203,8 @@ async fn a_grant_without_consent_is_refused_and_gets_no_user_until_the_owner_con
     assert_eq!((refused.user_name, refused.access_key_id), (None, None));
     assert!(secret_in(&cluster, CONSUMER, "reader").await.is_none());
     assert_eq!(users(&moto.endpoint).await, before, "no IAM user for a grant never consented to");
+    let grant_calls: Vec<_> = proxy.calls().await.into_iter().filter(is_grant_user_call).collect();
+    assert!(grant_calls.is_empty(), "a refused grant makes no IAM call: {grant_calls:?}");
 
     let consent =
         Patch::Merge(json!({"spec": {"sharedWith": [{"namespace": CONSUMER, "mode": "ReadOnly"}]}}));
@@ -371,10 +406,16 @@ async fn a_granted_grant_s_idle_pass_writes_nothing() {
     shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
     create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
     wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    // The pass its own Secret write queued is done once the count holds still.
+    let reconciles = eventually("kopper's grant reconcile count to hold still", || async {
+        let before = grant_reconciles(&admin).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        (grant_reconciles(&admin).await? == before).then_some(before)
+    })
+    .await;
 
     proxy.reset_calls().await;
     let writes = grant_and_secret_writes(&cluster);
-    let reconciles = eventually("kopper's grant reconcile count", || grant_reconciles(&admin)).await;
     // A label on the Secret wakes the grant (its Secret changed) and asks for nothing.
     let label = Patch::Merge(json!({"metadata": {"labels": {"audited": "yes"}}}));
     Api::<Secret>::namespaced(cluster.client.clone(), CONSUMER)
@@ -427,5 +468,91 @@ async fn the_user_of_a_grant_gone_without_its_finalizer_is_swept() {
     let mut expected = vec![ready.user_name.unwrap(), kept.user_name.unwrap()];
     expected.sort();
     assert_eq!(left, expected, "the Bucket's user and the live grant's stay");
+    operator.stop().await.unwrap();
+}
+
+/// The race of a Bucket's deletion and a grant's first pass: the Bucket (`Retain`) is deleted
+/// while the grant's CreateUser is held at the proxy, so that its user is made after the
+/// Bucket is gone. kopper reads the Bucket again once the user exists and deletes it before it
+/// gets a key: no grant user is left, and no key was ever made.
+#[tokio::test]
+async fn a_bucket_deleted_while_a_grant_s_user_is_made_leaves_no_grant_user() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
+    let shared = json!([{"namespace": CONSUMER, "mode": "ReadOnly"}]);
+    create_bucket(&cluster, "data", json!({"deletionPolicy": "Retain", "sharedWith": shared})).await;
+    wait_for_reason(&cluster, "data", "Ready").await;
+    proxy.set_faults(json!([{"operation": "CreateUser", "times": 1, "delay": 10}])).await;
+    proxy.reset_calls().await;
+
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let api = grants(&cluster, CONSUMER);
+    eventually("the grant's user recorded, its CreateUser held", || async {
+        api.get("reader").await.unwrap().status?.user_name.map(drop)
+    })
+    .await;
+    buckets(&cluster).delete("data", &DeleteParams::default()).await.unwrap();
+    let bucket_api = buckets(&cluster);
+    eventually("the Bucket to be gone", || async {
+        bucket_api.get_opt("data").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let calls = proxy.calls().await;
+    assert!(
+        !calls.iter().any(|call| call.operation == "CreateUser"),
+        "the Bucket must be gone before the held CreateUser is answered: {calls:?}"
+    );
+
+    let (withdrawn, _) =
+        wait_for_grant_within(&cluster, CONSUMER, "reader", "NotShared", THROUGH_FAULTS).await;
+    assert_eq!(withdrawn.user_name, None);
+    eventually("no grant user left", || async { grant_users(&moto.endpoint).await.is_empty().then_some(()) })
+        .await;
+    let calls = proxy.calls().await;
+    assert!(calls.iter().any(|call| call.operation == "CreateUser"), "the user was made: {calls:?}");
+    assert!(!calls.iter().any(|call| call.operation == "CreateAccessKey"), "and never got a key: {calls:?}");
+    assert!(secret_in(&cluster, CONSUMER, "reader").await.is_none());
+    operator.stop().await.unwrap();
+}
+
+/// A Bucket gone without kopper seeing it (its finalizer stripped while kopper was down) and
+/// created again under its name is another Bucket: the grant's user of the former is deleted,
+/// and the grant gets a user for the new one.
+#[tokio::test]
+async fn a_bucket_created_again_under_its_name_deletes_the_former_bucket_s_grant_user() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator(&cluster, &moto);
+    let shared = json!([{"namespace": CONSUMER, "mode": "ReadOnly"}]);
+    let spec =
+        |name: &str| json!({"deletionPolicy": "Retain", "bucketName": name, "sharedWith": shared.clone()});
+    create_bucket(&cluster, "data", spec("grant-former-bucket")).await;
+    wait_for_reason(&cluster, "data", "Ready").await;
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let (former, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let former_user = former.user_name.unwrap();
+    operator.stop().await.unwrap();
+
+    let api = buckets(&cluster);
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch("data", &PatchParams::default(), &strip).await.unwrap();
+    api.delete("data", &DeleteParams::default()).await.unwrap();
+    create_bucket(&cluster, "data", spec("grant-new-bucket")).await;
+
+    let operator = start_operator(&cluster, &moto);
+    wait_for_reason(&cluster, "data", "Ready").await;
+    let s3 = moto.client().await;
+    let (granted, message) = eventually("the grant granted the new Bucket", || async {
+        let (granted, message) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+        message.contains("grant-new-bucket").then_some((granted, message))
+    })
+    .await;
+    assert_ne!(granted.user_name.as_deref(), Some(former_user.as_str()), "{message}");
+    assert_eq!(s3.user_tags(&former_user).await.unwrap(), None, "the former Bucket's grant user is gone");
+    assert_eq!(grant_users(&moto.endpoint).await, vec![granted.user_name.unwrap()]);
     operator.stop().await.unwrap();
 }

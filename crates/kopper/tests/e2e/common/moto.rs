@@ -142,6 +142,9 @@ pub struct Call {
     pub service: String,
     pub operation: String,
     pub status: u16,
+    /// The `UserName` an IAM call names.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 impl Call {
