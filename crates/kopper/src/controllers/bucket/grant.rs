@@ -36,9 +36,10 @@ impl GrantOwner {
     /// `kopper-<cluster>-ga-<12 hex of the Bucket>-<20 hex of the grant>`, at most 64
     /// characters (the cluster id has at most 20). It starts with
     /// [`names::user_name_prefix`], which kopper's IAM policy and the sweep are scoped to, and
-    /// with [`bucket_grants_prefix`], so that the Bucket's cleanup finds every grant's user
-    /// though the BucketAccess objects are gone. Both digests take in uids, which only those who
-    /// may read the objects know: nobody can make a user under the name first.
+    /// with [`bucket_grants_prefix`]. It follows from the cluster and the two uids alone, so
+    /// that the Bucket's cleanup names every grant's user without listing the account. Both
+    /// digests take in uids, which only those who may read the objects know: nobody can make a
+    /// user under the name first.
     pub fn user_name(&self) -> String {
         let grant = names::digest_hex(&[self.cluster.as_str(), &self.grant_uid].join("/"));
         format!("{}{}", bucket_grants_prefix(&self.cluster, &self.bucket_uid), &grant[..GRANT_DIGEST_CHARS])
