@@ -1815,30 +1815,44 @@ async fn a_squatted_secret_name_is_never_overwritten_by_a_grant() {
     tenancy.stop().await;
 }
 
-/// A namespace given consent cannot use up the account's IAM users: of bob's BucketAccesses
-/// naming alice's Bucket, the 10 oldest get a user each, and the next gets nothing
-/// (TooManyGrants) until one of those is deleted.
+/// A namespace given consent cannot use up the account's IAM users: of a burst of 11 of bob's
+/// BucketAccesses naming alice's Bucket, exactly 10 get a user each, whatever order kopper
+/// takes them in, and the other reports TooManyGrants and holds nothing until one of those is
+/// deleted.
 #[tokio::test]
 async fn a_consented_tenant_gets_at_most_ten_grants_of_one_bucket() {
     let Some(moto) = crate::common::moto::Moto::start().await else { return };
     let tenancy = bucket_tenancy(&moto).await;
     alice_shared_bucket(&tenancy, "data", json!([{"namespace": "tenant-b", "mode": "ReadOnly"}])).await;
     let before = iam_users(&moto).await.len();
-    for index in 0..=10 {
-        bob_asks(&tenancy, &format!("g-{index:02}"), "data", "ReadOnly", None).await;
+    let names: Vec<String> = (0..=10).map(|index| format!("g-{index:02}")).collect();
+    for name in &names {
+        bob_asks(&tenancy, name, "data", "ReadOnly", None).await;
     }
-    let (_, message) = bob_grant(&tenancy, "g-10", "TooManyGrants").await;
-    assert!(message.contains("10 older BucketAccesses"), "{message}");
-    for index in 0..10 {
-        bob_grant(&tenancy, &format!("g-{index:02}"), "Granted").await;
-    }
+    let api = Api::<BucketAccess>::namespaced(tenancy.bob.clone(), "tenant-b");
+    let decided = || async {
+        let mut granted = Vec::new();
+        let mut refused = Vec::new();
+        for name in &names {
+            let grant = api.get(name).await.unwrap();
+            let status = grant.status.clone()?;
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?.clone();
+            match ready.reason.as_str() {
+                "Granted" => granted.push(name.clone()),
+                "TooManyGrants" if status.user_name.is_none() => refused.push((name.clone(), ready.message)),
+                _ => return None,
+            }
+        }
+        Some((granted, refused))
+    };
+    let (granted, refused) = eventually("every grant of the burst Granted or TooManyGrants", decided).await;
+    assert_eq!((granted.len(), refused.len()), (10, 1), "granted {granted:?}, refused {refused:?}");
+    let (waiting, message) = refused[0].clone();
+    assert!(message.contains("10 other BucketAccesses"), "{message}");
     assert_eq!(iam_users(&moto).await.len(), before + 10, "one IAM user per admitted grant");
 
-    Api::<BucketAccess>::namespaced(tenancy.bob.clone(), "tenant-b")
-        .delete("g-03", &DeleteParams::default())
-        .await
-        .unwrap();
-    bob_grant(&tenancy, "g-10", "Granted").await;
+    api.delete(&granted[3], &DeleteParams::default()).await.unwrap();
+    bob_grant(&tenancy, &waiting, "Granted").await;
     assert_eq!(iam_users(&moto).await.len(), before + 10);
     tenancy.stop().await;
 }

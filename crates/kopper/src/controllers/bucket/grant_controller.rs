@@ -335,9 +335,12 @@ pub fn controller(
 ) -> Controller<BucketAccess> {
     let api = Api::<BucketAccess>::all(ctx.client.clone());
     let (reader, writer) = kube::runtime::reflector::store();
+    // A user recorded or cleared wakes the grant too: a pass that ran on a cache without the
+    // record (and so deleted nothing) runs again with it.
     let changes = |grant: &BucketAccess| {
         let deleting = grant.meta().deletion_timestamp.is_some();
-        Some(super::digest_of(&(grant.meta().generation, deleting, grant.finalizers().to_vec())))
+        let recorded = grant.status.as_ref().is_some_and(|status| status.user_name.is_some());
+        Some(super::digest_of(&(grant.meta().generation, deleting, grant.finalizers().to_vec(), recorded)))
     };
     let stream = crate::runtime::watch::watcher(api, crate::runtime::trim::tenant_objects_watch())
         .default_backoff()
@@ -766,21 +769,6 @@ impl GrantPass<'_> {
         Record { user_name: status.user_name, class_name: status.class_name }
     }
 
-    /// The record as the API server has it: a pass woken by the Bucket may run on a cache that
-    /// has not seen the user recorded yet.
-    async fn fresh_record(&self) -> Result<Record, Error> {
-        let api = Api::<BucketAccess>::namespaced(
-            self.ctx.client.clone(),
-            &self.grant.namespace().unwrap_or_default(),
-        );
-        let fresh =
-            api.get_opt(&self.grant.name_any()).await.map_err(Error::kube("reading the BucketAccess"))?;
-        let status = fresh.filter(|fresh| fresh.uid() == self.grant.uid()).and_then(|fresh| fresh.status);
-        Ok(status
-            .map(|status| Record { user_name: status.user_name, class_name: status.class_name })
-            .unwrap_or_default())
-    }
-
     /// Deletes the recorded user on the backend it was made on, proven this grant's by its
     /// cluster and grant uid tags, whether or not its Bucket still exists; whether it did.
     async fn delete_recorded(&self, record: &Record) -> Result<bool, Error> {
@@ -801,10 +789,7 @@ impl GrantPass<'_> {
     /// provider call.
     async fn revoke(&self) -> Result<(), Error> {
         let cached = self.grant.status.clone().unwrap_or_default();
-        let record = match self.cached_record() {
-            record if record.user_name.is_some() => record,
-            _ => self.fresh_record().await?,
-        };
+        let record = self.cached_record();
         let revoked = self.delete_recorded(&record).await?;
         self.index.release(&self.grant.uid().unwrap_or_default());
         self.delete_kept_secrets().await?;
