@@ -172,16 +172,28 @@ impl GrantIndex {
         })
     }
 
-    /// The uid and recorded user of every grant naming the Bucket `namespace/name`.
+    /// The uid and recorded user of every grant naming the Bucket `namespace/name` that holds
+    /// (or may hold) a user: its status records one, or it was given a place here. Others
+    /// never made one (the record comes first), so that BucketAccesses a tenant points at a
+    /// Bucket not shared with it cost that Bucket's deletion nothing.
     pub fn recorded_users(&self, namespace: &str, name: &str) -> Vec<(String, Option<String>)> {
         let key = format!("{namespace}/{name}");
         let state = self.state();
         let Some(grants) = state.by_bucket.get(&key) else { return Vec::new() };
-        grants
+        let admitted = |entry: &Entry| {
+            state
+                .admitted
+                .get(&place_key(&entry.namespace, &entry.bucket))
+                .is_some_and(|uids| uids.contains(&entry.uid))
+        };
+        let mut users: Vec<_> = grants
             .iter()
             .filter_map(|grant| state.by_grant.get(grant))
+            .filter(|entry| entry.user_name.is_some() || admitted(entry))
             .map(|entry| (entry.uid.clone(), entry.user_name.clone()))
-            .collect()
+            .collect();
+        users.sort();
+        users
     }
 
     /// Gives `grant` a place among its namespace's grants of its Bucket ([`grant::admits`]),
@@ -1068,8 +1080,13 @@ mod tests {
         }
         assert!(!index.admit(last), "the bound is full, though no status shows a user yet");
         assert!(index.admit(first), "a grant in place keeps it");
-        let other = grant("team-c", "g", json!({"namespace": "team-a", "name": "data"}));
+        let mut other = grant("team-c", "g", json!({"namespace": "team-a", "name": "data"}));
+        other.metadata.uid = Some("uid-c".into());
+        index.note(&other, false);
         assert!(index.admit(&other), "another namespace has its own places");
+        let holders = index.recorded_users("team-a", "data");
+        assert_eq!(holders.len(), grant::MAX_GRANTS_PER_NAMESPACE + 1, "the ten and team-c's: {holders:?}");
+        assert!(!holders.iter().any(|(uid, _)| *uid == format!("uid-{}", grant::MAX_GRANTS_PER_NAMESPACE)));
         index.release("uid-0");
         assert!(index.admit(last));
         assert!(!index.admit(first));
