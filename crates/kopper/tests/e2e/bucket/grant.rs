@@ -564,3 +564,28 @@ async fn a_bucket_created_again_under_its_name_deletes_the_former_bucket_s_grant
     assert_eq!(grant_users(&moto.endpoint).await, vec![granted.user_name.unwrap()]);
     operator.stop().await.unwrap();
 }
+
+/// Deleting the consumer's namespace deletes its BucketAccess, and with it the grant's IAM
+/// user and key (the finalizer holds the namespace until then); the Bucket's own user stays.
+#[tokio::test]
+async fn deleting_a_consumer_namespace_deletes_its_grant_s_user() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator(&cluster, &moto);
+    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let user = granted.user_name.unwrap();
+
+    let namespaces = Api::<Namespace>::all(cluster.client.clone());
+    namespaces.delete(CONSUMER, &DeleteParams::default()).await.unwrap();
+    eventually("the consumer namespace to be gone", || async {
+        namespaces.get_opt(CONSUMER).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let s3 = moto.client().await;
+    assert_eq!(s3.user_tags(&user).await.unwrap(), None, "the grant's user went with its namespace");
+    assert_eq!(users(&moto.endpoint).await, vec![ready.user_name.unwrap()], "the Bucket's own user stays");
+    operator.stop().await.unwrap();
+}
