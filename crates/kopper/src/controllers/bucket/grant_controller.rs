@@ -484,10 +484,10 @@ impl GrantPass<'_> {
         // A user made for a former Bucket of this name (deleted, maybe created again) goes
         // first, whatever is decided for the Bucket there is now.
         let status = self.grant.status.clone().unwrap_or_default();
-        if status.user_name.is_some()
+        let former = status.user_name.is_some()
             && status.bucket_uid.is_some()
-            && status.bucket_uid != bucket.and_then(|bucket| bucket.uid())
-        {
+            && status.bucket_uid != bucket.and_then(|bucket| bucket.uid());
+        if former {
             self.revoke().await?;
         }
         let grant_namespace = self.grant.namespace().unwrap_or_default();
@@ -500,7 +500,9 @@ impl GrantPass<'_> {
                 self.grant_access(bucket, &bucket_name, &region).await
             }
             (Verdict::Withdraw { reason, message }, _) => {
-                self.revoke().await?;
+                if !former {
+                    self.revoke().await?;
+                }
                 self.settled.store(true, Ordering::SeqCst);
                 Err(Error::blocked(reason, message))
             }
@@ -549,11 +551,6 @@ impl GrantPass<'_> {
         let owner = self.owner(bucket);
         let user = owner.user_name();
         let class_name = class.binding.name().map(str::to_owned);
-        // The user of a former Bucket of this name (deleted and created again) goes first.
-        let recorded = self.cached_record();
-        if recorded.user_name.as_ref().is_some_and(|former| *former != user) {
-            self.delete_recorded(&recorded).await?;
-        }
         // Recorded before the user is made: wherever a pass stops, a revoke knows to look.
         write_status(self.ctx, self.grant, |status| {
             status.user_name = Some(user.clone());
