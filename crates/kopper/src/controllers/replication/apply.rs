@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use super::desired::{Change, DesiredCopy};
 use super::model::{
-    CopyKey, ORPHANED_LABEL, ObjectKind, Payload, REPLICATED_BY_LABEL, RULE_ANNOTATION, RULE_UID_ANNOTATION,
-    is_copy, is_orphan_for, is_orphan_of,
+    CopyKey, GenericWire, ORPHANED_LABEL, ObjectKind, REPLICATED_BY_LABEL, RULE_ANNOTATION,
+    RULE_UID_ANNOTATION, is_copy, is_orphan_for, is_orphan_of,
 };
 
 /// Writes in flight at once for one rule.
@@ -531,7 +531,7 @@ enum WriteFailure {
 }
 
 /// What a write's answer tells: the copy's new resourceVersion, and for a generic kind the
-/// digest of the server's rendering of it (see [`Payload::generic`]).
+/// digest of the server's rendering of it (see [`super::model::Payload::generic`]).
 struct WriteAnswer {
     version: String,
     rendered: Option<u64>,
@@ -591,16 +591,9 @@ async fn write(
     let mut request = request.map_err(|error| WriteFailure::Api(kube::Error::BuildRequest(error)))?;
     request.extensions_mut().insert(verb);
     if key.kind.is_generic() {
-        let answer: serde_json::Map<String, Value> =
-            client.request(request).await.map_err(WriteFailure::Api)?;
-        let version = answer
-            .get("metadata")
-            .and_then(|meta| meta.get("resourceVersion"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let rendered = Payload::generic(answer).digest();
-        return Ok(WriteAnswer { version, rendered: Some(rendered) });
+        let answer: GenericWire<WrittenMeta> = client.request(request).await.map_err(WriteFailure::Api)?;
+        let version = answer.metadata.resource_version.unwrap_or_default();
+        return Ok(WriteAnswer { version, rendered: Some(answer.content.digest()) });
     }
     let written: Written = client.request(request).await.map_err(WriteFailure::Api)?;
     Ok(WriteAnswer { version: written.metadata.resource_version.unwrap_or_default(), rendered: None })
@@ -949,6 +942,25 @@ mod tests {
         assert_eq!(metadata["ownerReferences"][0]["uid"], "owner-uid");
         assert!(metadata["labels"].get("added").is_none(), "labels are kopper's alone");
         assert_eq!(manifest["data"], json!({"a": "1"}));
+    }
+
+    /// A write's answer for a generic kind gives the new resourceVersion and the digest of
+    /// the rendering, the same as the object's content read any other way, whatever
+    /// `managedFields` and `status` it carries.
+    #[test]
+    fn a_generic_write_s_answer_gives_its_version_and_the_digest_of_its_content() {
+        let answer = serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny", "resourceVersion": "42",
+                         "managedFields": [{"manager": "kopper", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+            "status": {"conditions": [{"type": "Ready"}]},
+        });
+        let read: GenericWire<WrittenMeta> = serde_json::from_value(answer.clone()).unwrap();
+        assert_eq!(read.metadata.resource_version.as_deref(), Some("42"));
+        let whole: serde_json::Map<String, Value> = serde_json::from_value(answer).unwrap();
+        assert_eq!(read.content.digest(), Payload::generic(whole).digest());
+        assert_eq!(read.content.fields.keys().collect::<Vec<_>>(), ["spec"]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::core::{ApiResource, DynamicObject, NamespaceResourceScope, ObjectMeta};
+use kube::core::{ApiResource, NamespaceResourceScope, ObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
@@ -24,8 +24,8 @@ use super::scoped::Scoped;
 use crate::controllers::replication::desired::{DesiredCopy, Found};
 use crate::controllers::replication::model::RULE_CONTROLLER;
 use crate::controllers::replication::model::{
-    CopyKey, CopyState, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload, Rendering,
-    Renderings, canonical_number,
+    CopyKey, CopyState, GenericWire, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Marks, ObjectKind, Payload,
+    Rendering, Renderings, canonical_number,
 };
 use crate::runtime::Metrics;
 use crate::runtime::cache::FirstList;
@@ -133,7 +133,7 @@ impl<K: Replicable> Resource for WatchedCopy<K> {
 /// The metadata of a copy that kopper reads: every field [`CopyState::new`], the catch-up
 /// wait and the router (`wake::Router::route_copy`) look at. A field read there must be added here, or it
 /// reads as `None` (the decoding test lists the fields left out).
-#[derive(serde::Deserialize)]
+#[derive(Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CopyMeta {
     name: Option<String>,
@@ -607,7 +607,7 @@ pub fn spawn_generic(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
     let config = copy_watch_config();
-    let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+    let api = Api::<GenericCopy>::all_with(client.clone(), resource);
     let not_served = format!("the API server no longer serves {} ({})", resource.kind, resource.api_version);
     let events = crate::runtime::watch::watcher_of(api, config, not_served)
         .map(|event| event.map(|event| reduced(event, generic_parts)))
@@ -616,14 +616,61 @@ pub fn spawn_generic(
     follow(events, index, scoped, observer, metrics)
 }
 
-/// A copy of a generic kind as its metadata and content (see [`Payload::generic`]).
-fn generic_parts(object: DynamicObject) -> (ObjectMeta, Payload) {
-    let fields = match object.data {
-        serde_json::Value::Object(fields) => fields.into_iter().collect::<Vec<_>>(),
-        _ => Vec::new(),
-    };
-    let meta = ObjectMeta { managed_fields: None, ..object.metadata };
-    (meta, Payload::generic(fields))
+/// A copy of a generic kind as its watch decodes it: the metadata kopper reads and its
+/// content (see [`GenericWire`]); `managedFields`, `status` and the rest are skipped unread.
+#[derive(Clone)]
+pub struct GenericCopy {
+    metadata: ObjectMeta,
+    payload: Payload,
+}
+
+/// Names the content's fields, never a value ([`Payload`]'s own form).
+impl std::fmt::Debug for GenericCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GenericCopy")
+            .field("metadata", &self.metadata)
+            .field("payload", &self.payload)
+            .finish()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GenericCopy {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = GenericWire::<CopyMeta>::deserialize(deserializer)?;
+        Ok(Self { metadata: wire.metadata.into(), payload: wire.content })
+    }
+}
+
+impl Resource for GenericCopy {
+    type DynamicType = ApiResource;
+    type Scope = NamespaceResourceScope;
+
+    fn kind(resource: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&resource.kind)
+    }
+    fn group(resource: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&resource.group)
+    }
+    fn version(resource: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&resource.version)
+    }
+    fn api_version(resource: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&resource.api_version)
+    }
+    fn plural(resource: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&resource.plural)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A copy of a generic kind as its metadata and content.
+fn generic_parts(object: GenericCopy) -> (ObjectMeta, Payload) {
+    (object.metadata, object.payload)
 }
 
 /// Applies the copy watch's `events` to `index` until they end.
@@ -934,7 +981,7 @@ mod tests {
     /// form names the fields, no value.
     #[test]
     fn a_generic_copy_holds_its_fields_but_identity_metadata_and_status() {
-        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+        let object: GenericCopy = serde_json::from_value(serde_json::json!({
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": "deny", "namespace": "team-a", "labels": {"a": "b"}, "managedFields": [{}]},
             "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
