@@ -17,7 +17,9 @@
 //! recorded in status (with the Bucket uid and class it was made with) is deleted on its
 //! backend whether or not the Bucket still exists. A Bucket's own cleanup deletes the users of
 //! the grants kopper knows of first ([`revoke_bucket_grants`], by name, proven by tags, no
-//! listing of the account); the sweep deletes grant users whose grant or Bucket is gone.
+//! listing of the account). A grant gone while its status still records a user (its finalizer
+//! stripped by the tenant) leaves a [`Tombstone`] that [`drain_tombstones`] deletes; the sweep
+//! deletes grant users whose grant or Bucket is gone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +66,26 @@ const RESYNC: Duration = Duration::from_secs(30 * 60);
 #[derive(Debug, Default)]
 pub struct GrantIndex {
     inner: Mutex<IndexState>,
+    /// Told when a tombstone is added: [`drain_tombstones`] deletes its user.
+    buried: tokio::sync::Notify,
+}
+
+/// Most grants gone with a recorded user whose users wait to be deleted: a tenant deletes
+/// BucketAccesses it strips the finalizer from faster than IAM answers only up to this many;
+/// beyond it the sweep (with `--cluster-id`) deletes them.
+const MAX_TOMBSTONES: usize = 4096;
+/// How long a tombstone whose user could not be deleted waits to be tried again.
+const TOMBSTONE_RETRY: Duration = Duration::from_secs(10);
+
+/// The user of a grant that left the cluster while its status still recorded one: the grant
+/// was deleted without kopper's finalizer (a tenant may strip it from its own BucketAccess),
+/// so nothing else would revoke it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tombstone {
+    pub grant_uid: String,
+    pub user_name: String,
+    /// The class the user was made on (`None`: the built-in one).
+    pub class_name: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +95,8 @@ struct IndexState {
     /// By [`place_key`]: the uids of grants given a place here, until they give it back. A
     /// grant counts from the moment it is given a place, before the cache shows its user.
     admitted: HashMap<String, HashSet<String>>,
+    /// By grant uid: users of grants gone without their finalizer, until deleted.
+    tombstones: BTreeMap<String, Tombstone>,
 }
 
 /// What the index knows of one grant.
@@ -83,6 +107,8 @@ struct Entry {
     uid: String,
     /// `status.userName`: the grant holds (or may hold) a user.
     user_name: Option<String>,
+    /// `status.className`: where that user is.
+    class_name: Option<String>,
 }
 
 /// The key of one namespace's places on one Bucket (`bucket` is `namespace/name`).
@@ -100,7 +126,8 @@ impl GrantIndex {
     }
 
     /// Records `grant` as it is now (`gone`: it no longer exists); whether it gave back a user
-    /// it held (so that a grant waiting for a place may get it).
+    /// it held or a place it was given (so that a grant waiting for a place may get it). A
+    /// grant gone while its status records a user leaves a [`Tombstone`].
     pub fn note(&self, grant: &BucketAccess, gone: bool) -> bool {
         let grant_ref = ObjectRef::from_obj(grant);
         let bucket = bucket_key(grant);
@@ -114,29 +141,71 @@ impl GrantIndex {
                 state.by_bucket.remove(&previous.bucket);
             }
         }
-        let user_name = grant.status.as_ref().and_then(|status| status.user_name.clone());
+        let status = grant.status.clone().unwrap_or_default();
+        let user_name = status.user_name.clone();
         let held = previous.as_ref().is_some_and(|previous| previous.user_name.is_some());
+        let entry = Entry {
+            bucket: bucket.clone(),
+            namespace: grant.namespace().unwrap_or_default(),
+            uid: grant.uid().unwrap_or_default(),
+            user_name: user_name.clone(),
+            class_name: status.class_name,
+        };
         if gone {
-            let uid = grant.uid().unwrap_or_default();
-            Self::release_in(&mut state, &uid);
-        } else {
-            let entry = Entry {
-                bucket: bucket.clone(),
-                namespace: grant.namespace().unwrap_or_default(),
-                uid: grant.uid().unwrap_or_default(),
-                user_name: user_name.clone(),
-            };
-            state.by_bucket.entry(bucket).or_default().insert(grant_ref.clone());
-            state.by_grant.insert(grant_ref, entry);
+            Self::release_in(&mut state, &entry.uid);
+            let buried = self.bury_in(&mut state, &entry);
+            drop(state);
+            if buried {
+                self.buried.notify_one();
+            }
+            return held || user_name.is_some();
         }
-        held && (gone || user_name.is_none())
+        state.by_bucket.entry(bucket).or_default().insert(grant_ref.clone());
+        state.by_grant.insert(grant_ref, entry);
+        held && user_name.is_none()
+    }
+
+    /// Keeps a [`Tombstone`] for the user `entry` (a grant gone) records, if any; whether it did.
+    fn bury_in(&self, state: &mut IndexState, entry: &Entry) -> bool {
+        let Some(user_name) = &entry.user_name else { return false };
+        if entry.uid.is_empty() {
+            return false;
+        }
+        if state.tombstones.len() >= MAX_TOMBSTONES && !state.tombstones.contains_key(&entry.uid) {
+            warn!(
+                user = user_name,
+                "too many grant users wait to be deleted; this one is left to the sweep (--cluster-id)"
+            );
+            return false;
+        }
+        let tombstone = Tombstone {
+            grant_uid: entry.uid.clone(),
+            user_name: user_name.clone(),
+            class_name: entry.class_name.clone(),
+        };
+        state.tombstones.insert(entry.uid.clone(), tombstone);
+        true
+    }
+
+    /// The users of grants gone without their finalizer that wait to be deleted.
+    pub fn tombstones(&self) -> Vec<Tombstone> {
+        self.state().tombstones.values().cloned().collect()
+    }
+
+    /// Forgets a tombstone whose user is deleted (or proven not the grant's).
+    fn forget_tombstone(&self, tombstone: &Tombstone) {
+        let mut state = self.state();
+        if state.tombstones.get(&tombstone.grant_uid) == Some(tombstone) {
+            state.tombstones.remove(&tombstone.grant_uid);
+        }
     }
 
     /// Forgets every grant not in `live` (a relist's objects): a grant deleted while the watch
-    /// was down gives back its place.
+    /// was down gives back its place, and leaves a [`Tombstone`] if it recorded a user.
     pub fn keep_only(&self, live: &HashSet<ObjectRef<BucketAccess>>) {
         let mut state = self.state();
         let gone: Vec<_> = state.by_grant.keys().filter(|grant| !live.contains(*grant)).cloned().collect();
+        let mut buried = false;
         for grant_ref in gone {
             if let Some(entry) = state.by_grant.remove(&grant_ref) {
                 if let Some(grants) = state.by_bucket.get_mut(&entry.bucket) {
@@ -146,7 +215,12 @@ impl GrantIndex {
                     }
                 }
                 Self::release_in(&mut state, &entry.uid);
+                buried |= self.bury_in(&mut state, &entry);
             }
+        }
+        drop(state);
+        if buried {
+            self.buried.notify_one();
         }
     }
 
@@ -221,16 +295,33 @@ impl GrantIndex {
         true
     }
 
-    /// Gives back the place of the grant `uid` (its user is gone).
-    fn release(&self, uid: &str) {
-        Self::release_in(&mut self.state(), uid);
+    /// Gives back the place of the grant `uid` (its user is gone); whether it had one.
+    fn release(&self, uid: &str) -> bool {
+        Self::release_in(&mut self.state(), uid)
     }
 
-    fn release_in(state: &mut IndexState, uid: &str) {
+    fn release_in(state: &mut IndexState, uid: &str) -> bool {
+        let mut freed = false;
         state.admitted.retain(|_, uids| {
-            uids.remove(uid);
+            freed |= uids.remove(uid);
             !uids.is_empty()
         });
+        freed
+    }
+
+    /// Wakes the grants of `grant`'s namespace naming its Bucket, but it: one may have waited
+    /// for the place `grant` gave back.
+    fn wake_peers(
+        &self,
+        grant: &BucketAccess,
+        wake: &futures::channel::mpsc::UnboundedSender<ObjectRef<BucketAccess>>,
+    ) {
+        let bucket = (grant.bucket_namespace(), &grant.spec.bucket_ref.name);
+        for peer in self.grants_of(&bucket.0, bucket.1) {
+            if peer.namespace == grant.namespace() && peer.name != grant.name_any() {
+                let _ = wake.unbounded_send(peer);
+            }
+        }
     }
 }
 
@@ -381,12 +472,7 @@ pub fn controller(
                 // A grant that gave back its place: one of its namespace's grants of the Bucket
                 // may have waited for it.
                 if index.note(grant, gone) {
-                    let bucket = (grant.bucket_namespace(), &grant.spec.bucket_ref.name);
-                    for peer in index.grants_of(&bucket.0, bucket.1) {
-                        if peer.namespace == grant.namespace() && peer.name != grant.name_any() {
-                            let _ = wake.unbounded_send(peer);
-                        }
-                    }
+                    index.wake_peers(grant, &wake);
                 }
             }
         })
@@ -514,6 +600,11 @@ impl GrantPass<'_> {
         }
     }
 
+    /// Gives back the grant's place.
+    fn give_back_place(&self) {
+        self.index.release(&self.grant.uid().unwrap_or_default());
+    }
+
     fn owner(&self, bucket: &Bucket) -> GrantOwner {
         GrantOwner {
             cluster: self.shared.cluster_id.clone(),
@@ -604,8 +695,25 @@ impl GrantPass<'_> {
 
     /// Reads the Bucket again after the grant's user was made ([`grant::after_create`]): when it
     /// was deleted, replaced or no longer consents meanwhile, the user goes at once, before it
-    /// has a key, and so does the record of it.
+    /// has a key, and so does the record of it. The grant is read again too: one deleted
+    /// meanwhile without its finalizer left a [`Tombstone`] that may have been drained before
+    /// the user existed, so this pass deletes the user itself.
     async fn check_after_create(&self, provider: &dyn Provider, owner: &GrantOwner) -> Result<(), Error> {
+        let grant_api = Api::<BucketAccess>::namespaced(
+            self.ctx.client.clone(),
+            &self.grant.namespace().unwrap_or_default(),
+        );
+        let live = grant_api
+            .get_opt(&self.grant.name_any())
+            .await
+            .map_err(Error::kube("reading the BucketAccess"))?;
+        if live.and_then(|live| live.uid()) != self.grant.uid() {
+            let user = owner.user_name();
+            warn!(user, "the BucketAccess was deleted while its user was made: deleting the user");
+            delete_grant_user(provider, &user, |tags| owner.owns(tags)).await?;
+            self.give_back_place();
+            return Err(Error::blocked("BucketAccessDeleted", "the BucketAccess was deleted".to_owned()));
+        }
         let (namespace, name) = self.bucket_ref();
         let fresh = Api::<Bucket>::namespaced(self.ctx.client.clone(), &namespace)
             .get_opt(&name)
@@ -630,7 +738,7 @@ impl GrantPass<'_> {
         let user = owner.user_name();
         warn!(user, reason, "the Bucket changed while the grant's user was made: deleting the user");
         delete_grant_user(provider, &user, |tags| owner.owns(tags)).await?;
-        self.index.release(&owner.grant_uid);
+        self.give_back_place();
         clear_record(self.ctx, self.grant).await?;
         Err(Error::blocked(reason, message))
     }
@@ -800,7 +908,7 @@ impl GrantPass<'_> {
         let cached = self.grant.status.clone().unwrap_or_default();
         let record = self.cached_record();
         let revoked = self.delete_recorded(&record).await?;
-        self.index.release(&self.grant.uid().unwrap_or_default());
+        self.give_back_place();
         self.delete_kept_secrets().await?;
         if record.user_name.is_some() || cached.access_key_id.is_some() || cached.bucket_name.is_some() {
             clear_record(self.ctx, self.grant).await?;
@@ -861,6 +969,53 @@ async fn delete_grant_user(
     provider.delete_user(user).await?;
     info!(user, "deleted a grant's IAM user, its policy and keys");
     Ok(true)
+}
+
+/// Deletes the users of grants gone without their finalizer ([`Tombstone`]), each on the
+/// backend of the class it was made on and proven by its cluster and grant uid tags, until IAM
+/// says it is gone; one that fails is tried again after [`TOMBSTONE_RETRY`]. Runs for as long
+/// as kopper does. Tombstones live in memory: those of grants deleted while kopper is down
+/// or before it restarts are left to the sweep.
+pub(super) async fn drain_tombstones(ctx: Arc<Context>, shared: Arc<Shared>, index: Arc<GrantIndex>) {
+    loop {
+        let mut failed = false;
+        for tombstone in index.tombstones() {
+            match delete_tombstone(&ctx, &shared, &tombstone).await {
+                Ok(()) => index.forget_tombstone(&tombstone),
+                Err(error) => {
+                    failed = true;
+                    warn!(
+                        user = tombstone.user_name,
+                        "could not delete the user of a deleted BucketAccess: {error}"
+                    );
+                }
+            }
+        }
+        if failed {
+            let _ = tokio::time::timeout(TOMBSTONE_RETRY, index.buried.notified()).await;
+        } else {
+            index.buried.notified().await;
+        }
+    }
+}
+
+async fn delete_tombstone(ctx: &Context, shared: &Shared, tombstone: &Tombstone) -> Result<(), Error> {
+    shared.wait_for_classes().await?;
+    let binding = match &tombstone.class_name {
+        Some(name) => Binding::Named(name.clone()),
+        None => Binding::BuiltIn,
+    };
+    let class = shared.class_of(binding)?;
+    let provider = shared.provider(ctx, &class).await?;
+    let cluster = &shared.cluster_id;
+    let proves = |tags: &BTreeMap<String, String>| {
+        tags.get(names::TAG_CLUSTER) == Some(cluster)
+            && tags.get(grant::TAG_GRANT_UID).is_some_and(|uid| *uid == tombstone.grant_uid)
+    };
+    if delete_grant_user(provider.as_ref(), &tombstone.user_name, proves).await? {
+        info!(user = tombstone.user_name, "deleted the user of a BucketAccess deleted without its finalizer");
+    }
+    Ok(())
 }
 
 /// Deletes the IAM user of every grant of the Bucket `bucket_uid` kopper knows of (`grants`:
@@ -1057,6 +1212,41 @@ mod tests {
         wakes.after(&Event::Apply(bucket(json!([]), "False")));
         wakes.after(&Event::Delete(bucket(json!([]), "False")));
         assert!(drain().is_empty(), "team-c never, team-b no more");
+    }
+
+    /// A grant gone while its status records a user (its finalizer stripped) leaves that user
+    /// to be deleted, whether its Delete is seen or it is missing from a relist; one gone with
+    /// nothing recorded leaves nothing.
+    #[test]
+    fn a_grant_gone_with_a_recorded_user_leaves_a_tombstone() {
+        let index = GrantIndex::default();
+        let granted = |name: &str, user: Option<&str>| {
+            let mut grant = grant("team-b", name, json!({"namespace": "team-a", "name": "data"}));
+            grant.metadata.uid = Some(format!("uid-{name}"));
+            grant.status = Some(BucketAccessStatus {
+                user_name: user.map(str::to_owned),
+                class_name: Some("fast".into()),
+                ..Default::default()
+            });
+            index.note(&grant, false);
+            grant
+        };
+        let deleted = granted("deleted", Some("user-1"));
+        granted("relisted", Some("user-2"));
+        let never = granted("never", None);
+        assert!(index.note(&deleted, true), "its peers are woken");
+        index.note(&never, true);
+        index.keep_only(&HashSet::new());
+        let mut tombstones = index.tombstones();
+        tombstones.sort_by(|a, b| a.user_name.cmp(&b.user_name));
+        let expected = |name: &str, user: &str| Tombstone {
+            grant_uid: format!("uid-{name}"),
+            user_name: user.into(),
+            class_name: Some("fast".into()),
+        };
+        assert_eq!(tombstones, [expected("deleted", "user-1"), expected("relisted", "user-2")]);
+        index.forget_tombstone(&tombstones[0]);
+        assert_eq!(index.tombstones(), [expected("relisted", "user-2")]);
     }
 
     #[test]

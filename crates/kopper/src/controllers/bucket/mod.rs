@@ -396,6 +396,12 @@ pub async fn run(
         )))
     };
     let shutdown = futures::FutureExt::shared(shutdown);
+    // Users of grants deleted without their finalizer are deleted as the grant watch sees them go.
+    let tombstones = tokio::spawn(grant_controller::drain_tombstones(
+        ctx.clone(),
+        shared.clone(),
+        grant_index_for_bound.clone(),
+    ));
     let grants = Arc::new(grant_controller::Grants { shared: shared.clone(), index: grant_index_for_bound });
     let buckets_run = run_controller(NAME, controller, ctx.clone(), shutdown.clone(), move |bucket, ctx| {
         reconcile(bucket, ctx, shared.clone())
@@ -412,6 +418,7 @@ pub async fn run(
             class_status::reconcile(class, ctx, class_shared.clone())
         });
     tokio::join!(buckets_run, classes_run, grants_run);
+    tombstones.abort();
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }

@@ -471,6 +471,39 @@ async fn the_user_of_a_grant_gone_without_its_finalizer_is_swept() {
     operator.stop().await.unwrap();
 }
 
+/// A consumer strips kopper's finalizer from its own granted BucketAccess and deletes it, so
+/// that no pass revokes it: kopper sees the grant go with its user still recorded and deletes
+/// that user anyway (no sweep runs in this test), so the key it copied is refused, and the
+/// Bucket's own user stays.
+#[tokio::test]
+async fn a_grant_deleted_without_its_finalizer_loses_its_user_at_once() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator(&cluster, &moto);
+    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let copied = secret_in(&cluster, CONSUMER, "reader").await.unwrap();
+    let user = granted.user_name.unwrap();
+
+    let api = grants(&cluster, CONSUMER);
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch("reader", &PatchParams::default(), &strip).await.unwrap();
+    api.delete("reader", &DeleteParams::default()).await.unwrap();
+    let s3 = moto.client().await;
+    eventually("the user of the grant deleted without its finalizer to be gone", || async {
+        s3.user_tags(&user).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(users(&moto.endpoint).await, vec![ready.user_name.unwrap()], "the Bucket's own user stays");
+    operator.stop().await.unwrap();
+
+    moto.enforce_iam_after(0).await;
+    let refused = get_object(&copied, "anything").await.expect_err("the copied key is refused");
+    assert!(["InvalidAccessKeyId", "AccessDenied"].contains(&refused.as_str()), "{refused}");
+}
+
 /// The race of a Bucket's deletion and a grant's first pass: the Bucket (`Retain`) is deleted
 /// while the grant's CreateUser is held at the proxy, so that its user is made after the
 /// Bucket is gone. kopper reads the Bucket again once the user exists and deletes it before it
