@@ -152,13 +152,13 @@ impl GrantIndex {
             class_name: status.class_name,
         };
         if gone {
-            Self::release_in(&mut state, &entry.uid);
+            let freed = Self::release_in(&mut state, &entry.uid);
             let buried = self.bury_in(&mut state, &entry);
             drop(state);
             if buried {
                 self.buried.notify_one();
             }
-            return held || user_name.is_some();
+            return held || freed || user_name.is_some();
         }
         state.by_bucket.entry(bucket).or_default().insert(grant_ref.clone());
         state.by_grant.insert(grant_ref, entry);
@@ -201,11 +201,13 @@ impl GrantIndex {
     }
 
     /// Forgets every grant not in `live` (a relist's objects): a grant deleted while the watch
-    /// was down gives back its place, and leaves a [`Tombstone`] if it recorded a user.
-    pub fn keep_only(&self, live: &HashSet<ObjectRef<BucketAccess>>) {
+    /// was down gives back its place, and leaves a [`Tombstone`] if it recorded a user. The
+    /// grants that may have waited for a place given back so: to be woken.
+    pub fn keep_only(&self, live: &HashSet<ObjectRef<BucketAccess>>) -> Vec<ObjectRef<BucketAccess>> {
         let mut state = self.state();
         let gone: Vec<_> = state.by_grant.keys().filter(|grant| !live.contains(*grant)).cloned().collect();
         let mut buried = false;
+        let mut freed_places = HashSet::new();
         for grant_ref in gone {
             if let Some(entry) = state.by_grant.remove(&grant_ref) {
                 if let Some(grants) = state.by_bucket.get_mut(&entry.bucket) {
@@ -214,14 +216,25 @@ impl GrantIndex {
                         state.by_bucket.remove(&entry.bucket);
                     }
                 }
-                Self::release_in(&mut state, &entry.uid);
+                if Self::release_in(&mut state, &entry.uid) || entry.user_name.is_some() {
+                    freed_places.insert((entry.namespace.clone(), entry.bucket.clone()));
+                }
                 buried |= self.bury_in(&mut state, &entry);
             }
         }
+        let mut peers: Vec<_> = freed_places
+            .iter()
+            .flat_map(|(namespace, bucket)| {
+                let grants = state.by_bucket.get(bucket).into_iter().flatten();
+                grants.filter(move |peer| peer.namespace.as_deref() == Some(namespace.as_str())).cloned()
+            })
+            .collect();
+        peers.sort_by_key(ToString::to_string);
         drop(state);
         if buried {
             self.buried.notify_one();
         }
+        peers
     }
 
     /// The grants naming the Bucket `namespace/name`.
@@ -458,7 +471,9 @@ pub fn controller(
                         return;
                     }
                     kube::runtime::watcher::Event::InitDone => {
-                        index.keep_only(&listing);
+                        for peer in index.keep_only(&listing) {
+                            let _ = wake.unbounded_send(peer);
+                        }
                         listing.clear();
                         return;
                     }
@@ -497,6 +512,8 @@ pub fn controller(
 pub(super) struct Grants {
     pub(super) shared: Arc<Shared>,
     pub(super) index: Arc<GrantIndex>,
+    /// Wakes a grant: one that waits for the place a pass gave back.
+    pub(super) wake: futures::channel::mpsc::UnboundedSender<ObjectRef<BucketAccess>>,
 }
 
 /// One pass over a BucketAccess.
@@ -513,8 +530,14 @@ pub(super) async fn reconcile(
         .get_opt(&grant.spec.bucket_ref.name)
         .await
         .map_err(Error::kube("reading the Bucket"));
-    let pass =
-        GrantPass { ctx: &ctx, shared, grant: &grant, index: &grants.index, settled: AtomicBool::new(false) };
+    let pass = GrantPass {
+        ctx: &ctx,
+        shared,
+        grant: &grant,
+        index: &grants.index,
+        wake: &grants.wake,
+        settled: AtomicBool::new(false),
+    };
     let result = match bucket {
         Err(error) => Err(error),
         Ok(bucket) => finalizer::finalizer(&api, FINALIZER, grant.clone(), |event| {
@@ -556,6 +579,7 @@ struct GrantPass<'a> {
     shared: &'a Shared,
     grant: &'a BucketAccess,
     index: &'a GrantIndex,
+    wake: &'a futures::channel::mpsc::UnboundedSender<ObjectRef<BucketAccess>>,
     /// Set when the pass refuses the grant and it holds nothing any more.
     settled: AtomicBool,
 }
@@ -600,9 +624,12 @@ impl GrantPass<'_> {
         }
     }
 
-    /// Gives back the grant's place.
+    /// Gives back the grant's place, and wakes its peers when it had one: a grant given a
+    /// place that stops before its user is recorded frees it with no status change to tell.
     fn give_back_place(&self) {
-        self.index.release(&self.grant.uid().unwrap_or_default());
+        if self.index.release(&self.grant.uid().unwrap_or_default()) {
+            self.index.wake_peers(self.grant, self.wake);
+        }
     }
 
     fn owner(&self, bucket: &Bucket) -> GrantOwner {
@@ -1236,7 +1263,7 @@ mod tests {
         let never = granted("never", None);
         assert!(index.note(&deleted, true), "its peers are woken");
         index.note(&never, true);
-        index.keep_only(&HashSet::new());
+        let _ = index.keep_only(&HashSet::new());
         let mut tombstones = index.tombstones();
         tombstones.sort_by(|a, b| a.user_name.cmp(&b.user_name));
         let expected = |name: &str, user: &str| Tombstone {
@@ -1247,6 +1274,32 @@ mod tests {
         assert_eq!(tombstones, [expected("deleted", "user-1"), expected("relisted", "user-2")]);
         index.forget_tombstone(&tombstones[0]);
         assert_eq!(index.tombstones(), [expected("relisted", "user-2")]);
+    }
+
+    /// A grant given a place that stops before its user is recorded (its class forbids keys,
+    /// the backend fails) gives the place back when it is revoked or deleted, or missing from
+    /// a relist, and says so: a grant refused for want of that place is woken.
+    #[test]
+    fn a_place_given_back_before_a_user_is_recorded_wakes_the_waiting_peers() {
+        let index = GrantIndex::default();
+        let placed = |name: &str| {
+            let mut grant = grant("team-b", name, json!({"namespace": "team-a", "name": "data"}));
+            grant.metadata.uid = Some(format!("uid-{name}"));
+            index.note(&grant, false);
+            assert!(index.admit(&grant));
+            grant
+        };
+        let (revoked, deleted) = (placed("revoked"), placed("deleted"));
+        placed("relisted");
+        let waiting = grant("team-b", "waiting", json!({"namespace": "team-a", "name": "data"}));
+        index.note(&waiting, false);
+        assert!(index.release(&revoked.uid().unwrap()), "revoked: its place is given back");
+        assert!(!index.release(&revoked.uid().unwrap()), "once");
+        assert!(index.note(&deleted, true), "deleted: its peers are woken");
+        let live = HashSet::from([ObjectRef::from_obj(&revoked), ObjectRef::from_obj(&waiting)]);
+        let woken: Vec<_> = index.keep_only(&live).into_iter().map(|peer| peer.name).collect();
+        assert_eq!(woken, ["revoked", "waiting"], "gone from a relist: its peers are woken");
+        assert!(index.keep_only(&live).is_empty(), "nothing more to give back");
     }
 
     #[test]

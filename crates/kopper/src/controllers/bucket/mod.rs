@@ -278,6 +278,7 @@ pub async fn run(
     let grant_index = Arc::new(grant_controller::GrantIndex::default());
     let grant_controller =
         grant_controller::controller(&ctx, grant_wakes, grant_wake.clone(), grant_index.clone());
+    let grant_wake_for_passes = grant_wake.clone();
     let grant_index_for_bound = grant_index.clone();
     let (class_wake, class_wakes) = futures::channel::mpsc::unbounded();
     let (bucket_wake, bucket_wakes) = futures::channel::mpsc::unbounded();
@@ -402,7 +403,11 @@ pub async fn run(
         shared.clone(),
         grant_index_for_bound.clone(),
     ));
-    let grants = Arc::new(grant_controller::Grants { shared: shared.clone(), index: grant_index_for_bound });
+    let grants = Arc::new(grant_controller::Grants {
+        shared: shared.clone(),
+        index: grant_index_for_bound,
+        wake: grant_wake_for_passes,
+    });
     let buckets_run = run_controller(NAME, controller, ctx.clone(), shutdown.clone(), move |bucket, ctx| {
         reconcile(bucket, ctx, shared.clone())
     });
