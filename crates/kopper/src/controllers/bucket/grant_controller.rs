@@ -448,6 +448,7 @@ pub fn controller(
     wakes: futures::channel::mpsc::UnboundedReceiver<ObjectRef<BucketAccess>>,
     wake: futures::channel::mpsc::UnboundedSender<ObjectRef<BucketAccess>>,
     index: Arc<GrantIndex>,
+    listed: &crate::runtime::cache::FirstList,
 ) -> Controller<BucketAccess> {
     let api = Api::<BucketAccess>::all(ctx.client.clone());
     let (reader, writer) = kube::runtime::reflector::store();
@@ -490,9 +491,9 @@ pub fn controller(
                     index.wake_peers(grant, &wake);
                 }
             }
-        })
-        .applied_objects()
-        .predicate_filter(changes, Default::default());
+        });
+    // Marked after the index has taken in the list's end.
+    let stream = listed.track(stream).applied_objects().predicate_filter(changes, Default::default());
     // Metadata only: no credentials are cached. Tenants can label any Secret so: small pages.
     let secrets = Api::<PartialObjectMeta<Secret>>::all(ctx.client.clone());
     let secret_events = crate::runtime::watch::watcher(

@@ -276,8 +276,14 @@ pub async fn run(
     ));
     let (grant_wake, grant_wakes) = futures::channel::mpsc::unbounded();
     let grant_index = Arc::new(grant_controller::GrantIndex::default());
-    let grant_controller =
-        grant_controller::controller(&ctx, grant_wakes, grant_wake.clone(), grant_index.clone());
+    let grants_listed = FirstList::default();
+    let grant_controller = grant_controller::controller(
+        &ctx,
+        grant_wakes,
+        grant_wake.clone(),
+        grant_index.clone(),
+        &grants_listed,
+    );
     let grant_wake_for_passes = grant_wake.clone();
     let grant_index_for_bound = grant_index.clone();
     let (class_wake, class_wakes) = futures::channel::mpsc::unbounded();
@@ -367,6 +373,7 @@ pub async fn run(
         cached: reader.clone(),
         oidc: settings.oidc.clone(),
         grants: grant_index_for_bound.clone(),
+        grants_listed,
     });
     let class_shared = Arc::new(class_status::ClassShared {
         buckets: reader.clone(),
@@ -605,6 +612,9 @@ struct Shared {
     /// The BucketAccesses naming each Bucket, and their recorded users: a Bucket's cleanup
     /// deletes them.
     grants: Arc<grant_controller::GrantIndex>,
+    /// Marked once the BucketAccess index has had its first list: a Bucket's cleanup, which
+    /// deletes the users of the grants the index knows of, never runs on a partial index.
+    grants_listed: FirstList,
     /// The cluster's OIDC provider, for roles of ServiceAccounts.
     oidc: Option<OidcProvider>,
 }
@@ -636,6 +646,26 @@ impl Shared {
             message: "kopper has not listed the BucketClasses yet, and decides nothing for this Bucket until it \
                       has: if this lasts, a cluster admin must apply kopper's CRDs (kopper's log names the one \
                       missing)"
+                .to_owned(),
+            retry_after: CLASSES_LISTED_RETRY,
+        })
+    }
+
+    /// Waits (a while) for the BucketAccess index's first list: a Bucket's cleanup deletes its
+    /// grants' users from it, and after a restart would otherwise delete the bucket and its own
+    /// user while grant keys still work.
+    async fn wait_for_grants(&self) -> Result<(), Error> {
+        if self.grants_listed.is_ready() {
+            return Ok(());
+        }
+        if let Ok(true) = tokio::time::timeout(CLASSES_LISTED_WAIT, self.grants_listed.wait()).await {
+            return Ok(());
+        }
+        Err(Error::Wait {
+            reason: "WaitingForGrants",
+            message: "kopper has not listed the BucketAccesses yet, and deletes nothing of this Bucket until it has \
+                      (their users go first): if this lasts, a cluster admin must apply kopper's CRDs (kopper's log \
+                      names the one missing)"
                 .to_owned(),
             retry_after: CLASSES_LISTED_RETRY,
         })
@@ -729,6 +759,9 @@ fn made_nothing(bucket: &Bucket) -> bool {
 async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) -> Result<Action, Error> {
     let prepared = async {
         shared.wait_for_classes().await?;
+        if is_cleaning_up(&bucket) && !made_nothing(&bucket) {
+            shared.wait_for_grants().await?;
+        }
         let class = if is_cleaning_up(&bucket) {
             shared.class_for_cleanup(&bucket)?
         } else {

@@ -334,6 +334,46 @@ async fn deleting_a_bucket_deletes_its_grants_users_first() {
     operator.stop().await.unwrap();
 }
 
+/// kopper restarts while a Bucket with a granted grant is being deleted, and its list of
+/// BucketAccesses is held at the API server: the Bucket's cleanup waits for that list
+/// (`WaitingForGrants`) and deletes nothing, so neither the bucket nor the Bucket's own user
+/// goes while the grant's key works; once listed, every user is gone and so is the Bucket.
+#[tokio::test]
+async fn a_restarted_kopper_deletes_no_bucket_before_it_has_listed_its_grants() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator(&cluster, &moto);
+    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
+    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    operator.stop().await.unwrap();
+    buckets(&cluster).delete("data", &DeleteParams::default()).await.unwrap();
+
+    // The grant watch's first list, and the sweep's (at start, if it lists grants first).
+    let mut held = cluster.sim.faults().hold_next("list", "bucketaccesses");
+    let also = cluster.sim.faults().hold_next("list", "bucketaccesses");
+    let operator = start_operator(&cluster, &moto);
+    held.arrived().await;
+    wait_for_reason(&cluster, "data", "WaitingForGrants").await;
+    let mut left = users(&moto.endpoint).await;
+    left.sort();
+    let mut expected = vec![ready.user_name.unwrap(), granted.user_name.unwrap()];
+    expected.sort();
+    assert_eq!(left, expected, "nothing is deleted before the grants are listed");
+    assert!(buckets(&cluster).get_opt("data").await.unwrap().is_some());
+
+    held.release();
+    drop(also);
+    let api = buckets(&cluster);
+    eventually("the Bucket to be gone", || async {
+        api.get_opt("data").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(users(&moto.endpoint).await.is_empty(), "every user is gone");
+    operator.stop().await.unwrap();
+}
+
 /// The writes that make a grant, in kopper's order.
 const GRANT_WRITES: [&str; 3] = ["CreateUser", "PutUserPolicy", "CreateAccessKey"];
 
