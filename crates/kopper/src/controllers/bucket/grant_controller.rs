@@ -29,7 +29,6 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
@@ -1122,21 +1121,7 @@ fn set_ready(
     message: &str,
 ) {
     let generation = grant.meta().generation;
-    let previous = status.conditions.iter().find(|c| c.type_ == READY);
-    let last_transition_time = previous
-        .filter(|c| c.status == value)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
-    let condition = Condition {
-        type_: READY.to_owned(),
-        status: value.to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        observed_generation: generation,
-        last_transition_time,
-    };
-    status.conditions.retain(|c| c.type_ != READY);
-    status.conditions.push(condition);
+    super::set_ready_condition(&mut status.conditions, generation, value, reason, message);
     status.observed_generation = generation;
 }
 

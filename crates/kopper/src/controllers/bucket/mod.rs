@@ -2079,7 +2079,20 @@ fn jiff_seconds_since(time: &Time) -> f64 {
 /// Sets the Ready condition, keeping its transition time while its status stays the same.
 fn set_ready(status: &mut BucketStatus, bucket: &Bucket, value: &str, reason: &str, message: &str) {
     let generation = bucket.meta().generation;
-    let previous = status.conditions.iter().find(|c| c.type_ == READY);
+    set_ready_condition(&mut status.conditions, generation, value, reason, message);
+    status.observed_generation = generation;
+}
+
+/// Sets the Ready condition in `conditions` for `generation`, keeping its transition time
+/// while its status stays the same (a Bucket's and a BucketAccess's alike).
+fn set_ready_condition(
+    conditions: &mut Vec<Condition>,
+    generation: Option<i64>,
+    value: &str,
+    reason: &str,
+    message: &str,
+) {
+    let previous = conditions.iter().find(|c| c.type_ == READY);
     let last_transition_time = previous
         .filter(|c| c.status == value)
         .map(|c| c.last_transition_time.clone())
@@ -2092,9 +2105,8 @@ fn set_ready(status: &mut BucketStatus, bucket: &Bucket, value: &str, reason: &s
         observed_generation: generation,
         last_transition_time,
     };
-    status.conditions.retain(|c| c.type_ != READY);
-    status.conditions.push(condition);
-    status.observed_generation = generation;
+    conditions.retain(|c| c.type_ != READY);
+    conditions.push(condition);
 }
 
 /// Writes the status fields `change` changes, only if it changes any. `bucket` may be the
