@@ -969,13 +969,7 @@ async fn clear_record(ctx: &Context, grant: &BucketAccess) -> Result<(), Error> 
     let patch = json!({ "status": {
         "userName": null, "accessKeyId": null, "bucketName": null, "bucketUid": null, "className": null,
     }});
-    let api = Api::<BucketAccess>::namespaced(ctx.client.clone(), &grant.namespace().unwrap_or_default());
-    let params =
-        PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
-    api.patch_status(&grant.name_any(), &params, &Patch::Merge(patch))
-        .await
-        .map_err(Error::kube("writing the BucketAccess's status"))?;
-    Ok(())
+    patch_status(ctx, grant, patch).await
 }
 
 /// Deletes the user `user` (its keys, then its policy, then it) when `proves` says its tags
@@ -1139,6 +1133,11 @@ async fn write_status(
         return Ok(());
     }
     let patch = json!({ "status": super::status_patch(&old, &new) });
+    patch_status(ctx, grant, patch).await
+}
+
+/// Merge-patches the grant's status with `patch`.
+async fn patch_status(ctx: &Context, grant: &BucketAccess, patch: serde_json::Value) -> Result<(), Error> {
     let api = Api::<BucketAccess>::namespaced(ctx.client.clone(), &grant.namespace().unwrap_or_default());
     let params =
         PatchParams { field_manager: Some(ctx.settings.field_manager_for(NAME)), ..Default::default() };
