@@ -216,7 +216,7 @@ async fn direct_calls(provider: &impl Provider, owner: &Owner) -> Duration {
     ));
     provider.create_bucket(&bucket, REGION).await.unwrap();
     provider.tag_bucket(&bucket, &owner.tags()).await.unwrap();
-    provider.create_user(&user, &owner.tags()).await.unwrap();
+    provider.create_user(&user, names::BUCKET_USER_PATH, &owner.tags()).await.unwrap();
     provider.put_user_policy(&user, names::POLICY_NAME, &names::policy_document(&bucket)).await.unwrap();
     provider.create_access_key(&user).await.unwrap();
     started.elapsed()

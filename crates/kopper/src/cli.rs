@@ -243,8 +243,9 @@ pub struct S3Args {
     /// Names this cluster in derived bucket and user names and in tags, so that clusters
     /// sharing an account never take each other's buckets: lowercase letters, digits and
     /// hyphens, at most 20; one per cluster in an account. The sweep for credentials of
-    /// deleted Buckets runs only when it is set (not the default): with the default, two
-    /// clusters in one account could not tell each other's credentials from orphans.
+    /// deleted Buckets covers them only when it is set (not the default): with the default,
+    /// two clusters in one account could not tell each other's credentials from orphans, and
+    /// the sweep deletes only the users of grants gone from Buckets that exist here.
     #[arg(long, env = "KOPPER_CLUSTER_ID", default_value = crate::controllers::bucket::DEFAULT_CLUSTER_ID, value_parser = parse_cluster_id)]
     pub cluster_id: String,
 
@@ -292,10 +293,12 @@ pub struct S3Args {
     #[arg(long, env = "KOPPER_BUCKET_MIN_KEY_AGE", default_value = "1h", value_parser = parse_duration)]
     pub bucket_min_key_age: Duration,
 
-    /// How often the leader deletes the IAM users, keys and policies of Buckets that no longer
-    /// exist (a finalizer removed by hand), besides once at start. Each sweep lists the
-    /// account's IAM users (one ListUsers call per 100), reads the tags of this cluster's
-    /// (one ListUserTags each) and lists Buckets from the API server.
+    /// How often the leader deletes the IAM users, keys and policies of Buckets and
+    /// BucketAccesses that no longer exist (a finalizer removed by hand), besides once at
+    /// start. Each sweep lists the account's IAM users (one ListUsers call per 100; with the
+    /// default cluster id only the grant users under `/kopper/<cluster>/grants/`), reads the
+    /// tags of this cluster's (one ListUserTags each) and lists Buckets and BucketAccesses
+    /// from the API server.
     #[arg(long, env = "KOPPER_ORPHAN_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub orphan_sweep_interval: Duration,
 
@@ -309,8 +312,8 @@ pub struct S3Args {
 
 impl S3Args {
     /// Refuses at start what the flags allow one by one but not together: keyless access with
-    /// the default cluster id. The sweep for credentials of deleted Buckets is off with the
-    /// default id, so the role of a Bucket whose finalizer was removed by hand would live for
+    /// the default cluster id. The sweep for credentials of deleted Buckets leaves roles
+    /// alone with the default id, so the role of a Bucket whose finalizer was removed by hand would live for
     /// ever, and a namespace re-created under the same name would inherit its trust.
     pub fn check(&self) -> Result<(), String> {
         if self.oidc_provider_arn.is_some()

@@ -476,7 +476,7 @@ async fn what_a_crash_leaves_behind_is_adopted_without_duplicates() {
     let intent = Patch::Merge(json!({"status": {"bucketName": name, "region": REGION}}));
     buckets(&cluster).patch_status("logs", &PatchParams::default(), &intent).await.unwrap();
     s3.create_bucket(&name, REGION).await.unwrap();
-    s3.create_user(&owner.user_name(), &owner.tags()).await.unwrap();
+    s3.create_user(&owner.user_name(), names::BUCKET_USER_PATH, &owner.tags()).await.unwrap();
 
     let operator = start_operator(&cluster, &moto);
     let ready = status(&wait_for_reason(&cluster, "logs", "Ready").await);

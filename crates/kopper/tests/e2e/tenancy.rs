@@ -1725,7 +1725,7 @@ async fn bucket_tenancy(moto: &crate::common::moto::Moto) -> Tenancy {
 /// IAM users kopper made, as an admin lists them.
 async fn iam_users(moto: &crate::common::moto::Moto) -> Vec<String> {
     let s3 = moto.client().await;
-    kopper::controllers::bucket::provider::Provider::users(&s3, "").await.unwrap()
+    kopper::controllers::bucket::provider::Provider::users(&s3, "/", "").await.unwrap()
 }
 
 /// Bob cannot have alice's bucket without her consent: he cannot write the consent himself

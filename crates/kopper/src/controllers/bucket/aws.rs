@@ -685,15 +685,19 @@ impl Provider for AwsProvider {
         .boxed()
     }
 
-    fn users<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+    fn users<'a>(
+        &'a self,
+        path_prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
         async move {
             let mut names = Vec::new();
             let mut marker: Option<String> = None;
             loop {
-                let result = self.iam.list_users().set_marker(marker.clone()).send().await;
-                let listed = counted("iam", "ListUsers", result)?;
+                let request = self.iam.list_users().path_prefix(path_prefix).set_marker(marker.clone());
+                let listed = counted("iam", "ListUsers", request.send().await)?;
                 let page = listed.users().iter().map(|user| user.user_name());
-                names.extend(page.filter(|name| name.starts_with(prefix)).map(str::to_owned));
+                names.extend(page.filter(|name| name.starts_with(name_prefix)).map(str::to_owned));
                 match listed.marker() {
                     // A service that hands back the marker it was given would loop for good.
                     Some(next) if marker.as_deref() == Some(next) => {
@@ -727,10 +731,12 @@ impl Provider for AwsProvider {
     fn create_user<'a>(
         &'a self,
         user: &'a str,
+        path: &'a str,
         tags: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, ProviderResult<()>> {
         async move {
-            let result = self.iam.create_user().user_name(user).set_tags(Some(iam_tags(tags))).send().await;
+            let request = self.iam.create_user().user_name(user).path(path).set_tags(Some(iam_tags(tags)));
+            let result = request.send().await;
             counted("iam", "CreateUser", result).map(drop)
         }
         .boxed()

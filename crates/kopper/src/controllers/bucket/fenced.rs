@@ -136,8 +136,12 @@ impl<P: Provider> Provider for Fenced<P> {
         self.write("s3", "DeleteBucket", self.inner.delete_bucket(bucket))
     }
 
-    fn users<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
-        self.inner.users(prefix)
+    fn users<'a>(
+        &'a self,
+        path_prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
+        self.inner.users(path_prefix, name_prefix)
     }
 
     fn user_tags<'a>(
@@ -150,9 +154,10 @@ impl<P: Provider> Provider for Fenced<P> {
     fn create_user<'a>(
         &'a self,
         user: &'a str,
+        path: &'a str,
         tags: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, ProviderResult<()>> {
-        self.write("iam", "CreateUser", self.inner.create_user(user, tags))
+        self.write("iam", "CreateUser", self.inner.create_user(user, path, tags))
     }
 
     fn delete_user<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<()>> {

@@ -45,6 +45,11 @@ impl GrantOwner {
         format!("{}{}", bucket_grants_prefix(&self.cluster, &self.bucket_uid), &grant[..GRANT_DIGEST_CHARS])
     }
 
+    /// The IAM path the user is made under: [`bucket_grants_path`] of its Bucket.
+    pub fn user_path(&self) -> String {
+        bucket_grants_path(&self.cluster, &self.bucket_uid)
+    }
+
     /// The tags that mark a user as this grant's.
     pub fn tags(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
@@ -62,6 +67,20 @@ impl GrantOwner {
             && tags.get(TAG_GRANT_UID) == Some(&self.grant_uid)
             && tags.get(TAG_BUCKET_UID) == Some(&self.bucket_uid)
     }
+}
+
+/// The IAM path under which this cluster's grant users are made: `/kopper/<cluster>/grants/`.
+/// Only kopper's own credentials can make users there (tenants reach IAM only through
+/// kopper), so listing it is a record of every grant user that survives kopper's restarts
+/// and a tenant removing a BucketAccess's finalizer: the sweep and a Bucket's cleanup read it.
+pub fn grants_path(cluster: &str) -> String {
+    format!("{}grants/", names::role_path(cluster))
+}
+
+/// The IAM path of the grant users of the Bucket `bucket_uid`, under [`grants_path`]: one
+/// ListUsers call finds them all, however large the account.
+pub fn bucket_grants_path(cluster: &str, bucket_uid: &str) -> String {
+    format!("{}{bucket_uid}/", grants_path(cluster))
 }
 
 /// What the name of every grant user of the Bucket `bucket_uid` starts with.
@@ -93,6 +112,20 @@ pub fn is_orphaned_grant(
         && !grant.is_empty()
         && !bucket.is_empty()
         && (!live_grants.contains(grant) || !live_buckets.contains(bucket))
+}
+
+/// Whether `tags` mark a grant user of this cluster whose Bucket exists (among
+/// `live_buckets`) and whose grant does not (among `live_grants`). This much is proven even
+/// under a cluster id other clusters in the account share: a Bucket's uid is its cluster's
+/// alone, so a user tagged with a live Bucket's uid is this cluster's.
+pub fn is_orphaned_grant_of_live_bucket(
+    tags: &BTreeMap<String, String>,
+    cluster: &str,
+    live_grants: &std::collections::HashSet<String>,
+    live_buckets: &std::collections::HashSet<String>,
+) -> bool {
+    tags.get(TAG_BUCKET_UID).is_some_and(|bucket| live_buckets.contains(bucket))
+        && is_orphaned_grant(tags, cluster, live_grants, live_buckets)
 }
 
 /// The inline policy of a grant: exactly `mode` on exactly `bucket`.
@@ -503,5 +536,31 @@ mod tests {
         assert!(is_orphaned_grant(&tags, "c1", &set(&["g-1"]), &set(&[])));
         assert!(!is_orphaned_grant(&tags, "c2", &set(&[]), &set(&[])), "another cluster's");
         assert!(!is_orphaned_grant(&BTreeMap::new(), "c1", &set(&[]), &set(&[])), "untagged");
+    }
+
+    #[test]
+    fn under_a_shared_cluster_id_only_grant_users_of_live_buckets_are_orphans() {
+        let tags = owner("g-1", "b-1").tags();
+        let set = |items: &[&str]| items.iter().map(|item| item.to_string()).collect::<HashSet<_>>();
+        assert!(is_orphaned_grant_of_live_bucket(&tags, "c1", &set(&[]), &set(&["b-1"])), "grant gone");
+        assert!(!is_orphaned_grant_of_live_bucket(&tags, "c1", &set(&["g-1"]), &set(&["b-1"])), "grant live");
+        assert!(
+            !is_orphaned_grant_of_live_bucket(&tags, "c1", &set(&[]), &set(&["b-2"])),
+            "a Bucket not here may be another cluster's under the same id"
+        );
+        assert!(
+            !is_orphaned_grant_of_live_bucket(&tags, "c2", &set(&[]), &set(&["b-1"])),
+            "another cluster's"
+        );
+    }
+
+    #[test]
+    fn grant_users_of_one_bucket_share_a_path_under_the_cluster_s_grants_path() {
+        let a = owner("g-1", "b-1");
+        assert_eq!(a.user_path(), "/kopper/c1/grants/b-1/");
+        assert_eq!(a.user_path(), owner("g-2", "b-1").user_path());
+        assert!(a.user_path().starts_with(&grants_path("c1")));
+        assert!(!a.user_path().starts_with(&grants_path("c")), "the closing slash keeps cluster c out");
+        assert!(!owner("g-1", "b-10").user_path().starts_with(&a.user_path()));
     }
 }

@@ -15,11 +15,14 @@
 //!
 //! Removal: the finalizer [`FINALIZER`] holds a BucketAccess until its user is gone. The user
 //! recorded in status (with the Bucket uid and class it was made with) is deleted on its
-//! backend whether or not the Bucket still exists. A Bucket's own cleanup deletes the users of
-//! the grants kopper knows of first ([`revoke_bucket_grants`], by name, proven by tags, no
-//! listing of the account). A grant gone while its status still records a user (its finalizer
-//! stripped by the tenant) leaves a [`Tombstone`] that [`drain_tombstones`] deletes; the sweep
-//! deletes grant users whose grant or Bucket is gone.
+//! backend whether or not the Bucket still exists. Users are made under their Bucket's grants
+//! path ([`grant::bucket_grants_path`]), IAM's own record of them that tenants cannot touch.
+//! A Bucket's own cleanup deletes its grants' users first ([`revoke_bucket_grants`]: those
+//! under that path and those of the grants kopper knows of, proven by tags, no pass over the
+//! account). A grant gone while its status still records a user (its finalizer stripped by
+//! the tenant) leaves a [`Tombstone`] that [`drain_tombstones`] deletes; the sweep (at start
+//! and on an interval) deletes grant users whose grant is gone, so a grant gone while kopper
+//! is down loses its user when kopper starts again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -709,7 +712,7 @@ impl GrantPass<'_> {
         let user = owner.user_name();
         match provider.user_tags(&user).await? {
             None => {
-                provider.create_user(&user, &owner.tags()).await?;
+                provider.create_user(&user, &owner.user_path(), &owner.tags()).await?;
                 Ok(true)
             }
             Some(tags) if owner.owns(&tags) => Ok(false),
@@ -917,7 +920,10 @@ impl GrantPass<'_> {
     /// cluster and grant uid tags, whether or not its Bucket still exists; whether it did.
     async fn delete_recorded(&self, record: &Record) -> Result<bool, Error> {
         let Some(user) = &record.user_name else { return Ok(false) };
-        let provider = self.provider_of(record.class_name.as_deref()).await?;
+        let provider = self
+            .provider_of(record.class_name.as_deref())
+            .await
+            .map_err(|error| recorded_class_unavailable(error, user, record.class_name.as_deref()))?;
         let (cluster, grant_uid) = (&self.shared.cluster_id, self.grant.uid().unwrap_or_default());
         let proves = |tags: &BTreeMap<String, String>| {
             tags.get(names::TAG_CLUSTER) == Some(cluster)
@@ -1039,18 +1045,22 @@ async fn delete_tombstone(ctx: &Context, shared: &Shared, tombstone: &Tombstone)
     Ok(())
 }
 
-/// Deletes the IAM user of every grant of the Bucket `bucket_uid` kopper knows of (`grants`:
-/// each one's uid and recorded user, from [`GrantIndex::recorded_users`]), by name (derived
-/// from the cluster, the Bucket's uid and the grant's) and proven by its tags; no listing of
-/// the account. A grant not yet in the index reads the Bucket after making its user
-/// ([`grant::after_create`]) and deletes it itself. How many it deleted.
+/// Deletes the IAM user of every grant of the Bucket `bucket_uid`, each proven by its tags:
+/// those under the Bucket's grants path ([`grant::bucket_grants_path`], one ListUsers call),
+/// which holds the users of grants deleted while kopper was down or without their finalizer,
+/// and those kopper knows of (`grants`: each one's uid and recorded user, from
+/// [`GrantIndex::recorded_users`]), by name. A grant whose user is made after the listing
+/// reads the Bucket after making it ([`grant::after_create`]) and deletes it itself. How many
+/// it deleted.
 pub async fn revoke_bucket_grants(
     provider: &dyn Provider,
     cluster: &str,
     bucket_uid: &str,
     grants: &[(String, Option<String>)],
 ) -> Result<usize, Error> {
-    let mut users = BTreeSet::new();
+    let path = grant::bucket_grants_path(cluster, bucket_uid);
+    let mut users: BTreeSet<String> =
+        provider.users(&path, &grant::bucket_grants_prefix(cluster, bucket_uid)).await?.into_iter().collect();
     for (grant_uid, recorded) in grants {
         let owner = GrantOwner {
             cluster: cluster.to_owned(),
@@ -1071,6 +1081,22 @@ pub async fn revoke_bucket_grants(
         }
     }
     Ok(deleted)
+}
+
+/// The error of a revocation whose recorded class is missing, said for a BucketAccess (which
+/// names no class itself): which user waits, on which class, and what brings it back.
+fn recorded_class_unavailable(error: Error, user: &str, class: Option<&str>) -> Error {
+    match (&error, class) {
+        (Error::Blocked { reason: "ClassNotFound", .. }, Some(class)) => Error::blocked(
+            "ClassNotFound",
+            format!(
+                "the IAM user {user} of this BucketAccess was made on the backend of BucketClass {class}, which \
+                 no longer exists, so kopper cannot delete it: a cluster admin restores BucketClass {class} (the \
+                 same backend), or deletes the user and then this BucketAccess's finalizer by hand"
+            ),
+        ),
+        _ => error,
+    }
 }
 
 /// The refusal of a Secret under the grant's secret name that kopper did not make for it.
@@ -1224,6 +1250,19 @@ mod tests {
         wakes.after(&Event::Apply(bucket(json!([]), "False")));
         wakes.after(&Event::Delete(bucket(json!([]), "False")));
         assert!(drain().is_empty(), "team-c never, team-b no more");
+    }
+
+    /// A revocation whose recorded class is gone says so for the BucketAccess: the user, the
+    /// class and what to do, never "set spec.className", a field a BucketAccess lacks.
+    #[test]
+    fn a_revocation_on_a_deleted_class_names_the_user_and_the_class() {
+        let missing = || Error::blocked("ClassNotFound", "set spec.className to a class that does");
+        let (reason, message) = recorded_class_unavailable(missing(), "kopper-c-ga-1", Some("fast")).reason();
+        assert_eq!(reason, "ClassNotFound");
+        assert!(message.contains("kopper-c-ga-1") && message.contains("BucketClass fast"), "{message}");
+        assert!(!message.contains("spec.className"), "{message}");
+        let other = Error::blocked("AccessDenied", "denied");
+        assert_eq!(recorded_class_unavailable(other, "u", Some("fast")).reason().0, "AccessDenied");
     }
 
     /// A grant gone while its status records a user (its finalizer stripped) leaves that user

@@ -382,26 +382,30 @@ pub async fn run(
         backends: backends.clone(),
     });
     // Every backend is swept, kopper's flags' and each class's ([`sweep::Targets`]).
-    let sweeper = if settings.cluster_id == DEFAULT_CLUSTER_ID {
+    let scope = if settings.cluster_id == DEFAULT_CLUSTER_ID {
         if provider.is_some() {
             tracing::warn!(
-                "the sweep for credentials of deleted Buckets is off: set --cluster-id \
-                 (KOPPER_CLUSTER_ID, chart value bucket.clusterId) to a name no other cluster in \
-                 this account uses"
+                "the sweep for credentials of deleted Buckets deletes only the users of grants gone from \
+                 Buckets that exist: set --cluster-id (KOPPER_CLUSTER_ID, chart value bucket.clusterId) to a \
+                 name no other cluster in this account uses"
             );
         }
-        None
+        sweep::Scope::GrantsOfLiveBuckets
     } else {
+        sweep::Scope::Everything
+    };
+    let sweeper = {
         let interval = settings.orphan_sweep_interval.max(Duration::from_secs(1));
         let keyless = settings.oidc.is_some();
         let targets = sweep::Targets { backends: backends.clone(), classes: classes.clone(), classes_listed };
-        Some(tokio::spawn(sweep::run(
+        tokio::spawn(sweep::run(
             ctx.client.clone(),
             targets,
             settings.cluster_id.clone(),
+            scope,
             interval,
             keyless,
-        )))
+        ))
     };
     let shutdown = futures::FutureExt::shared(shutdown);
     // Users of grants deleted without their finalizer are deleted as the grant watch sees them go.
@@ -431,9 +435,7 @@ pub async fn run(
         });
     tokio::join!(buckets_run, classes_run, grants_run);
     tombstones.abort();
-    if let Some(sweeper) = sweeper {
-        sweeper.abort();
-    }
+    sweeper.abort();
     Ok(())
 }
 
@@ -1674,7 +1676,9 @@ impl Pass<'_> {
     async fn ensure_user(&self, bucket_name: &str) -> Result<String, Error> {
         let user = self.owner.user_name();
         match decide::user_step(self.provider.user_tags(&user).await?.as_ref(), &self.owner) {
-            UserStep::Create => self.provider.create_user(&user, &self.owner.tags()).await?,
+            UserStep::Create => {
+                self.provider.create_user(&user, names::BUCKET_USER_PATH, &self.owner.tags()).await?
+            }
             UserStep::Keep => {}
             UserStep::Taken => {
                 return Err(Error::blocked(

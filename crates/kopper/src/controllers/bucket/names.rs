@@ -173,6 +173,10 @@ pub fn user_name_prefix(cluster: &str) -> String {
     format!("kopper-{cluster}-")
 }
 
+/// The IAM path of a Bucket's own user: none, as kopper has always made them (a user's path
+/// cannot be changed by an update that keeps its ARN, so existing users keep theirs).
+pub const BUCKET_USER_PATH: &str = "/";
+
 fn derived_name(parts: &[&str], max: usize) -> String {
     let digest = digest_hex(&parts.join("/"));
     derived_name_with(parts, &digest[..DIGEST_CHARS], max)

@@ -125,17 +125,25 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn empty_batch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<u64>>;
     fn delete_bucket<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, ProviderResult<()>>;
 
-    /// The names of the account's IAM users that start with `prefix`, every page.
-    fn users<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>>;
+    /// The names of the account's IAM users under the IAM path `path_prefix` (`/` for all)
+    /// whose names start with `name_prefix`, every page. A path prefix is filtered by IAM
+    /// itself, so listing one Bucket's grant users costs a call, not a pass over the account.
+    fn users<'a>(
+        &'a self,
+        path_prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, ProviderResult<Vec<String>>>;
     /// The user's tags, or `None` when there is no such user.
     fn user_tags<'a>(
         &'a self,
         user: &'a str,
     ) -> BoxFuture<'a, ProviderResult<Option<BTreeMap<String, String>>>>;
-    /// Creates the user with its tags in one call, so no untagged user can be left behind.
+    /// Creates the user under the IAM path `path` (`/` for none) with its tags in one call,
+    /// so no untagged user can be left behind.
     fn create_user<'a>(
         &'a self,
         user: &'a str,
+        path: &'a str,
         tags: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, ProviderResult<()>>;
     fn delete_user<'a>(&'a self, user: &'a str) -> BoxFuture<'a, ProviderResult<()>>;

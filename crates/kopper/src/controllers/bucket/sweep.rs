@@ -4,9 +4,9 @@
 //! denial), and then nothing else would ever delete them: the key would keep working, and
 //! once the bucket is deleted and its name taken by someone else, read their objects.
 //!
-//! So the leader sweeps at start and then every `--orphan-sweep-interval`, when the install
-//! set a `--cluster-id` of its own (two clusters in one account with the default one could
-//! not tell each other's users from orphans): it lists the IAM
+//! So the leader sweeps at start and then every `--orphan-sweep-interval`. When the install
+//! set a `--cluster-id` of its own ([`Scope::Everything`]; two clusters in one account with
+//! the default one could not tell each other's users from orphans), it lists the IAM
 //! users whose names start with this cluster's prefix, reads each one's tags, lists the
 //! Buckets from the API server (not from the cache: a Bucket just created may not be there
 //! yet), and deletes the keys, policy and user of every one whose tags name this cluster and
@@ -23,7 +23,13 @@
 //!
 //! Grant users (of BucketAccess objects, tagged with the grant's and the Bucket's uids) are
 //! swept the same way: one whose BucketAccess or whose Bucket no longer exists is an orphan.
-//! BucketAccesses are listed (after the users) only when a grant user was found.
+//! BucketAccesses are listed (after the users) only when a grant user was found. With the
+//! default cluster id ([`Scope::GrantsOfLiveBuckets`]) the sweep still runs, over grant users
+//! only: it lists those under this cluster's grants path (one ListUsers call per 100 grant
+//! users, not a pass over the account) and deletes those whose Bucket exists here and whose
+//! BucketAccess does not, such as a grant whose finalizer a tenant removed while kopper was
+//! down. A grant's user is made only after its BucketAccess exists, so a user listed first
+//! has its grant in the later list unless the grant is gone.
 //!
 //! Every backend Buckets may be on is swept: kopper's flags' and each BucketClass's own
 //! (`spec.backend`), once per distinct backend identity (classes sharing a backend share its
@@ -115,18 +121,38 @@ impl Targets {
     }
 }
 
+/// What a sweep may prove orphaned, by what the cluster id tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The install set a cluster id of its own: every user and role of this cluster whose
+    /// Bucket (or, for a grant user, whose BucketAccess) no longer exists.
+    Everything,
+    /// The default cluster id, which another cluster in the account may share: only the users
+    /// of grants gone from Buckets that exist here, listed under [`grant::grants_path`]. A
+    /// Bucket's uid is its cluster's alone, so these are proven this cluster's; the users and
+    /// roles of deleted Buckets are not (they may be the other cluster's).
+    GrantsOfLiveBuckets,
+}
+
 /// Sweeps every backend at once and then every `interval`, until the task is aborted.
 /// `keyless`: kopper makes roles (`--oidc-provider-arn`), so a denied ListRoles is worth a
 /// warning; without it roles are still looked for (left from when it was set), and a denial is
 /// only logged at debug level.
-pub async fn run(client: kube::Client, targets: Targets, cluster: String, interval: Duration, keyless: bool) {
+pub async fn run(
+    client: kube::Client,
+    targets: Targets,
+    cluster: String,
+    scope: Scope,
+    interval: Duration,
+    keyless: bool,
+) {
     if !targets.classes_listed.wait().await {
         warn!("the sweep for credentials of deleted Buckets does not run: the BucketClass watch ended");
         return;
     }
     loop {
         for (backend, provider) in targets.providers(&client).await {
-            match sweep(&client, provider.as_ref(), &cluster, keyless).await {
+            match sweep(&client, provider.as_ref(), &cluster, scope, keyless).await {
                 Ok(0) => {}
                 Ok(deleted) => {
                     info!(deleted, backend, "deleted the IAM users and roles of Buckets that no longer exist")
@@ -146,10 +172,15 @@ async fn sweep(
     client: &kube::Client,
     provider: &dyn Provider,
     cluster: &str,
+    scope: Scope,
     keyless: bool,
 ) -> Result<usize, Error> {
+    let path = match scope {
+        Scope::Everything => "/".to_owned(),
+        Scope::GrantsOfLiveBuckets => grant::grants_path(cluster),
+    };
     let mut found = Vec::new();
-    for name in provider.users(&names::user_name_prefix(cluster)).await? {
+    for name in provider.users(&path, &names::user_name_prefix(cluster)).await? {
         match provider.user_tags(&name).await {
             Ok(Some(tags)) => found.push(Found { kind: Kind::User, name, tags }),
             Ok(None) => {}
@@ -157,17 +188,28 @@ async fn sweep(
             Err(error) => warn!(user = name, "could not read the user's tags: {error}"),
         }
     }
-    found.extend(roles(provider, cluster, keyless).await);
+    if scope == Scope::Everything {
+        found.extend(roles(provider, cluster, keyless).await);
+    }
     if found.is_empty() {
         return Ok(0);
     }
     let live = live_bucket_uids(client).await?;
-    let mut doomed = orphans(&found, cluster, &live);
+    let mut doomed = match scope {
+        Scope::Everything => orphans(&found, cluster, &live),
+        Scope::GrantsOfLiveBuckets => Vec::new(),
+    };
     if found.iter().any(|found| found.tags.contains_key(grant::TAG_GRANT_UID)) {
         let grants = live_grant_uids(client).await?;
-        doomed.extend(found.iter().filter(|found| {
-            found.kind == Kind::User && grant::is_orphaned_grant(&found.tags, cluster, &grants, &live)
-        }));
+        let orphaned = match scope {
+            Scope::Everything => grant::is_orphaned_grant,
+            Scope::GrantsOfLiveBuckets => grant::is_orphaned_grant_of_live_bucket,
+        };
+        doomed.extend(
+            found
+                .iter()
+                .filter(|found| found.kind == Kind::User && orphaned(&found.tags, cluster, &grants, &live)),
+        );
     }
     let mut deleted = 0;
     for orphan in doomed {

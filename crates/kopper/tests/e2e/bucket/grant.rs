@@ -511,6 +511,97 @@ async fn the_user_of_a_grant_gone_without_its_finalizer_is_swept() {
     operator.stop().await.unwrap();
 }
 
+/// kopper with its default cluster id, which another cluster in the account may share.
+fn start_operator_with_default_id(cluster: &Cluster, endpoint: &str, extra: &[&str]) -> Operator {
+    let mut flags = vec!["--cluster-id", kopper::controllers::bucket::DEFAULT_CLUSTER_ID];
+    flags.extend(extra);
+    start_operator_at(cluster, endpoint, &flags)
+}
+
+/// With the default cluster id the sweep still deletes what it can prove its own: the user of
+/// a BucketAccess deleted without its finalizer while kopper was down, whose Bucket exists
+/// here, goes as kopper starts again; a user under the same grants path for a Bucket this
+/// cluster does not have (another cluster's, under the same id) stays through later sweeps.
+#[tokio::test]
+async fn with_the_default_cluster_id_a_grant_gone_while_kopper_was_down_loses_its_user() {
+    let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator_with_default_id(&cluster, &proxy.endpoint, &[]);
+    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    create_grant(&cluster, CONSUMER, "gone", "data", "ReadOnly").await;
+    create_grant(&cluster, CONSUMER, "kept", "data", "ReadOnly").await;
+    let (gone, _) = wait_for_grant(&cluster, CONSUMER, "gone", "Granted").await;
+    let (kept, _) = wait_for_grant(&cluster, CONSUMER, "kept", "Granted").await;
+    operator.stop().await.unwrap();
+
+    let api = grants(&cluster, CONSUMER);
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch("gone", &PatchParams::default(), &strip).await.unwrap();
+    api.delete("gone", &DeleteParams::default()).await.unwrap();
+    let s3 = moto.client().await;
+    let theirs = GrantOwner {
+        cluster: kopper::controllers::bucket::DEFAULT_CLUSTER_ID.into(),
+        namespace: CONSUMER.into(),
+        name: "theirs".into(),
+        grant_uid: "a-grant-of-another-cluster".into(),
+        bucket_uid: "a-bucket-of-another-cluster".into(),
+    };
+    s3.create_user(&theirs.user_name(), &theirs.user_path(), &theirs.tags()).await.unwrap();
+
+    let operator =
+        start_operator_with_default_id(&cluster, &proxy.endpoint, &["--orphan-sweep-interval", "1s"]);
+    let gone_user = gone.user_name.unwrap();
+    eventually("the user of the grant gone while kopper was down to be swept", || async {
+        s3.user_tags(&gone_user).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    proxy.reset_calls().await;
+    eventually("two more sweeps to start (so one has run whole)", || async {
+        let calls = proxy.calls().await;
+        (calls.iter().filter(|call| call.operation == "ListUsers").count() >= 2).then_some(())
+    })
+    .await;
+    let mut left = users(&moto.endpoint).await;
+    left.sort();
+    let mut expected = vec![ready.user_name.unwrap(), kept.user_name.unwrap(), theirs.user_name()];
+    expected.sort();
+    assert_eq!(left, expected, "the Bucket's user, the live grant's and the other cluster's stay");
+    operator.stop().await.unwrap();
+}
+
+/// A Bucket deleted after one of its BucketAccesses left without its finalizer while kopper
+/// was down (default cluster id): the Bucket's cleanup lists its grants' users by their IAM
+/// path, so that user goes with the Bucket's own, and nothing is left.
+#[tokio::test]
+async fn deleting_a_bucket_deletes_the_user_of_a_grant_gone_while_kopper_was_down() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    let operator = start_operator_with_default_id(&cluster, &moto.endpoint, &[]);
+    shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadWrite"}])).await;
+    create_grant(&cluster, CONSUMER, "gone", "data", "ReadWrite").await;
+    let (gone, _) = wait_for_grant(&cluster, CONSUMER, "gone", "Granted").await;
+    operator.stop().await.unwrap();
+
+    let api = grants(&cluster, CONSUMER);
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch("gone", &PatchParams::default(), &strip).await.unwrap();
+    api.delete("gone", &DeleteParams::default()).await.unwrap();
+    buckets(&cluster).delete("data", &DeleteParams::default()).await.unwrap();
+    assert!(users(&moto.endpoint).await.contains(&gone.user_name.unwrap()), "left behind");
+
+    let operator = start_operator_with_default_id(&cluster, &moto.endpoint, &[]);
+    let buckets = buckets(&cluster);
+    eventually("the Bucket to be gone", || async {
+        buckets.get_opt("data").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(users(&moto.endpoint).await, Vec::<String>::new(), "no user outlives the Bucket");
+    operator.stop().await.unwrap();
+}
+
 /// A consumer strips kopper's finalizer from its own granted BucketAccess and deletes it, so
 /// that no pass revokes it: kopper sees the grant go with its user still recorded and deletes
 /// that user anyway (no sweep runs in this test), so the key it copied is refused, and the
