@@ -20,6 +20,34 @@ fn grants(cluster: &Cluster, namespace: &str) -> Api<BucketAccess> {
     Api::namespaced(cluster.client.clone(), namespace)
 }
 
+/// A cluster with the consumer's namespace, [`CONSUMER`].
+async fn consumer_cluster() -> Cluster {
+    let cluster = cluster().await;
+    create_namespace(&cluster, CONSUMER).await;
+    cluster
+}
+
+/// A Bucket's `spec.sharedWith` consenting to [`CONSUMER`] with `mode`.
+fn consent(mode: &str) -> serde_json::Value {
+    json!([{"namespace": CONSUMER, "mode": mode}])
+}
+
+/// A BucketAccess `name` in [`CONSUMER`] for `team-a/data`, asking for `mode`: its status
+/// once granted.
+async fn create_granted(cluster: &Cluster, name: &str, mode: &str) -> BucketAccessStatus {
+    create_grant(cluster, CONSUMER, name, "data", mode).await;
+    wait_for_grant(cluster, CONSUMER, name, "Granted").await.0
+}
+
+/// What a consumer can do to its own BucketAccess that no pass of kopper sees: strip kopper's
+/// finalizer, then delete it.
+async fn strip_and_delete(cluster: &Cluster, name: &str) {
+    let api = grants(cluster, CONSUMER);
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch(name, &PatchParams::default(), &strip).await.unwrap();
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
 /// A BucketAccess in `namespace` for the Bucket `team-a/<bucket>`, asking for `mode`.
 async fn create_grant(
     cluster: &Cluster,
@@ -128,8 +156,7 @@ async fn try_put_object(secret: &Secret, key: &str) -> Result<(), String> {
 #[tokio::test]
 async fn a_read_only_grant_reads_and_cannot_write_and_a_read_write_grant_writes() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     create_namespace(&cluster, "team-c").await;
     let operator = start_operator(&cluster, &moto);
     let shared =
@@ -190,8 +217,7 @@ async fn a_read_only_grant_reads_and_cannot_write_and_a_read_write_grant_writes(
 async fn a_grant_without_consent_is_refused_and_gets_no_user_until_the_owner_consents() {
     let Some(moto) = Moto::start().await else { return };
     let proxy = FaultProxy::start(&moto.endpoint).await;
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
     shared_bucket(&cluster, "data", json!([])).await;
     let before = users(&moto.endpoint).await;
@@ -221,12 +247,10 @@ async fn a_grant_without_consent_is_refused_and_gets_no_user_until_the_owner_con
 #[tokio::test]
 async fn withdrawn_consent_deletes_the_grant_s_user_key_and_secret() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator(&cluster, &moto);
-    shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadWrite"}])).await;
-    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
-    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    shared_bucket(&cluster, "data", consent("ReadWrite")).await;
+    let granted = create_granted(&cluster, "reader", "ReadOnly").await;
     let old = secret_in(&cluster, CONSUMER, "reader").await.unwrap();
     let user = granted.user_name.unwrap();
     let s3 = moto.client().await;
@@ -260,12 +284,10 @@ async fn withdrawn_consent_deletes_the_grant_s_user_key_and_secret() {
 #[tokio::test]
 async fn a_moved_secret_leaves_no_former_one_and_deleting_a_grant_deletes_its_user() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator(&cluster, &moto);
-    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
-    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
-    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let ready = shared_bucket(&cluster, "data", consent("ReadOnly")).await;
+    let granted = create_granted(&cluster, "reader", "ReadOnly").await;
     let s3 = moto.client().await;
     let user = granted.user_name.clone().unwrap();
 
@@ -300,12 +322,10 @@ async fn a_moved_secret_leaves_no_former_one_and_deleting_a_grant_deletes_its_us
 async fn deleting_a_bucket_deletes_its_grants_users_first() {
     let Some(moto) = Moto::start().await else { return };
     let proxy = FaultProxy::start(&moto.endpoint).await;
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
-    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
-    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
-    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let ready = shared_bucket(&cluster, "data", consent("ReadOnly")).await;
+    let granted = create_granted(&cluster, "reader", "ReadOnly").await;
     let (own, grant_user) = (ready.user_name.unwrap(), granted.user_name.unwrap());
     let s3 = moto.client().await;
 
@@ -341,12 +361,10 @@ async fn deleting_a_bucket_deletes_its_grants_users_first() {
 #[tokio::test]
 async fn a_restarted_kopper_deletes_no_bucket_before_it_has_listed_its_grants() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator(&cluster, &moto);
-    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
-    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
-    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let ready = shared_bucket(&cluster, "data", consent("ReadOnly")).await;
+    let granted = create_granted(&cluster, "reader", "ReadOnly").await;
     operator.stop().await.unwrap();
     buckets(&cluster).delete("data", &DeleteParams::default()).await.unwrap();
 
@@ -383,10 +401,9 @@ const GRANT_WRITES: [&str; 3] = ["CreateUser", "PutUserPolicy", "CreateAccessKey
 async fn a_grant_call_whose_answer_is_lost_leaves_one_user_and_one_key() {
     let Some(moto) = Moto::start().await else { return };
     let proxy = FaultProxy::start(&moto.endpoint).await;
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
-    shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    shared_bucket(&cluster, "data", consent("ReadOnly")).await;
     let s3 = moto.client().await;
     for (index, operation) in GRANT_WRITES.iter().enumerate() {
         proxy.set_faults(json!([{"operation": operation, "times": 3, "status": 500, "forward": true}])).await;
@@ -439,11 +456,10 @@ fn grant_and_secret_writes(cluster: &Cluster) -> u64 {
 async fn a_granted_grant_s_idle_pass_writes_nothing() {
     let Some(moto) = Moto::start().await else { return };
     let proxy = FaultProxy::start(&moto.endpoint).await;
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let admin = common::free_admin_addr();
     let operator = start_operator_at(&cluster, &proxy.endpoint, &["--admin-addr", &admin]);
-    shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    shared_bucket(&cluster, "data", consent("ReadOnly")).await;
     create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
     wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
     // The pass its own Secret write queued is done once the count holds still.
@@ -479,21 +495,17 @@ async fn a_granted_grant_s_idle_pass_writes_nothing() {
 #[tokio::test]
 async fn the_user_of_a_grant_gone_without_its_finalizer_is_swept() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator(&cluster, &moto);
-    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    let ready = shared_bucket(&cluster, "data", consent("ReadOnly")).await;
     create_grant(&cluster, CONSUMER, "gone", "data", "ReadOnly").await;
     create_grant(&cluster, CONSUMER, "kept", "data", "ReadOnly").await;
     let (gone, _) = wait_for_grant(&cluster, CONSUMER, "gone", "Granted").await;
     let (kept, _) = wait_for_grant(&cluster, CONSUMER, "kept", "Granted").await;
     operator.stop().await.unwrap();
 
-    let api = grants(&cluster, CONSUMER);
-    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    api.patch("gone", &PatchParams::default(), &strip).await.unwrap();
-    api.delete("gone", &DeleteParams::default()).await.unwrap();
-    assert!(api.get_opt("gone").await.unwrap().is_none());
+    strip_and_delete(&cluster, "gone").await;
+    assert!(grants(&cluster, CONSUMER).get_opt("gone").await.unwrap().is_none());
     let s3 = moto.client().await;
     let gone_user = gone.user_name.unwrap();
     assert!(s3.user_tags(&gone_user).await.unwrap().is_some(), "left behind");
@@ -526,20 +538,16 @@ fn start_operator_with_default_id(cluster: &Cluster, endpoint: &str, extra: &[&s
 async fn with_the_default_cluster_id_a_grant_gone_while_kopper_was_down_loses_its_user() {
     let Some(moto) = Moto::start().await else { return };
     let proxy = FaultProxy::start(&moto.endpoint).await;
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator_with_default_id(&cluster, &proxy.endpoint, &[]);
-    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
+    let ready = shared_bucket(&cluster, "data", consent("ReadOnly")).await;
     create_grant(&cluster, CONSUMER, "gone", "data", "ReadOnly").await;
     create_grant(&cluster, CONSUMER, "kept", "data", "ReadOnly").await;
     let (gone, _) = wait_for_grant(&cluster, CONSUMER, "gone", "Granted").await;
     let (kept, _) = wait_for_grant(&cluster, CONSUMER, "kept", "Granted").await;
     operator.stop().await.unwrap();
 
-    let api = grants(&cluster, CONSUMER);
-    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    api.patch("gone", &PatchParams::default(), &strip).await.unwrap();
-    api.delete("gone", &DeleteParams::default()).await.unwrap();
+    strip_and_delete(&cluster, "gone").await;
     let s3 = moto.client().await;
     let theirs = GrantOwner {
         cluster: kopper::controllers::bucket::DEFAULT_CLUSTER_ID.into(),
@@ -577,18 +585,13 @@ async fn with_the_default_cluster_id_a_grant_gone_while_kopper_was_down_loses_it
 #[tokio::test]
 async fn deleting_a_bucket_deletes_the_user_of_a_grant_gone_while_kopper_was_down() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator_with_default_id(&cluster, &moto.endpoint, &[]);
-    shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadWrite"}])).await;
-    create_grant(&cluster, CONSUMER, "gone", "data", "ReadWrite").await;
-    let (gone, _) = wait_for_grant(&cluster, CONSUMER, "gone", "Granted").await;
+    shared_bucket(&cluster, "data", consent("ReadWrite")).await;
+    let gone = create_granted(&cluster, "gone", "ReadWrite").await;
     operator.stop().await.unwrap();
 
-    let api = grants(&cluster, CONSUMER);
-    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    api.patch("gone", &PatchParams::default(), &strip).await.unwrap();
-    api.delete("gone", &DeleteParams::default()).await.unwrap();
+    strip_and_delete(&cluster, "gone").await;
     buckets(&cluster).delete("data", &DeleteParams::default()).await.unwrap();
     assert!(users(&moto.endpoint).await.contains(&gone.user_name.unwrap()), "left behind");
 
@@ -609,19 +612,14 @@ async fn deleting_a_bucket_deletes_the_user_of_a_grant_gone_while_kopper_was_dow
 #[tokio::test]
 async fn a_grant_deleted_without_its_finalizer_loses_its_user_at_once() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator(&cluster, &moto);
-    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
-    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
-    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let ready = shared_bucket(&cluster, "data", consent("ReadOnly")).await;
+    let granted = create_granted(&cluster, "reader", "ReadOnly").await;
     let copied = secret_in(&cluster, CONSUMER, "reader").await.unwrap();
     let user = granted.user_name.unwrap();
 
-    let api = grants(&cluster, CONSUMER);
-    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    api.patch("reader", &PatchParams::default(), &strip).await.unwrap();
-    api.delete("reader", &DeleteParams::default()).await.unwrap();
+    strip_and_delete(&cluster, "reader").await;
     let s3 = moto.client().await;
     eventually("the user of the grant deleted without its finalizer to be gone", || async {
         s3.user_tags(&user).await.unwrap().is_none().then_some(())
@@ -643,10 +641,9 @@ async fn a_grant_deleted_without_its_finalizer_loses_its_user_at_once() {
 async fn a_bucket_deleted_while_a_grant_s_user_is_made_leaves_no_grant_user() {
     let Some(moto) = Moto::start().await else { return };
     let proxy = FaultProxy::start(&moto.endpoint).await;
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator_at(&cluster, &proxy.endpoint, &[]);
-    let shared = json!([{"namespace": CONSUMER, "mode": "ReadOnly"}]);
+    let shared = consent("ReadOnly");
     create_bucket(&cluster, "data", json!({"deletionPolicy": "Retain", "sharedWith": shared})).await;
     wait_for_reason(&cluster, "data", "Ready").await;
     proxy.set_faults(json!([{"operation": "CreateUser", "times": 1, "delay": 10}])).await;
@@ -688,16 +685,14 @@ async fn a_bucket_deleted_while_a_grant_s_user_is_made_leaves_no_grant_user() {
 #[tokio::test]
 async fn a_bucket_created_again_under_its_name_deletes_the_former_bucket_s_grant_user() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator(&cluster, &moto);
-    let shared = json!([{"namespace": CONSUMER, "mode": "ReadOnly"}]);
+    let shared = consent("ReadOnly");
     let spec =
         |name: &str| json!({"deletionPolicy": "Retain", "bucketName": name, "sharedWith": shared.clone()});
     create_bucket(&cluster, "data", spec("grant-former-bucket")).await;
     wait_for_reason(&cluster, "data", "Ready").await;
-    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
-    let (former, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let former = create_granted(&cluster, "reader", "ReadOnly").await;
     let former_user = former.user_name.unwrap();
     let own_user = status(&buckets(&cluster).get("data").await.unwrap()).user_name.unwrap();
     operator.stop().await.unwrap();
@@ -734,12 +729,10 @@ async fn a_bucket_created_again_under_its_name_deletes_the_former_bucket_s_grant
 #[tokio::test]
 async fn deleting_a_consumer_namespace_deletes_its_grant_s_user() {
     let Some(moto) = Moto::start().await else { return };
-    let cluster = cluster().await;
-    create_namespace(&cluster, CONSUMER).await;
+    let cluster = consumer_cluster().await;
     let operator = start_operator(&cluster, &moto);
-    let ready = shared_bucket(&cluster, "data", json!([{"namespace": CONSUMER, "mode": "ReadOnly"}])).await;
-    create_grant(&cluster, CONSUMER, "reader", "data", "ReadOnly").await;
-    let (granted, _) = wait_for_grant(&cluster, CONSUMER, "reader", "Granted").await;
+    let ready = shared_bucket(&cluster, "data", consent("ReadOnly")).await;
+    let granted = create_granted(&cluster, "reader", "ReadOnly").await;
     let user = granted.user_name.unwrap();
 
     let namespaces = Api::<Namespace>::all(cluster.client.clone());
