@@ -553,7 +553,7 @@ pub(super) async fn reconcile(
             }
         })
         .await
-        .map_err(|error| Error::Finalizer(Box::new(error))),
+        .or_else(super::gone_with_its_finalizer),
     };
     if let Err(error) = &result {
         report(&ctx, &grant, error).await;

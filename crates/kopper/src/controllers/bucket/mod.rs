@@ -833,7 +833,7 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
             }
         })
         .await
-        .map_err(|error| Error::Finalizer(Box::new(error))),
+        .or_else(gone_with_its_finalizer),
         Err(error) => Err(error),
     };
     if let Err(error) = &result {
@@ -847,11 +847,23 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
     }
 }
 
+/// The finalizer helper's error as kopper's, except a finalizer that could not be taken off
+/// because the object is already gone: a pass queued before the object left, and run on the
+/// cached copy, finds its work done (the finalizer left with the object), not failed.
+fn gone_with_its_finalizer(error: finalizer::Error<Error>) -> Result<Action, Error> {
+    match error {
+        finalizer::Error::RemoveFinalizer(kube::Error::Api(response)) if response.code == 404 => {
+            Ok(Action::await_change())
+        }
+        error => Err(Error::Finalizer(Box::new(error))),
+    }
+}
+
 /// Takes the finalizer off a Bucket deleted before anything was made for it.
 async fn release(api: &Api<Bucket>, bucket: &Arc<Bucket>) -> Result<Action, Error> {
     finalizer::finalizer(api, FINALIZER, bucket.clone(), |_| async { Ok::<_, Error>(Action::await_change()) })
         .await
-        .map_err(|error| Error::Finalizer(Box::new(error)))
+        .or_else(gone_with_its_finalizer)
 }
 
 /// Whether the Bucket is deleted and still holds kopper's finalizer: what it owns outside
@@ -2169,6 +2181,18 @@ async fn publish(ctx: &Context, bucket: &Bucket, type_: EventType, reason: &str,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pass run on the cached copy of an object already gone finds its finalizer gone with
+    /// it: done, not a failure to report. Any other failure to take it off stays one.
+    #[test]
+    fn a_finalizer_that_left_with_its_object_is_no_failure() {
+        let answer = |code: u16| {
+            let status = kube::core::Status { code, ..kube::core::Status::default() };
+            finalizer::Error::<Error>::RemoveFinalizer(kube::Error::Api(Box::new(status)))
+        };
+        assert!(gone_with_its_finalizer(answer(404)).is_ok());
+        assert!(matches!(gone_with_its_finalizer(answer(409)), Err(Error::Finalizer(_))));
+    }
 
     #[test]
     fn a_long_rotation_request_is_kept_as_its_digest_and_a_short_one_as_written() {
