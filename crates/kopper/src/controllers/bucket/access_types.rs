@@ -125,6 +125,12 @@ pub struct BucketAccessStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_name: Option<String>,
 
+    /// The backend the user is on, as a Bucket's `status.backend` names one: a class pointed
+    /// at another backend since leaves the user where it is, and kopper deletes it only there
+    /// (`BackendChanged` until the class is set back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+
     /// Id of the access key in the Secret (never the secret key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_key_id: Option<String>,
@@ -134,7 +140,7 @@ pub struct BucketAccessStatus {
     /// this namespace: the two are not told apart), `ModeNotShared`, `BucketNotReady`,
     /// `BucketDeleted`, `ForbiddenByClass`, `TooManyGrants` (10 other BucketAccesses of this
     /// namespace already hold access to the Bucket: this one holds nothing until one goes), `SecretNameTaken`,
-    /// `UserNameTaken`, `AccessDenied`,
+    /// `UserNameTaken`, `BackendChanged`, `ClassNotFound`, `ClassNotReady`, `AccessDenied`,
     /// `ProviderUnavailable`, `ProviderError`, `CredentialsChurn`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

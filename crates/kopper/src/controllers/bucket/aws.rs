@@ -6,7 +6,7 @@
 //! Every call is counted in `kopper_bucket_provider_calls_total` by service, operation and
 //! outcome.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use aws_config::{BehaviorVersion, Region};
@@ -439,6 +439,34 @@ impl AwsProvider {
     }
 }
 
+/// The marker of an IAM listing's next page, `None` after the last. A service that says the
+/// list goes on but gives no marker would leave it partial (and a Bucket's cleanup would miss
+/// a grant's user), and one that hands back a marker it gave before would loop for good: both
+/// are errors, retried by the pass.
+fn next_page(
+    operation: &'static str,
+    seen: &mut HashSet<String>,
+    truncated: bool,
+    marker: Option<&str>,
+) -> ProviderResult<Option<String>> {
+    if !truncated {
+        return Ok(None);
+    }
+    let broken = |message: &str| ProviderError {
+        service: "iam",
+        operation,
+        kind: FailureKind::Other,
+        message: format!("{operation} {message}"),
+    };
+    match marker {
+        Some(next) if !next.is_empty() && !seen.insert(next.to_owned()) => {
+            Err(broken("returned a marker it had returned before"))
+        }
+        Some(next) if !next.is_empty() => Ok(Some(next.to_owned())),
+        _ => Err(broken("said the list goes on but gave no marker")),
+    }
+}
+
 impl Provider for AwsProvider {
     fn endpoint(&self) -> Option<&str> {
         self.settings.endpoint.as_deref()
@@ -691,25 +719,18 @@ impl Provider for AwsProvider {
         name_prefix: &'a str,
     ) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
         async move {
-            let mut names = Vec::new();
+            let (mut names, mut seen) = (Vec::new(), HashSet::new());
             let mut marker: Option<String> = None;
             loop {
                 let request = self.iam.list_users().path_prefix(path_prefix).set_marker(marker.clone());
                 let listed = counted("iam", "ListUsers", request.send().await)?;
-                let page = listed.users().iter().map(|user| user.user_name());
+                // A service that ignores the path prefix lists every user: only those under it count.
+                let page = listed.users().iter().filter(|user| user.path().starts_with(path_prefix));
+                let page = page.map(|user| user.user_name());
                 names.extend(page.filter(|name| name.starts_with(name_prefix)).map(str::to_owned));
-                match listed.marker() {
-                    // A service that hands back the marker it was given would loop for good.
-                    Some(next) if marker.as_deref() == Some(next) => {
-                        return Err(ProviderError {
-                            service: "iam",
-                            operation: "ListUsers",
-                            kind: FailureKind::Other,
-                            message: "ListUsers returned the marker it was sent".into(),
-                        });
-                    }
-                    Some(next) if listed.is_truncated() && !next.is_empty() => marker = Some(next.to_owned()),
-                    _ => return Ok(names),
+                marker = next_page("ListUsers", &mut seen, listed.is_truncated(), listed.marker())?;
+                if marker.is_none() {
+                    return Ok(names);
                 }
             }
         }
@@ -836,7 +857,7 @@ impl Provider for AwsProvider {
 
     fn roles<'a>(&'a self, path_prefix: &'a str) -> BoxFuture<'a, ProviderResult<Vec<String>>> {
         async move {
-            let mut names = Vec::new();
+            let (mut names, mut seen) = (Vec::new(), HashSet::new());
             let mut marker: Option<String> = None;
             loop {
                 let request = self.iam.list_roles().path_prefix(path_prefix).set_marker(marker.clone());
@@ -845,17 +866,9 @@ impl Provider for AwsProvider {
                 // A service that ignores the path prefix lists every role: only ours count.
                 let page = listed.roles().iter().filter(|role| role.path().starts_with(path_prefix));
                 names.extend(page.map(|role| role.role_name().to_owned()));
-                match listed.marker() {
-                    Some(next) if marker.as_deref() == Some(next) => {
-                        return Err(ProviderError {
-                            service: "iam",
-                            operation: "ListRoles",
-                            kind: FailureKind::Other,
-                            message: "ListRoles returned the marker it was sent".into(),
-                        });
-                    }
-                    Some(next) if listed.is_truncated() && !next.is_empty() => marker = Some(next.to_owned()),
-                    _ => return Ok(names),
+                marker = next_page("ListRoles", &mut seen, listed.is_truncated(), listed.marker())?;
+                if marker.is_none() {
+                    return Ok(names);
                 }
             }
         }
@@ -988,6 +1001,20 @@ fn timestamp(date: &aws_sdk_iam::primitives::DateTime) -> Option<k8s_openapi::ji
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listing ends on its last page, and only there: a page that says more follows but
+    /// gives no marker, or a marker given before (a cycle), is an error, not a partial list.
+    #[test]
+    fn an_iam_listing_ends_only_on_its_last_page() {
+        let mut seen = HashSet::new();
+        assert_eq!(next_page("ListUsers", &mut seen, true, Some("a")).unwrap(), Some("a".into()));
+        assert_eq!(next_page("ListUsers", &mut seen, true, Some("b")).unwrap(), Some("b".into()));
+        let cycle = next_page("ListUsers", &mut seen, true, Some("a")).unwrap_err();
+        assert!(cycle.message.contains("returned before"), "{}", cycle.message);
+        assert!(next_page("ListUsers", &mut seen, true, None).is_err());
+        assert!(next_page("ListUsers", &mut seen, true, Some("")).is_err());
+        assert_eq!(next_page("ListUsers", &mut seen, false, Some("c")).unwrap(), None);
+    }
 
     #[test]
     fn policies_are_read_whether_or_not_they_are_url_encoded() {

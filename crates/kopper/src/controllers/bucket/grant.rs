@@ -70,9 +70,10 @@ impl GrantOwner {
 }
 
 /// The IAM path under which this cluster's grant users are made: `/kopper/<cluster>/grants/`.
-/// Only kopper's own credentials can make users there (tenants reach IAM only through
-/// kopper), so listing it is a record of every grant user that survives kopper's restarts
-/// and a tenant removing a BucketAccess's finalizer: the sweep and a Bucket's cleanup read it.
+/// Tenants reach IAM only through kopper, so no tenant can make or remove a user there
+/// (another cluster under the same id may, which tags tell apart): listing it is a record of
+/// every grant user that survives kopper's restarts and a tenant removing a BucketAccess's
+/// finalizer. The sweep and a Bucket's cleanup read it.
 pub fn grants_path(cluster: &str) -> String {
     format!("{}grants/", names::role_path(cluster))
 }

@@ -49,7 +49,7 @@ use super::grant::{self, GrantOwner, Verdict};
 use super::names::{self, POLICY_NAME};
 use super::provider::{self, FailureKind, Provider};
 use super::types::Bucket;
-use super::{Error, Shared, churn, policy, secret};
+use super::{ClassInUse, Error, Shared, churn, policy, secret};
 use crate::runtime::Context;
 
 /// The controller's name in metrics, logs, `/readyz` and its field manager.
@@ -74,7 +74,7 @@ pub struct GrantIndex {
 
 /// Most grants gone with a recorded user whose users wait to be deleted: a tenant deletes
 /// BucketAccesses it strips the finalizer from faster than IAM answers only up to this many;
-/// beyond it the sweep (with `--cluster-id`) deletes them.
+/// beyond it the sweep deletes them (at most `--orphan-sweep-interval` later).
 const MAX_TOMBSTONES: usize = 4096;
 /// How long a tombstone whose user could not be deleted waits to be tried again.
 const TOMBSTONE_RETRY: Duration = Duration::from_secs(10);
@@ -88,6 +88,8 @@ pub struct Tombstone {
     pub user_name: String,
     /// The class the user was made on (`None`: the built-in one).
     pub class_name: Option<String>,
+    /// The backend it was made on, as recorded.
+    pub backend: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -109,8 +111,9 @@ struct Entry {
     uid: String,
     /// `status.userName`: the grant holds (or may hold) a user.
     user_name: Option<String>,
-    /// `status.className`: where that user is.
+    /// `status.className` and `status.backend`: where that user is.
     class_name: Option<String>,
+    backend: Option<String>,
 }
 
 /// The key of one namespace's places on one Bucket (`bucket` is `namespace/name`).
@@ -152,6 +155,7 @@ impl GrantIndex {
             uid: grant.uid().unwrap_or_default(),
             user_name: user_name.clone(),
             class_name: status.class_name,
+            backend: status.backend,
         };
         if gone {
             let freed = Self::release_in(&mut state, &entry.uid);
@@ -176,7 +180,7 @@ impl GrantIndex {
         if state.tombstones.len() >= MAX_TOMBSTONES && !state.tombstones.contains_key(&entry.uid) {
             warn!(
                 user = user_name,
-                "too many grant users wait to be deleted; this one is left to the sweep (--cluster-id)"
+                "too many grant users wait to be deleted; this one is left to the next orphan sweep"
             );
             return false;
         }
@@ -184,6 +188,7 @@ impl GrantIndex {
             grant_uid: entry.uid.clone(),
             user_name: user_name.clone(),
             class_name: entry.class_name.clone(),
+            backend: entry.backend.clone(),
         };
         state.tombstones.insert(entry.uid.clone(), tombstone);
         true
@@ -574,6 +579,7 @@ pub(super) async fn reconcile(
 struct Record {
     user_name: Option<String>,
     class_name: Option<String>,
+    backend: Option<String>,
 }
 
 /// One reconcile's view of a grant.
@@ -645,29 +651,33 @@ impl GrantPass<'_> {
         }
     }
 
-    /// The provider of the backend of the class `class_name` (none: kopper's built-in class).
-    async fn provider_of(&self, class_name: Option<&str>) -> Result<Arc<dyn Provider>, Error> {
-        self.shared.wait_for_classes().await?;
-        let binding = match class_name {
-            Some(name) => Binding::Named(name.to_owned()),
-            None => Binding::BuiltIn,
-        };
-        let class = self.shared.class_of(binding)?;
-        self.shared.provider(self.ctx, &class).await
-    }
-
     async fn grant_access(&self, bucket: &Bucket, bucket_name: &str, region: &str) -> Result<Action, Error> {
         self.shared.wait_for_classes().await?;
         let (namespace, name) = self.bucket_ref();
-        let Some(class) = self.shared.class_for_cleanup(bucket)? else {
+        let class = self
+            .shared
+            .class_for_cleanup(bucket)
+            .map_err(|error| for_consumer(error, (&namespace, &name)))?;
+        let Some(class) = class else {
             return Err(Error::blocked("BucketNotReady", format!("Bucket {namespace}/{name} is not Ready")));
         };
+        let recorded = self.grant.status.as_ref().and_then(|status| status.backend.as_ref());
+        let bucket_backend = bucket.status.as_ref().and_then(|status| status.backend.as_ref());
+        if let Some(elsewhere) =
+            [recorded, bucket_backend].into_iter().flatten().find(|b| **b != class.identity)
+        {
+            return Err(Error::blocked("BackendChanged", backend_moved(elsewhere, &class)));
+        }
         if let Err(Verdict::Hold { reason, message } | Verdict::Withdraw { reason, message }) =
             grant::class_allows(&class.spec, (&namespace, &name))
         {
             return Err(Error::blocked(reason, message));
         }
-        let provider = self.shared.provider(self.ctx, &class).await?;
+        let provider = self
+            .shared
+            .provider(self.ctx, &class)
+            .await
+            .map_err(|error| for_consumer(error, (&namespace, &name)))?;
         let provider = provider.as_ref();
         let owner = self.owner(bucket);
         let user = owner.user_name();
@@ -678,6 +688,7 @@ impl GrantPass<'_> {
             status.bucket_name = Some(bucket_name.to_owned());
             status.bucket_uid = bucket.uid();
             status.class_name = class_name.clone();
+            status.backend = Some(class.identity.clone());
         })
         .await?;
         if self.ensure_user(provider, &owner).await? {
@@ -696,6 +707,7 @@ impl GrantPass<'_> {
             status.bucket_name = Some(bucket_name.to_owned());
             status.bucket_uid = bucket.uid();
             status.class_name = class_name.clone();
+            status.backend = Some(class.identity.clone());
             status.access_key_id = Some(key_id.clone());
             set_ready(status, self.grant, "True", "Granted", &message);
         })
@@ -913,17 +925,14 @@ impl GrantPass<'_> {
 
     fn cached_record(&self) -> Record {
         let status = self.grant.status.clone().unwrap_or_default();
-        Record { user_name: status.user_name, class_name: status.class_name }
+        Record { user_name: status.user_name, class_name: status.class_name, backend: status.backend }
     }
 
     /// Deletes the recorded user on the backend it was made on, proven this grant's by its
     /// cluster and grant uid tags, whether or not its Bucket still exists; whether it did.
     async fn delete_recorded(&self, record: &Record) -> Result<bool, Error> {
         let Some(user) = &record.user_name else { return Ok(false) };
-        let provider = self
-            .provider_of(record.class_name.as_deref())
-            .await
-            .map_err(|error| recorded_class_unavailable(error, user, record.class_name.as_deref()))?;
+        let provider = recorded_provider(self.ctx, self.shared, record, user).await?;
         let (cluster, grant_uid) = (&self.shared.cluster_id, self.grant.uid().unwrap_or_default());
         let proves = |tags: &BTreeMap<String, String>| {
             tags.get(names::TAG_CLUSTER) == Some(cluster)
@@ -974,6 +983,7 @@ impl GrantPass<'_> {
 async fn clear_record(ctx: &Context, grant: &BucketAccess) -> Result<(), Error> {
     let patch = json!({ "status": {
         "userName": null, "accessKeyId": null, "bucketName": null, "bucketUid": null, "className": null,
+        "backend": null,
     }});
     patch_status(ctx, grant, patch).await
 }
@@ -1027,13 +1037,12 @@ pub(super) async fn drain_tombstones(ctx: Arc<Context>, shared: Arc<Shared>, ind
 }
 
 async fn delete_tombstone(ctx: &Context, shared: &Shared, tombstone: &Tombstone) -> Result<(), Error> {
-    shared.wait_for_classes().await?;
-    let binding = match &tombstone.class_name {
-        Some(name) => Binding::Named(name.clone()),
-        None => Binding::BuiltIn,
+    let record = Record {
+        user_name: Some(tombstone.user_name.clone()),
+        class_name: tombstone.class_name.clone(),
+        backend: tombstone.backend.clone(),
     };
-    let class = shared.class_of(binding)?;
-    let provider = shared.provider(ctx, &class).await?;
+    let provider = recorded_provider(ctx, shared, &record, &tombstone.user_name).await?;
     let cluster = &shared.cluster_id;
     let proves = |tags: &BTreeMap<String, String>| {
         tags.get(names::TAG_CLUSTER) == Some(cluster)
@@ -1081,6 +1090,62 @@ pub async fn revoke_bucket_grants(
         }
     }
     Ok(deleted)
+}
+
+/// The provider of the backend a grant's user was made on: its recorded class's, refused when
+/// that class is gone or now names another backend than the one recorded. The user is on the
+/// recorded one: looking for it on the class's new backend would find nothing and call it
+/// deleted while its key still works.
+async fn recorded_provider(
+    ctx: &Context,
+    shared: &Shared,
+    record: &Record,
+    user: &str,
+) -> Result<Arc<dyn Provider>, Error> {
+    shared.wait_for_classes().await?;
+    let binding = match &record.class_name {
+        Some(name) => Binding::Named(name.clone()),
+        None => Binding::BuiltIn,
+    };
+    let class = shared
+        .class_of(binding)
+        .map_err(|error| recorded_class_unavailable(error, user, record.class_name.as_deref()))?;
+    if let Some(backend) = &record.backend
+        && *backend != class.identity
+    {
+        return Err(Error::blocked(
+            "BackendChanged",
+            format!("the IAM user {user} of this BucketAccess: {}", backend_moved(backend, &class)),
+        ));
+    }
+    shared.provider(ctx, &class).await
+}
+
+/// Why nothing is made or deleted for a grant whose user or Bucket is on `recorded`, a
+/// backend its class no longer uses.
+fn backend_moved(recorded: &str, class: &ClassInUse) -> String {
+    format!(
+        "made on backend {recorded}, and {} now uses backend {}: kopper neither makes nor deletes grant \
+         credentials meanwhile. A cluster admin sets the class's spec.backend (and its credentials) back",
+        class.binding.describe(),
+        class.identity
+    )
+}
+
+/// A refusal about the Bucket's class, said for a BucketAccess: the consumer can change
+/// neither the Bucket nor its class, so the message names the Bucket and who must act, not a
+/// Bucket's fields or finalizer.
+fn for_consumer(error: Error, (namespace, name): (&str, &str)) -> Error {
+    match error {
+        Error::Blocked { reason: reason @ ("ClassNotFound" | "ClassNotReady"), .. } => Error::blocked(
+            reason,
+            format!(
+                "the BucketClass of Bucket {namespace}/{name} cannot be used now ({reason}): its owner or a \
+                 cluster admin must act; this BucketAccess is granted once the class is back"
+            ),
+        ),
+        error => error,
+    }
 }
 
 /// The error of a revocation whose recorded class is missing, said for a BucketAccess (which
@@ -1277,6 +1342,7 @@ mod tests {
             grant.status = Some(BucketAccessStatus {
                 user_name: user.map(str::to_owned),
                 class_name: Some("fast".into()),
+                backend: Some("backend-1".into()),
                 ..Default::default()
             });
             index.note(&grant, false);
@@ -1294,6 +1360,7 @@ mod tests {
             grant_uid: format!("uid-{name}"),
             user_name: user.into(),
             class_name: Some("fast".into()),
+            backend: Some("backend-1".into()),
         };
         assert_eq!(tombstones, [expected("deleted", "user-1"), expected("relisted", "user-2")]);
         index.forget_tombstone(&tombstones[0]);

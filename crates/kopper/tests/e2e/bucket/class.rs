@@ -15,7 +15,7 @@ fn classes(cluster: &Cluster) -> Api<BucketClass> {
     Api::all(cluster.client.clone())
 }
 
-async fn create_class(cluster: &Cluster, name: &str, spec: serde_json::Value, default: bool) {
+pub(super) async fn create_class(cluster: &Cluster, name: &str, spec: serde_json::Value, default: bool) {
     let annotations = if default { json!({DEFAULT_ANNOTATION: "true"}) } else { json!({}) };
     let class: BucketClass = serde_json::from_value(json!({
         "apiVersion": "kopper.dev/v1alpha1", "kind": "BucketClass",
@@ -25,7 +25,7 @@ async fn create_class(cluster: &Cluster, name: &str, spec: serde_json::Value, de
     classes(cluster).create(&PostParams::default(), &class).await.unwrap();
 }
 
-async fn patch_class(cluster: &Cluster, name: &str, spec: serde_json::Value) {
+pub(super) async fn patch_class(cluster: &Cluster, name: &str, spec: serde_json::Value) {
     let patch = Patch::Merge(json!({"spec": spec}));
     classes(cluster).patch(name, &PatchParams::default(), &patch).await.unwrap();
 }

@@ -523,6 +523,48 @@ async fn the_user_of_a_grant_gone_without_its_finalizer_is_swept() {
     operator.stop().await.unwrap();
 }
 
+/// A class pointed at another backend (here: other credentials, another account) after a
+/// grant's user was made: withdrawing consent then deletes nothing on the class's new backend
+/// and claims nothing; the grant reports BackendChanged and its user stays where it is, until
+/// the class points back and the user is deleted there.
+#[tokio::test]
+async fn a_grant_whose_class_moved_to_another_backend_is_revoked_only_on_its_own() {
+    let Some(moto) = Moto::start().await else { return };
+    let cluster = consumer_cluster().await;
+    let other_keys: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "other-admin", "namespace": "kopper-system"},
+        "stringData": {"AWS_ACCESS_KEY_ID": "other", "AWS_SECRET_ACCESS_KEY": "other"},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(cluster.client.clone(), "kopper-system")
+        .create(&PostParams::default(), &other_keys)
+        .await
+        .unwrap();
+    let operator = start_operator(&cluster, &moto);
+    let backend = |secret: &str| json!({"backend": {"region": REGION, "endpoint": moto.endpoint, "forcePathStyle": true, "credentialsSecret": secret}});
+    super::class::create_class(&cluster, "fast", backend("s3-admin"), false).await;
+    create_bucket(&cluster, "data", json!({"className": "fast", "sharedWith": consent("ReadOnly")})).await;
+    wait_for_reason(&cluster, "data", "Ready").await;
+    let granted = create_granted(&cluster, "reader", "ReadOnly").await;
+    let user = granted.user_name.unwrap();
+    assert!(granted.backend.is_some_and(|backend| backend.starts_with(&moto.endpoint)));
+
+    super::class::patch_class(&cluster, "fast", backend("other-admin")).await;
+    wait_for_reason(&cluster, "data", "BackendChanged").await;
+    let withdraw = Patch::Merge(json!({"spec": {"sharedWith": null}}));
+    buckets(&cluster).patch("data", &PatchParams::default(), &withdraw).await.unwrap();
+    let (held, message) = wait_for_grant(&cluster, CONSUMER, "reader", "BackendChanged").await;
+    assert!(message.contains(&user) && message.contains("BucketClass fast"), "{message}");
+    assert_eq!(held.user_name.as_deref(), Some(user.as_str()), "still recorded");
+    let s3 = moto.client().await;
+    assert!(s3.user_tags(&user).await.unwrap().is_some(), "not deleted elsewhere and forgotten");
+
+    super::class::patch_class(&cluster, "fast", backend("s3-admin")).await;
+    wait_for_grant(&cluster, CONSUMER, "reader", "NotShared").await;
+    assert_eq!(s3.user_tags(&user).await.unwrap(), None, "deleted on its own backend");
+    operator.stop().await.unwrap();
+}
+
 /// kopper with its default cluster id, which another cluster in the account may share.
 fn start_operator_with_default_id(cluster: &Cluster, endpoint: &str, extra: &[&str]) -> Operator {
     let mut flags = vec!["--cluster-id", kopper::controllers::bucket::DEFAULT_CLUSTER_ID];
