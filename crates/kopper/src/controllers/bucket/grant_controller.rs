@@ -1081,15 +1081,24 @@ pub async fn revoke_bucket_grants(
         users.insert(owner.user_name());
         users.extend(recorded.iter().cloned());
     }
-    let mut deleted = 0;
+    // Every user is tried: one that cannot be deleted now keeps no other's key working.
+    let (mut deleted, mut first_error) = (0, None);
     for user in users {
-        if delete_grant_user(provider, &user, |tags| grant::is_grant_of_bucket(tags, cluster, bucket_uid))
-            .await?
+        match delete_grant_user(provider, &user, |tags| grant::is_grant_of_bucket(tags, cluster, bucket_uid))
+            .await
         {
-            deleted += 1;
+            Ok(true) => deleted += 1,
+            Ok(false) => {}
+            Err(error) => {
+                warn!(
+                    user,
+                    "could not delete a grant's IAM user, retried with the Bucket's cleanup: {error}"
+                );
+                first_error.get_or_insert(error);
+            }
         }
     }
-    Ok(deleted)
+    first_error.map_or(Ok(deleted), Err)
 }
 
 /// The provider of the backend a grant's user was made on: its recorded class's, refused when
@@ -1126,7 +1135,8 @@ async fn recorded_provider(
 fn backend_moved(recorded: &str, class: &ClassInUse) -> String {
     format!(
         "made on backend {recorded}, and {} now uses backend {}: kopper neither makes nor deletes grant \
-         credentials meanwhile. A cluster admin sets the class's spec.backend (and its credentials) back",
+         credentials meanwhile. A cluster admin sets the class's backend back (spec.backend and its \
+         credentials; kopper's --s3-* flags for the built-in class)",
         class.binding.describe(),
         class.identity
     )
@@ -1136,14 +1146,17 @@ fn backend_moved(recorded: &str, class: &ClassInUse) -> String {
 /// neither the Bucket nor its class, so the message names the Bucket and who must act, not a
 /// Bucket's fields or finalizer.
 fn for_consumer(error: Error, (namespace, name): (&str, &str)) -> Error {
+    let message = |reason: &str| {
+        format!(
+            "the BucketClass of Bucket {namespace}/{name} cannot be used now ({reason}): its owner or a cluster \
+             admin must act; this BucketAccess is granted once the class is back"
+        )
+    };
     match error {
-        Error::Blocked { reason: reason @ ("ClassNotFound" | "ClassNotReady"), .. } => Error::blocked(
-            reason,
-            format!(
-                "the BucketClass of Bucket {namespace}/{name} cannot be used now ({reason}): its owner or a \
-                 cluster admin must act; this BucketAccess is granted once the class is back"
-            ),
-        ),
+        Error::Blocked { reason: reason @ "ClassNotFound", .. } => Error::blocked(reason, message(reason)),
+        Error::Wait { reason: reason @ "ClassNotReady", retry_after, .. } => {
+            Error::Wait { reason, message: message(reason), retry_after }
+        }
         error => error,
     }
 }
@@ -1319,6 +1332,36 @@ mod tests {
 
     /// A revocation whose recorded class is gone says so for the BucketAccess: the user, the
     /// class and what to do, never "set spec.className", a field a BucketAccess lacks.
+    /// A consumer told that a Bucket's class is missing or not ready reads the Bucket and who
+    /// must act, never a Bucket's fields: whether the refusal holds (not found) or waits (not
+    /// ready, retried as before).
+    #[test]
+    fn class_refusals_are_said_for_the_consumer() {
+        let missing = Error::blocked("ClassNotFound", "set spec.className to a class that does");
+        let waiting = Error::Wait {
+            reason: "ClassNotReady",
+            message: "this Bucket proceeds once it is ready".into(),
+            retry_after: Duration::from_secs(30),
+        };
+        for error in [missing, waiting] {
+            let said = for_consumer(error, ("team-a", "data"));
+            let (reason, message) = said.reason();
+            assert!(["ClassNotFound", "ClassNotReady"].contains(&reason));
+            assert!(message.contains("Bucket team-a/data") && message.contains("BucketAccess"), "{message}");
+            assert!(
+                !message.contains("spec.className") && !message.contains("this Bucket proceeds"),
+                "{message}"
+            );
+        }
+        assert!(matches!(
+            for_consumer(
+                Error::Wait { reason: "ClassNotReady", message: String::new(), retry_after: Duration::ZERO },
+                ("a", "b")
+            ),
+            Error::Wait { .. }
+        ));
+    }
+
     #[test]
     fn a_revocation_on_a_deleted_class_names_the_user_and_the_class() {
         let missing = || Error::blocked("ClassNotFound", "set spec.className to a class that does");

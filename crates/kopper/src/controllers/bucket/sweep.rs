@@ -202,7 +202,9 @@ async fn sweep(
     let buckets = live_buckets(client).await?;
     let (mut doomed, orphaned, live): (Vec<&Found>, GrantRule, _) = match scope {
         Scope::Everything => (orphans(&found, cluster, &buckets.all), grant::is_orphaned_grant, &buckets.all),
-        // A Bucket being deleted has its grants' users deleted by its own cleanup.
+        // A Bucket being deleted has its grants' users deleted by its own cleanup, first thing;
+        // what stops that cleanup (its backend moved, its class gone, IAM denying) would stop
+        // this sweep, on the same backend, as well.
         Scope::GrantsOfLiveBuckets => (Vec::new(), grant::is_orphaned_grant_of_live_bucket, &buckets.settled),
     };
     if found.iter().any(|found| found.tags.contains_key(grant::TAG_GRANT_UID)) {
