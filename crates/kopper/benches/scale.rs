@@ -1,7 +1,8 @@
 //! kopper at Kubernetes' published limits: 10,000 namespaces and 150,000 pods (half of them
 //! asking for the pod-name label) in kubesim, with the pod labeler and NamespaceAccess (5
 //! policies over every namespace) running in the `kopper` binary as a child process. Each
-//! figure is printed next to a baseline measured in the same run; nothing is asserted.
+//! figure is printed next to a baseline measured in the same run, as soon as it is measured;
+//! nothing is asserted.
 //!
 //! 1. idle: kopper's resident memory on an empty cluster (the policies only);
 //! 2. namespaces: the namespaces created, then the floor (the same RoleBinding creates sent
@@ -421,10 +422,20 @@ async fn binding_latency(client: &kube::Client, scale: &Scale, bindings: &Seen) 
     latencies
 }
 
+fn per(kib: u64, count: usize) -> f64 {
+    (kib * 1024) as f64 / count.max(1) as f64
+}
+
+/// Each figure is printed as soon as it is measured, so a failure late in the run keeps the
+/// figures before it.
 #[tokio::main]
 async fn main() {
     let scale = Scale::from_env();
     let (namespaces, pods) = (scale.namespaces, scale.pods);
+    println!(
+        "kopper at scale: {namespaces} namespaces, {pods} pods ({} asking for the label), {POLICIES} NamespaceAccess policies",
+        scale.asking()
+    );
     let cluster = Cluster::start().await;
     let client = cluster.client.clone();
     install_policies(&client).await;
@@ -435,6 +446,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (idle_rss, _) = idle.memory();
     idle.stop();
+    println!("memory, idle on an empty cluster:    {:>8.1} MiB   (baseline)", mib(idle_rss));
 
     // 2. Namespaces.
     let (sim_before, _) = memory_kib("/proc/self/status");
@@ -442,41 +454,94 @@ async fn main() {
     create_namespaces(&client, (0..namespaces).map(|n| format!("team-{n}"))).await;
     let namespaces_created = started.elapsed();
     let (sim_namespaces, _) = memory_kib("/proc/self/status");
+    println!(
+        "kubesim: namespaces created in {:.1} s; it holds {:.0} bytes per namespace (this process's RSS)",
+        namespaces_created.as_secs_f64(),
+        per(sim_namespaces.saturating_sub(sim_before), namespaces)
+    );
     let bindings = Seen::watch(Api::<RoleBinding>::all(client.clone()), MANAGED);
     let floor_bindings = binding_floor(&client, &scale).await;
     let started = Instant::now();
     let kopper = Kopper::start(&cluster);
     bindings.wait_for("every namespace bound", namespaces * POLICIES).await;
     let bound_in = started.elapsed();
+    println!(
+        "convergence, bindings ({} creates): kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x; aim 1.5x; floor: the same writes from the bench, {CONCURRENCY} at a time)",
+        namespaces * POLICIES,
+        bound_in.as_secs_f64(),
+        floor_bindings.as_secs_f64(),
+        bound_in.as_secs_f64() / floor_bindings.as_secs_f64().max(1e-9)
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (namespaces_rss, _) = kopper.memory();
     kopper.stop();
+    println!(
+        "memory, namespaces bound:            {:>8.1} MiB   {:>6.0} bytes per namespace above idle (aim: 2048)",
+        mib(namespaces_rss),
+        per(namespaces_rss.saturating_sub(idle_rss), namespaces)
+    );
 
     // 3. Pods.
     let started = Instant::now();
     create_pods(&client, &scale).await;
     let pods_created = started.elapsed();
     let (sim_pods, _) = memory_kib("/proc/self/status");
+    println!(
+        "kubesim: pods created in {:.1} s; it holds {:.0} bytes per pod (this process's RSS)",
+        pods_created.as_secs_f64(),
+        per(sim_pods.saturating_sub(sim_namespaces), pods)
+    );
     let floor_labels = label_floor(&client, &scale).await;
     let labelled = Seen::watch(Api::<PartialObjectMeta<Pod>>::all(client.clone()), LABEL);
     let started = Instant::now();
     let kopper = Kopper::start(&cluster);
     labelled.wait_for("every asking pod labelled", scale.asking()).await;
     let labelled_in = started.elapsed();
+    println!(
+        "convergence, labels ({} patches):   kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x)",
+        scale.asking(),
+        labelled_in.as_secs_f64(),
+        floor_labels.as_secs_f64(),
+        labelled_in.as_secs_f64() / floor_labels.as_secs_f64().max(1e-9)
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (converged_rss, converged_peak) = kopper.memory();
+    println!(
+        "memory, pods labelled too:           {:>8.1} MiB   {:>6.0} bytes per pod above that (aim: 1024), peak {:.1} MiB",
+        mib(converged_rss),
+        per(converged_rss.saturating_sub(namespaces_rss), pods),
+        mib(converged_peak)
+    );
     let (metadata_weight, kept_weight) = pod_weights(&client).await;
+    println!(
+        "memory, a pod's metadata, managedFields dropped: {metadata_weight:>6.0} bytes; the fields the labeler's decision reads: {kept_weight:.0} bytes"
+    );
 
     // 4. Latency while every pod exists.
     let pod_latencies = label_latency(&client, &scale, &labelled).await;
+    println!(
+        "latency, new pod labelled ({} at {}/s):     p50 {:>7.1} ms, p99 {:>7.1} ms (aim: p99 100 ms)",
+        pod_latencies.len(),
+        scale.new_pods_per_second,
+        ms(percentile(&pod_latencies, 0.5)),
+        ms(percentile(&pod_latencies, 0.99))
+    );
     let namespace_latencies = binding_latency(&client, &scale, &bindings).await;
+    println!(
+        "latency, new namespace bound ({} at 10/s): p50 {:>7.1} ms, p99 {:>7.1} ms (aim: p99 50 ms)",
+        namespace_latencies.len(),
+        ms(percentile(&namespace_latencies, 0.5)),
+        ms(percentile(&namespace_latencies, 0.99))
+    );
     let (after_latency_rss, _) = kopper.memory();
     kopper.stop();
+    println!("memory, after the latency runs:      {:>8.1} MiB", mib(after_latency_rss));
 
     // 5. Restart.
     let started = Instant::now();
     let kopper = Kopper::start(&cluster);
     let ready_in = kopper.wait_ready().await;
+    println!("restart on the converged cluster: ready in {:.1} s", ready_in.as_secs_f64());
     let api: Api<Pod> = Api::namespaced(client.clone(), "team-0");
     api.create(&PostParams::default(), &pod("after-restart", true)).await.unwrap();
     wait_until("the pod created after the restart labelled", Duration::from_secs(600), || {
@@ -484,76 +549,15 @@ async fn main() {
     })
     .await;
     let working_in = started.elapsed();
+    println!(
+        "restart on the converged cluster: a pod created then labelled {:.1} s after the start",
+        working_in.as_secs_f64()
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (restart_rss, restart_peak) = kopper.memory();
     kopper.stop();
-
-    let per = |kib: u64, count: usize| (kib * 1024) as f64 / count.max(1) as f64;
     println!(
-        "kopper at scale: {namespaces} namespaces, {pods} pods ({} asking for the label), {POLICIES} NamespaceAccess policies",
-        scale.asking()
-    );
-    println!(
-        "  kubesim: namespaces created in {:.1} s, pods in {:.1} s; it holds {:.0} bytes per namespace, {:.0} per pod (this process's RSS)",
-        namespaces_created.as_secs_f64(),
-        pods_created.as_secs_f64(),
-        per(sim_namespaces.saturating_sub(sim_before), namespaces),
-        per(sim_pods.saturating_sub(sim_namespaces), pods)
-    );
-    println!("memory");
-    println!("  idle, empty cluster:               {:>8.1} MiB   (baseline)", mib(idle_rss));
-    println!(
-        "  namespaces bound:                  {:>8.1} MiB   {:>6.0} bytes per namespace above idle (aim: 2048)",
-        mib(namespaces_rss),
-        per(namespaces_rss.saturating_sub(idle_rss), namespaces)
-    );
-    println!(
-        "  pods labelled too:                 {:>8.1} MiB   {:>6.0} bytes per pod above that (aim: 1024), peak {:.1} MiB",
-        mib(converged_rss),
-        per(converged_rss.saturating_sub(namespaces_rss), pods),
-        mib(converged_peak)
-    );
-    println!(
-        "  a pod's metadata, managedFields dropped: {metadata_weight:>6.0} bytes; the fields the labeler's decision reads: {kept_weight:.0} bytes"
-    );
-    println!("  after the latency runs:            {:>8.1} MiB", mib(after_latency_rss));
-    println!("convergence (floor: the same writes from the bench, {CONCURRENCY} at a time)");
-    println!(
-        "  bindings ({} creates):  kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x; aim 1.5x)",
-        namespaces * POLICIES,
-        bound_in.as_secs_f64(),
-        floor_bindings.as_secs_f64(),
-        bound_in.as_secs_f64() / floor_bindings.as_secs_f64().max(1e-9)
-    );
-    println!(
-        "  labels ({} patches):   kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x)",
-        scale.asking(),
-        labelled_in.as_secs_f64(),
-        floor_labels.as_secs_f64(),
-        labelled_in.as_secs_f64() / floor_labels.as_secs_f64().max(1e-9)
-    );
-    println!("latency with every pod there");
-    println!(
-        "  new pod labelled ({} at {}/s):       p50 {:>7.1} ms, p99 {:>7.1} ms (aim: p99 100 ms)",
-        pod_latencies.len(),
-        scale.new_pods_per_second,
-        ms(percentile(&pod_latencies, 0.5)),
-        ms(percentile(&pod_latencies, 0.99))
-    );
-    println!(
-        "  new namespace bound ({} at 10/s):   p50 {:>7.1} ms, p99 {:>7.1} ms (aim: p99 50 ms)",
-        namespace_latencies.len(),
-        ms(percentile(&namespace_latencies, 0.5)),
-        ms(percentile(&namespace_latencies, 0.99))
-    );
-    println!("restart on the converged cluster");
-    println!(
-        "  ready in {:.1} s; a pod created then labelled {:.1} s after the start",
-        ready_in.as_secs_f64(),
-        working_in.as_secs_f64()
-    );
-    println!(
-        "  peak {:.1} MiB against steady {:.1} MiB ({:.2}x; aim 1.5x)",
+        "restart on the converged cluster: peak {:.1} MiB against steady {:.1} MiB ({:.2}x; aim 1.5x)",
         mib(restart_peak),
         mib(restart_rss),
         restart_peak as f64 / restart_rss.max(1) as f64

@@ -36,7 +36,8 @@ struct ServeArgs {
     /// bearer token's user.
     #[arg(long, env = "KUBESIM_AUTHORIZATION", value_enum, default_value_t = AuthzMode::AlwaysAllow)]
     authorization: AuthzMode,
-    /// Changes kept for watches to resume from; older resource versions get 410 Gone.
+    /// Changes kept per resource type for watches to resume from; older resource versions
+    /// get 410 Gone.
     #[arg(long, env = "KUBESIM_WATCH_HISTORY", default_value_t = 100_000)]
     watch_history: usize,
     /// How long a terminating namespace keeps its contents before they are deleted, as a

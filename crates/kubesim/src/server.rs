@@ -28,7 +28,8 @@ pub struct Config {
     /// Address to listen on; port 0 picks a free one.
     pub addr: SocketAddr,
     pub authorization: Authorization,
-    /// How many changes watches can resume from before they get `410 Gone`.
+    /// How many changes of each resource type watches can resume from before they get
+    /// `410 Gone` (kube-apiserver keeps a watch cache per resource type).
     pub watch_history: usize,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
@@ -464,7 +465,8 @@ impl Server {
         &self.sim.counters
     }
 
-    /// Shrinks the watch history, so that older resource versions answer `410 Gone`.
+    /// Shrinks each resource type's watch history, so that older resource versions answer
+    /// `410 Gone`.
     pub fn set_watch_history(&self, changes: usize) {
         self.sim.lock().set_history_limit(changes);
     }

@@ -1,6 +1,6 @@
 //! In-memory object storage: one table per storage resource, a cluster-wide resource
-//! version, a bounded history of changes for watches to resume from, and the indexes the
-//! garbage collector needs.
+//! version, a bounded history of changes per storage resource for watches to resume from,
+//! and the indexes the garbage collector needs.
 //!
 //! Objects are kept as serialized JSON: it is what every read and watch sends, so a change
 //! is serialized once however many watchers see it, and it is smaller than a parsed tree.
@@ -86,10 +86,12 @@ pub struct State {
     tables: HashMap<StorageKey, BTreeMap<ObjKey, Arc<StoredObject>>>,
     uids: HashMap<String, (StorageKey, ObjKey)>,
     dependents: HashMap<String, HashSet<(StorageKey, ObjKey)>>,
-    history: VecDeque<Arc<Change>>,
+    /// Each storage resource's own history, as kube-apiserver keeps a watch cache per
+    /// resource type: a flood of Events or RoleBindings does not push pods out of theirs.
+    histories: HashMap<StorageKey, History>,
     history_limit: usize,
-    /// The resource version before the oldest change still in history.
-    history_floor: u64,
+    /// The resource version no history reaches back past (a restart or a compaction).
+    compacted: u64,
     pub registry: Registry,
     changes: broadcast::Sender<Arc<Change>>,
 }
@@ -101,9 +103,9 @@ impl State {
             tables: HashMap::new(),
             uids: HashMap::new(),
             dependents: HashMap::new(),
-            history: VecDeque::new(),
+            histories: HashMap::new(),
             history_limit: history_limit.max(1),
-            history_floor: 1,
+            compacted: 1,
             registry: Registry::with_builtins(),
             changes,
         }
@@ -223,8 +225,7 @@ impl State {
     /// before the restart gets `410 Gone` and lists again, as after a kube-apiserver restart.
     pub fn restore_resource_version(&mut self, rv: u64) {
         self.resource_version = rv;
-        self.history.clear();
-        self.history_floor = rv;
+        self.compact();
     }
 
     /// Drops a whole table without events (used when a CRD's last object is gone).
@@ -253,43 +254,68 @@ impl State {
 
     fn record(&mut self, change: Change) {
         let change = Arc::new(change);
-        self.history.push_back(change.clone());
-        while self.history.len() > self.history_limit {
-            if let Some(dropped) = self.history.pop_front() {
-                self.history_floor = dropped.resource_version();
-            }
-        }
+        let history = self.histories.entry(change.storage.clone()).or_default();
+        history.push(change.clone(), self.history_limit);
         // No receivers is fine: nobody is watching.
         let _ = self.changes.send(change);
     }
 
-    /// Changes after `since`, or `None` when history no longer reaches back that far.
-    pub fn changes_since(&self, since: u64) -> Option<Vec<Arc<Change>>> {
-        if since < self.history_floor {
+    /// Changes to `storage` after `since`, or `None` when its history no longer reaches back
+    /// that far.
+    pub fn changes_since(&self, storage: &StorageKey, since: u64) -> Option<Vec<Arc<Change>>> {
+        let history = self.histories.get(storage);
+        let floor = history.map_or(0, |h| h.floor).max(self.compacted);
+        if since < floor {
             return None;
         }
-        let start = self.history.partition_point(|c| c.resource_version() <= since);
-        Some(self.history.iter().skip(start).cloned().collect())
+        Some(history.map(|h| h.since(since)).unwrap_or_default())
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
         self.changes.subscribe()
     }
 
-    /// Shrinks the history at run time (tests use it to force `410 Gone`).
+    /// Shrinks each storage resource's history at run time (tests use it to force `410 Gone`).
     pub fn set_history_limit(&mut self, limit: usize) {
         self.history_limit = limit.max(1);
-        while self.history.len() > self.history_limit {
-            if let Some(dropped) = self.history.pop_front() {
-                self.history_floor = dropped.resource_version();
-            }
+        for history in self.histories.values_mut() {
+            history.trim(self.history_limit);
         }
     }
 
     /// Forgets all history, as an etcd compaction at the current revision would.
     pub fn compact(&mut self) {
-        self.history.clear();
-        self.history_floor = self.resource_version;
+        self.histories.clear();
+        self.compacted = self.resource_version;
+    }
+}
+
+/// The latest changes of one storage resource, oldest first.
+#[derive(Default)]
+struct History {
+    changes: VecDeque<Arc<Change>>,
+    /// The resource version of the last change dropped: a watch from it or later misses
+    /// nothing of this resource.
+    floor: u64,
+}
+
+impl History {
+    fn push(&mut self, change: Arc<Change>, limit: usize) {
+        self.changes.push_back(change);
+        self.trim(limit);
+    }
+
+    fn trim(&mut self, limit: usize) {
+        while self.changes.len() > limit {
+            if let Some(dropped) = self.changes.pop_front() {
+                self.floor = dropped.resource_version();
+            }
+        }
+    }
+
+    fn since(&self, since: u64) -> Vec<Arc<Change>> {
+        let start = self.changes.partition_point(|c| c.resource_version() <= since);
+        self.changes.iter().skip(start).cloned().collect()
     }
 }
 
@@ -360,10 +386,27 @@ mod tests {
         let first = put(&mut s, "a", "1");
         let second = put(&mut s, "a", "2");
         put(&mut s, "a", "3");
-        assert!(s.changes_since(first - 1).is_none(), "the first change fell out of history");
-        let resumed = s.changes_since(second - 1).unwrap();
+        assert!(s.changes_since(&cm(), first - 1).is_none(), "the first change fell out of history");
+        let resumed = s.changes_since(&cm(), second - 1).unwrap();
         assert_eq!(resumed.len(), 2);
-        assert_eq!(s.changes_since(s.resource_version()).unwrap().len(), 0);
+        assert_eq!(s.changes_since(&cm(), s.resource_version()).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn changes_of_another_resource_leave_a_history_alone() {
+        let mut s = state(2);
+        let first = put(&mut s, "a", "1");
+        let secrets = StorageKey { group: String::new(), resource: "secrets".into() };
+        for name in ["s1", "s2", "s3"] {
+            let rv = s.next_resource_version();
+            s.put(&secrets, ("a".into(), name.into()), &json!({"metadata": {"name": name}}), rv);
+        }
+        let resumed = s.changes_since(&cm(), first - 1).unwrap();
+        assert_eq!(resumed.len(), 1, "the config map's change is still in its history");
+        assert!(s.changes_since(&secrets, first).is_none(), "the first secret fell out of its own");
+        s.compact();
+        assert!(s.changes_since(&cm(), first).is_none(), "a compaction reaches every history");
+        assert!(s.changes_since(&secrets, s.resource_version()).is_some());
     }
 
     #[test]

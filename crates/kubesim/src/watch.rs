@@ -193,7 +193,7 @@ fn initial_frames(state: &State, watcher: &Watcher) -> Result<Vec<Bytes>, ApiErr
     let mut frames = Vec::new();
     match watcher.opts.resource_version {
         Some(rv) if !watcher.opts.send_initial_events => {
-            let changes = state.changes_since(rv).ok_or_else(|| {
+            let changes = state.changes_since(&watcher.target.rt.storage, rv).ok_or_else(|| {
                 ApiError::gone(format!("too old resource version: {rv} ({})", state.resource_version()))
             })?;
             for change in changes {

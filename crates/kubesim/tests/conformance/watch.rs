@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
@@ -111,6 +111,27 @@ async fn watch_from_a_resource_version_older_than_history_is_gone() {
     let (kind, message) = next(&mut stream).await;
     assert_eq!(kind, "ERROR 410");
     assert!(message.contains("too old resource version"), "{message}");
+}
+
+/// kube-apiserver keeps a watch cache per resource type: a watch of one kind resumes from
+/// its resourceVersion however many changes other kinds (Events, Secrets) made since.
+#[tokio::test]
+async fn changes_of_other_kinds_do_not_push_a_kind_out_of_its_watch_history() {
+    let mut cluster = TestCluster::new().await;
+    let ns = cluster.namespace("watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    if let Some(sim) = cluster.sim() {
+        sim.set_watch_history(2);
+    }
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), &ns);
+    for i in 0..5 {
+        let secret = serde_json::from_value(json!({"metadata": {"name": format!("s{i}")}})).unwrap();
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
+    api.create(&PostParams::default(), &config_map("after", json!({}))).await.unwrap();
+    let mut stream = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    assert_eq!(next(&mut stream).await, event("ADDED", "after"));
 }
 
 #[tokio::test]
