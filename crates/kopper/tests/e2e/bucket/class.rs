@@ -30,6 +30,20 @@ pub(super) async fn patch_class(cluster: &Cluster, name: &str, spec: serde_json:
     classes(cluster).patch(name, &PatchParams::default(), &patch).await.unwrap();
 }
 
+/// A Secret `name` of kopper's credentials for another account (moto takes any key), in
+/// kopper's own namespace, as a class's `backend.credentialsSecret` names one.
+pub(super) async fn create_admin_secret(cluster: &Cluster, name: &str) {
+    let keys: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "kopper-system"},
+        "stringData": {"AWS_ACCESS_KEY_ID": "other", "AWS_SECRET_ACCESS_KEY": "other"},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(cluster.client.clone(), "kopper-system")
+        .create(&PostParams::default(), &keys)
+        .await
+        .unwrap();
+}
+
 /// The bucket's tags as S3 holds them.
 async fn bucket_tags(s3: &impl Provider, name: &str) -> BTreeMap<String, String> {
     match s3.lookup_bucket(name).await.unwrap() {
@@ -278,15 +292,7 @@ async fn a_class_s_backend_gets_its_buckets_and_a_moved_backend_holds_them() {
     let Some(moto) = Moto::start().await else { return };
     let Some(other) = Moto::start().await else { return };
     let cluster = cluster().await;
-    let keys: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "other-admin", "namespace": "kopper-system"},
-        "stringData": {"AWS_ACCESS_KEY_ID": "other", "AWS_SECRET_ACCESS_KEY": "other"},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(cluster.client.clone(), "kopper-system")
-        .create(&PostParams::default(), &keys)
-        .await
-        .unwrap();
+    create_admin_secret(&cluster, "other-admin").await;
     let operator = start_operator(&cluster, &moto);
     let backend = |endpoint: &str| json!({"backend": {"region": REGION, "endpoint": endpoint, "forcePathStyle": true, "credentialsSecret": "other-admin"}});
     create_class(&cluster, "elsewhere", backend(&other.endpoint), false).await;
@@ -309,12 +315,7 @@ async fn a_class_s_backend_gets_its_buckets_and_a_moved_backend_holds_them() {
     );
 
     // Other credentials are another account: its Buckets stop rather than get a user there.
-    let mut second_keys = keys.clone();
-    second_keys.metadata.name = Some("another-admin".into());
-    Api::<Secret>::namespaced(cluster.client.clone(), "kopper-system")
-        .create(&PostParams::default(), &second_keys)
-        .await
-        .unwrap();
+    create_admin_secret(&cluster, "another-admin").await;
     patch_class(&cluster, "elsewhere", json!({"backend": {"credentialsSecret": "another-admin"}})).await;
     wait_for_reason(&cluster, "remote", "BackendChanged").await;
     patch_class(&cluster, "elsewhere", json!({"backend": {"credentialsSecret": "other-admin"}})).await;
@@ -462,15 +463,7 @@ async fn the_sweep_deletes_credentials_left_on_a_class_s_own_backend() {
     let Some(moto) = Moto::start().await else { return };
     let Some(other) = Moto::start().await else { return };
     let cluster = cluster().await;
-    let keys: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "other-admin", "namespace": "kopper-system"},
-        "stringData": {"AWS_ACCESS_KEY_ID": "other", "AWS_SECRET_ACCESS_KEY": "other"},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(cluster.client.clone(), "kopper-system")
-        .create(&PostParams::default(), &keys)
-        .await
-        .unwrap();
+    create_admin_secret(&cluster, "other-admin").await;
     let backend = json!({"backend": {"region": REGION, "endpoint": other.endpoint, "forcePathStyle": true, "credentialsSecret": "other-admin"}});
     create_class(&cluster, "elsewhere", backend, false).await;
     let operator = start_operator(&cluster, &moto);

@@ -108,6 +108,14 @@ async fn users(endpoint: &str) -> Vec<String> {
     account_contents(endpoint).await.0
 }
 
+/// Asserts that the account's IAM users are `expected`, in any order.
+async fn assert_users(endpoint: &str, mut expected: Vec<String>, why: &str) {
+    let mut left = users(endpoint).await;
+    left.sort();
+    expected.sort();
+    assert_eq!(left, expected, "{why}");
+}
+
 fn grant_owner(grant: &BucketAccess, bucket: &Bucket) -> GrantOwner {
     GrantOwner {
         cluster: "test".into(),
@@ -374,11 +382,12 @@ async fn a_restarted_kopper_deletes_no_bucket_before_it_has_listed_its_grants() 
     let operator = start_operator(&cluster, &moto);
     held.arrived().await;
     wait_for_reason(&cluster, "data", "WaitingForGrants").await;
-    let mut left = users(&moto.endpoint).await;
-    left.sort();
-    let mut expected = vec![ready.user_name.unwrap(), granted.user_name.unwrap()];
-    expected.sort();
-    assert_eq!(left, expected, "nothing is deleted before the grants are listed");
+    assert_users(
+        &moto.endpoint,
+        vec![ready.user_name.unwrap(), granted.user_name.unwrap()],
+        "nothing is deleted before the grants are listed",
+    )
+    .await;
     assert!(buckets(&cluster).get_opt("data").await.unwrap().is_some());
 
     held.release();
@@ -515,11 +524,12 @@ async fn the_user_of_a_grant_gone_without_its_finalizer_is_swept() {
         s3.user_tags(&gone_user).await.unwrap().is_none().then_some(())
     })
     .await;
-    let mut left = users(&moto.endpoint).await;
-    left.sort();
-    let mut expected = vec![ready.user_name.unwrap(), kept.user_name.unwrap()];
-    expected.sort();
-    assert_eq!(left, expected, "the Bucket's user and the live grant's stay");
+    assert_users(
+        &moto.endpoint,
+        vec![ready.user_name.unwrap(), kept.user_name.unwrap()],
+        "the Bucket's user and the live grant's stay",
+    )
+    .await;
     operator.stop().await.unwrap();
 }
 
@@ -531,15 +541,7 @@ async fn the_user_of_a_grant_gone_without_its_finalizer_is_swept() {
 async fn a_grant_whose_class_moved_to_another_backend_is_revoked_only_on_its_own() {
     let Some(moto) = Moto::start().await else { return };
     let cluster = consumer_cluster().await;
-    let other_keys: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "other-admin", "namespace": "kopper-system"},
-        "stringData": {"AWS_ACCESS_KEY_ID": "other", "AWS_SECRET_ACCESS_KEY": "other"},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(cluster.client.clone(), "kopper-system")
-        .create(&PostParams::default(), &other_keys)
-        .await
-        .unwrap();
+    super::class::create_admin_secret(&cluster, "other-admin").await;
     let operator = start_operator(&cluster, &moto);
     let backend = |secret: &str| json!({"backend": {"region": REGION, "endpoint": moto.endpoint, "forcePathStyle": true, "credentialsSecret": secret}});
     super::class::create_class(&cluster, "fast", backend("s3-admin"), false).await;
@@ -613,11 +615,12 @@ async fn with_the_default_cluster_id_a_grant_gone_while_kopper_was_down_loses_it
         (calls.iter().filter(|call| call.operation == "ListUsers").count() >= 2).then_some(())
     })
     .await;
-    let mut left = users(&moto.endpoint).await;
-    left.sort();
-    let mut expected = vec![ready.user_name.unwrap(), kept.user_name.unwrap(), theirs.user_name()];
-    expected.sort();
-    assert_eq!(left, expected, "the Bucket's user, the live grant's and the other cluster's stay");
+    assert_users(
+        &moto.endpoint,
+        vec![ready.user_name.unwrap(), kept.user_name.unwrap(), theirs.user_name()],
+        "the Bucket's user, the live grant's and the other cluster's stay",
+    )
+    .await;
     operator.stop().await.unwrap();
 }
 
