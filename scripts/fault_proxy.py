@@ -11,6 +11,8 @@ Control endpoints (S3 bucket names cannot start with "_", so these never shadow 
          "forward": true lets the request reach the server before the error is answered,
          so its effect happens and only its answer is lost (a crash after the call).
          "bare": true answers with no body, so no error code, as a gateway might.
+         "params": {"PathPrefix": "/x/"} makes the rule match only IAM calls whose form
+         parameters have those values.
          "delay": N holds the request N seconds before anything else; a rule with a delay
          and no "status" then passes the request on and answers as the server does (a
          slow call, to make a race happen in a known order).
@@ -96,11 +98,14 @@ class State:
         self.rules = []
         self.calls = []
 
-    def take_fault(self, operation):
-        """The first rule for `operation` with times left, used once."""
+    def take_fault(self, operation, params):
+        """The first rule for `operation` (and its "params", if it names any) with times left,
+        used once."""
         with self.lock:
             for rule in self.rules:
-                if rule["operation"] == operation and rule.get("times", 1) > 0:
+                wanted = rule.get("params", {})
+                matches = all(params.get(name) == value for name, value in wanted.items())
+                if rule["operation"] == operation and matches and rule.get("times", 1) > 0:
                     rule["times"] = rule.get("times", 1) - 1
                     return dict(rule)
         return None
@@ -182,15 +187,16 @@ def handler(upstream, state):
                 return self.control(body)
             service = service_of(self.headers)
             split = urllib.parse.urlsplit(self.path)
-            user = None
+            user, params = None, {}
             if service == "iam":
                 form = urllib.parse.parse_qs(body.decode(errors="replace"))
-                operation = form.get("Action", ["Unknown"])[0]
-                user = form.get("UserName", [None])[0]
+                params = {name: values[0] for name, values in form.items()}
+                operation = params.get("Action", "Unknown")
+                user = params.get("UserName")
             else:
                 query = urllib.parse.parse_qs(split.query, keep_blank_values=True)
                 operation = s3_operation(self.command, split.path, query)
-            fault = state.take_fault(operation)
+            fault = state.take_fault(operation, params)
             if fault is not None and "delay" in fault:
                 time.sleep(float(fault["delay"]))
                 if "status" not in fault:

@@ -128,8 +128,7 @@ pub enum Scope {
     /// Bucket (or, for a grant user, whose BucketAccess) no longer exists.
     Everything,
     /// The default cluster id, which another cluster in the account may share: only the users
-    /// of grants gone from Buckets that exist here and are not being deleted (a deleted
-    /// Bucket's cleanup deletes its grants' users), listed under [`grant::grants_path`]. A
+    /// of grants gone from Buckets that exist here, listed under [`grant::grants_path`]. A
     /// Bucket's uid is its cluster's alone, so these are proven this cluster's; the users and
     /// roles of deleted Buckets are not (they may be the other cluster's).
     GrantsOfLiveBuckets,
@@ -199,20 +198,20 @@ async fn sweep(
     if found.is_empty() {
         return Ok(0);
     }
-    let buckets = live_buckets(client).await?;
-    let (mut doomed, orphaned, live): (Vec<&Found>, GrantRule, _) = match scope {
-        Scope::Everything => (orphans(&found, cluster, &buckets.all), grant::is_orphaned_grant, &buckets.all),
-        // A Bucket being deleted has its grants' users deleted by its own cleanup, first thing;
-        // what stops that cleanup (its backend moved, its class gone, IAM denying) would stop
-        // this sweep, on the same backend, as well.
-        Scope::GrantsOfLiveBuckets => (Vec::new(), grant::is_orphaned_grant_of_live_bucket, &buckets.settled),
+    let live = live_bucket_uids(client).await?;
+    // A Bucket being deleted counts as live: its cleanup deletes its grants' users too, but
+    // may be held (its class moved to another backend), and the sweep still covers the
+    // backend it was made on while that is swept.
+    let (mut doomed, orphaned): (Vec<&Found>, GrantRule) = match scope {
+        Scope::Everything => (orphans(&found, cluster, &live), grant::is_orphaned_grant),
+        Scope::GrantsOfLiveBuckets => (Vec::new(), grant::is_orphaned_grant_of_live_bucket),
     };
     if found.iter().any(|found| found.tags.contains_key(grant::TAG_GRANT_UID)) {
         let grants = live_grant_uids(client).await?;
         doomed.extend(
             found
                 .iter()
-                .filter(|found| found.kind == Kind::User && orphaned(&found.tags, cluster, &grants, live)),
+                .filter(|found| found.kind == Kind::User && orphaned(&found.tags, cluster, &grants, &live)),
         );
     }
     let mut deleted = 0;
@@ -268,31 +267,18 @@ async fn roles(provider: &dyn Provider, cluster: &str, keyless: bool) -> Vec<Fou
 /// Which of a grant user's tags say it is an orphan, given the live grants and Buckets.
 type GrantRule = fn(&BTreeMap<String, String>, &str, &HashSet<String>, &HashSet<String>) -> bool;
 
-/// The uids of the Buckets the API server holds.
-struct LiveBuckets {
-    all: HashSet<String>,
-    /// Those not being deleted.
-    settled: HashSet<String>,
-}
-
 /// Every Bucket's uid, read from the API server page by page.
-async fn live_buckets(client: &kube::Client) -> Result<LiveBuckets, Error> {
+async fn live_bucket_uids(client: &kube::Client) -> Result<HashSet<String>, Error> {
     let api = Api::<Bucket>::all(client.clone());
-    let mut live = LiveBuckets { all: HashSet::new(), settled: HashSet::new() };
+    let mut uids = HashSet::new();
     // Buckets' metadata carries what tenants write (annotations): small pages.
     let mut params = ListParams::default().limit(crate::runtime::trim::TENANT_OBJECTS_PAGE_SIZE);
     loop {
         let page = api.list_metadata(&params).await.map_err(Error::kube("listing Buckets"))?;
-        for bucket in &page.items {
-            let Some(uid) = bucket.uid() else { continue };
-            if bucket.metadata.deletion_timestamp.is_none() {
-                live.settled.insert(uid.clone());
-            }
-            live.all.insert(uid);
-        }
+        uids.extend(page.items.iter().filter_map(|bucket| bucket.uid()));
         match page.metadata.continue_ {
             Some(next) if !next.is_empty() => params = params.continue_token(&next),
-            _ => return Ok(live),
+            _ => return Ok(uids),
         }
     }
 }

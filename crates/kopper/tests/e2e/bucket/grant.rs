@@ -630,8 +630,17 @@ async fn with_the_default_cluster_id_a_grant_gone_while_kopper_was_down_loses_it
 #[tokio::test]
 async fn deleting_a_bucket_deletes_the_user_of_a_grant_gone_while_kopper_was_down() {
     let Some(moto) = Moto::start().await else { return };
+    let proxy = FaultProxy::start(&moto.endpoint).await;
     let cluster = consumer_cluster().await;
-    let operator = start_operator_with_default_id(&cluster, &moto.endpoint, &[]);
+    // The sweep, which would delete that user too, is denied its listing of every grant user;
+    // the cleanup's listing of the Bucket's own (a longer path) goes through.
+    let sweep_listing =
+        kopper::controllers::bucket::grant::grants_path(kopper::controllers::bucket::DEFAULT_CLUSTER_ID);
+    proxy
+        .set_faults(json!([{"operation": "ListUsers", "params": {"PathPrefix": sweep_listing}, "times": 1000,
+                            "status": 403, "code": "AccessDenied"}]))
+        .await;
+    let operator = start_operator_with_default_id(&cluster, &proxy.endpoint, &[]);
     shared_bucket(&cluster, "data", consent("ReadWrite")).await;
     let gone = create_granted(&cluster, "gone", "ReadWrite").await;
     operator.stop().await.unwrap();
@@ -640,13 +649,15 @@ async fn deleting_a_bucket_deletes_the_user_of_a_grant_gone_while_kopper_was_dow
     buckets(&cluster).delete("data", &DeleteParams::default()).await.unwrap();
     assert!(users(&moto.endpoint).await.contains(&gone.user_name.unwrap()), "left behind");
 
-    let operator = start_operator_with_default_id(&cluster, &moto.endpoint, &[]);
+    let operator = start_operator_with_default_id(&cluster, &proxy.endpoint, &[]);
     let buckets = buckets(&cluster);
     eventually("the Bucket to be gone", || async {
         buckets.get_opt("data").await.unwrap().is_none().then_some(())
     })
     .await;
     assert_eq!(users(&moto.endpoint).await, Vec::<String>::new(), "no user outlives the Bucket");
+    let sweeps_denied = 1000 - proxy.faults().await[0]["times"].as_u64().unwrap();
+    assert!(sweeps_denied > 0, "the sweep listed grant users and was denied");
     operator.stop().await.unwrap();
 }
 
