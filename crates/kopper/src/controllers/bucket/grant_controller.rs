@@ -681,16 +681,16 @@ impl GrantPass<'_> {
         let provider = provider.as_ref();
         let owner = self.owner(bucket);
         let user = owner.user_name();
-        let class_name = class.binding.name().map(str::to_owned);
-        // Recorded before the user is made: wherever a pass stops, a revoke knows to look.
-        write_status(self.ctx, self.grant, |status| {
+        // Where the user is: recorded before it is made, so that wherever a pass stops, a
+        // revoke knows where to look.
+        let record_user = |status: &mut BucketAccessStatus| {
             status.user_name = Some(user.clone());
             status.bucket_name = Some(bucket_name.to_owned());
             status.bucket_uid = bucket.uid();
-            status.class_name = class_name.clone();
+            status.class_name = class.binding.name().map(str::to_owned);
             status.backend = Some(class.identity.clone());
-        })
-        .await?;
+        };
+        write_status(self.ctx, self.grant, record_user).await?;
         if self.ensure_user(provider, &owner).await? {
             self.check_after_create(provider, &owner).await?;
         }
@@ -703,11 +703,7 @@ impl GrantPass<'_> {
             self.grant.secret_name()
         );
         write_status(self.ctx, self.grant, |status| {
-            status.user_name = Some(user.clone());
-            status.bucket_name = Some(bucket_name.to_owned());
-            status.bucket_uid = bucket.uid();
-            status.class_name = class_name.clone();
-            status.backend = Some(class.identity.clone());
+            record_user(status);
             status.access_key_id = Some(key_id.clone());
             set_ready(status, self.grant, "True", "Granted", &message);
         })
@@ -931,14 +927,7 @@ impl GrantPass<'_> {
     /// Deletes the recorded user on the backend it was made on, proven this grant's by its
     /// cluster and grant uid tags, whether or not its Bucket still exists; whether it did.
     async fn delete_recorded(&self, record: &Record) -> Result<bool, Error> {
-        let Some(user) = &record.user_name else { return Ok(false) };
-        let provider = recorded_provider(self.ctx, self.shared, record, user).await?;
-        let (cluster, grant_uid) = (&self.shared.cluster_id, self.grant.uid().unwrap_or_default());
-        let proves = |tags: &BTreeMap<String, String>| {
-            tags.get(names::TAG_CLUSTER) == Some(cluster)
-                && tags.get(grant::TAG_GRANT_UID).is_some_and(|uid| !uid.is_empty() && *uid == grant_uid)
-        };
-        delete_grant_user(provider.as_ref(), user, proves).await
+        delete_recorded_user(self.ctx, self.shared, record, &self.grant.uid().unwrap_or_default()).await
     }
 
     /// Removes what the grant has: its user's keys, policy and user (first: the key stops
@@ -1042,16 +1031,28 @@ async fn delete_tombstone(ctx: &Context, shared: &Shared, tombstone: &Tombstone)
         class_name: tombstone.class_name.clone(),
         backend: tombstone.backend.clone(),
     };
-    let provider = recorded_provider(ctx, shared, &record, &tombstone.user_name).await?;
-    let cluster = &shared.cluster_id;
-    let proves = |tags: &BTreeMap<String, String>| {
-        tags.get(names::TAG_CLUSTER) == Some(cluster)
-            && tags.get(grant::TAG_GRANT_UID).is_some_and(|uid| *uid == tombstone.grant_uid)
-    };
-    if delete_grant_user(provider.as_ref(), &tombstone.user_name, proves).await? {
+    if delete_recorded_user(ctx, shared, &record, &tombstone.grant_uid).await? {
         info!(user = tombstone.user_name, "deleted the user of a BucketAccess deleted without its finalizer");
     }
     Ok(())
+}
+
+/// Deletes the user `record` names on the backend it was made on ([`recorded_provider`]),
+/// proven the grant `grant_uid`'s by its cluster and grant uid tags; whether it did.
+async fn delete_recorded_user(
+    ctx: &Context,
+    shared: &Shared,
+    record: &Record,
+    grant_uid: &str,
+) -> Result<bool, Error> {
+    let Some(user) = &record.user_name else { return Ok(false) };
+    let provider = recorded_provider(ctx, shared, record, user).await?;
+    let cluster = &shared.cluster_id;
+    let proves = |tags: &BTreeMap<String, String>| {
+        tags.get(names::TAG_CLUSTER) == Some(cluster)
+            && tags.get(grant::TAG_GRANT_UID).is_some_and(|uid| !uid.is_empty() && uid == grant_uid)
+    };
+    delete_grant_user(provider.as_ref(), user, proves).await
 }
 
 /// Deletes the IAM user of every grant of the Bucket `bucket_uid`, each proven by its tags:
