@@ -637,40 +637,25 @@ impl Shared {
     /// class. Without the BucketClass CRD the list never comes: the Bucket says so, and kopper's
     /// log names the CRD to apply.
     async fn wait_for_classes(&self) -> Result<(), Error> {
-        if self.classes_listed.is_ready() {
-            return Ok(());
-        }
-        if let Ok(true) = tokio::time::timeout(CLASSES_LISTED_WAIT, self.classes_listed.wait()).await {
-            return Ok(());
-        }
-        Err(Error::Wait {
-            reason: "WaitingForClasses",
-            message: "kopper has not listed the BucketClasses yet, and decides nothing for this Bucket until it \
-                      has: if this lasts, a cluster admin must apply kopper's CRDs (kopper's log names the one \
-                      missing)"
-                .to_owned(),
-            retry_after: CLASSES_LISTED_RETRY,
-        })
+        wait_for_first_list(
+            &self.classes_listed,
+            "WaitingForClasses",
+            "kopper has not listed the BucketClasses yet, and decides nothing for this Bucket until it has",
+        )
+        .await
     }
 
     /// Waits (a while) for the BucketAccess index's first list: a Bucket's cleanup deletes its
     /// grants' users from it, and after a restart would otherwise delete the bucket and its own
     /// user while grant keys still work.
     async fn wait_for_grants(&self) -> Result<(), Error> {
-        if self.grants_listed.is_ready() {
-            return Ok(());
-        }
-        if let Ok(true) = tokio::time::timeout(CLASSES_LISTED_WAIT, self.grants_listed.wait()).await {
-            return Ok(());
-        }
-        Err(Error::Wait {
-            reason: "WaitingForGrants",
-            message: "kopper has not listed the BucketAccesses yet, and deletes nothing of this Bucket until it has \
-                      (their users go first): if this lasts, a cluster admin must apply kopper's CRDs (kopper's log \
-                      names the one missing)"
-                .to_owned(),
-            retry_after: CLASSES_LISTED_RETRY,
-        })
+        wait_for_first_list(
+            &self.grants_listed,
+            "WaitingForGrants",
+            "kopper has not listed the BucketAccesses yet, and deletes nothing of this Bucket until it has \
+             (their users go first)",
+        )
+        .await
     }
 
     /// The class the Bucket uses ([`class::wanted_binding`]), from the cache.
@@ -845,6 +830,24 @@ async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>, shared: Arc<Shared>) 
         Some(wait) => Ok(Action::requeue(wait)),
         None => result,
     }
+}
+
+/// Waits up to [`CLASSES_LISTED_WAIT`] for `list`; past that, `reason` with `waiting` and who
+/// must act, retried after [`CLASSES_LISTED_RETRY`].
+async fn wait_for_first_list(list: &FirstList, reason: &'static str, waiting: &str) -> Result<(), Error> {
+    if list.is_ready() {
+        return Ok(());
+    }
+    if let Ok(true) = tokio::time::timeout(CLASSES_LISTED_WAIT, list.wait()).await {
+        return Ok(());
+    }
+    Err(Error::Wait {
+        reason,
+        message: format!(
+            "{waiting}: if this lasts, a cluster admin must apply kopper's CRDs (kopper's log names the one missing)"
+        ),
+        retry_after: CLASSES_LISTED_RETRY,
+    })
 }
 
 /// The finalizer helper's error as kopper's, except a finalizer that could not be taken off
