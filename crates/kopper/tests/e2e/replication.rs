@@ -175,6 +175,21 @@ impl Cluster {
         self.copy_data_when(namespace, name, |data| data.is_none()).await;
     }
 
+    /// Deletes the copy `namespace/name` and waits until kopper has made it again: another
+    /// object (another uid) holding `key: value`. Waiting to see it absent in between would
+    /// race kopper, which may recreate it before the first look.
+    async fn delete_copy_and_await_restored(&self, namespace: &str, name: &str, key: &str, value: &str) {
+        let api = self.config_maps(namespace);
+        let deleted = api.get(name).await.unwrap().uid();
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        eventually(&format!("ConfigMap {namespace}/{name} made again"), || async {
+            let found = api.get_opt(name).await.unwrap()?;
+            let holds = found.data.as_ref().and_then(|data| data.get(key)).is_some_and(|v| v == value);
+            (found.uid() != deleted && holds).then_some(())
+        })
+        .await;
+    }
+
     fn reconciles(&self) -> u64 {
         let labels = ControllerLabels { controller: replication::RULE_CONTROLLER.to_owned() };
         self.metrics.reconciles.get_or_create(&labels).get()
@@ -250,9 +265,7 @@ async fn copies_into_new_namespaces_are_counted_in_the_rule_s_status() {
 async fn deleted_or_edited_copy_is_restored() {
     let cluster = Cluster::with_copy("level", "info").await;
 
-    cluster.config_maps("team-a").delete("app-config", &DeleteParams::default()).await.unwrap();
-    cluster.copy_absent("team-a", "app-config").await;
-    cluster.copy_has("team-a", "app-config", "level", "info").await;
+    cluster.delete_copy_and_await_restored("team-a", "app-config", "level", "info").await;
 
     let edit = json!({"data": {"level": "hacked"}});
     cluster
@@ -735,9 +748,7 @@ async fn an_api_server_back_with_its_data_keeps_copies_in_step() {
     cluster.copy_has("team-a", "app-config", "v", "2").await;
     cluster.namespace("team-b", json!({})).await;
     cluster.copy_has("team-b", "app-config", "v", "2").await;
-    cluster.config_maps("team-a").delete("app-config", &DeleteParams::default()).await.unwrap();
-    cluster.copy_absent("team-a", "app-config").await;
-    cluster.copy_has("team-a", "app-config", "v", "2").await;
+    cluster.delete_copy_and_await_restored("team-a", "app-config", "v", "2").await;
     cluster.rule_status("main-rule", |status| status["copiesInSync"] == 2).await;
 }
 
