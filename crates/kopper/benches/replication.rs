@@ -40,12 +40,15 @@
 //! - `REPLICATION_BENCH_NETWORK_POLICY`: the namespaces of figure 6 (default: the largest
 //!   scale; 0 skips it).
 //!
-//! 6. Then a NetworkPolicy run at one scale, next to the ConfigMap figures of that scale: one
-//!    rule copying a default-deny NetworkPolicy from a protected namespace into every
-//!    namespace (kopper run with `--replicate-kinds networking.k8s.io/v1/NetworkPolicy`);
-//!    new-namespace latency (create request to the copy, polled every 2 ms), fan-out of a
-//!    source update against kubesim taking the same N NetworkPolicy replaces from the bench
-//!    (its ratio), writes and dry-runs per copy and while idle, and kopper's peak memory.
+//! 6. Then a NetworkPolicy run at one scale, set beside the ConfigMap figures of that scale:
+//!    one rule copying a default-deny NetworkPolicy from a protected namespace into every
+//!    namespace (kopper run with `--replicate-kinds networking.k8s.io/v1/NetworkPolicy`),
+//!    measured as figures 1 and 2 are: new-namespace latency from the namespace's watch
+//!    event to its copy's; fan-out of a source update against kubesim taking the same N
+//!    replaces of NetworkPolicies shaped like the copies (a copy's labels and annotations)
+//!    from the bench, 16 at a time, until the bench's watch saw the last one; writes and
+//!    dry-runs per copy and while idle, and kopper's peak memory (aim: no worse than the
+//!    ConfigMaps).
 //!
 //! For a quick check: `REPLICATION_BENCH_SCALES=200 REPLICATION_BENCH_NEW_NAMESPACES=10
 //! REPLICATION_BENCH_UPDATES=3 REPLICATION_BENCH_NAMESPACES=0 cargo bench -p kopper --bench
@@ -67,8 +70,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::core::{ObjectMeta, PartialObjectMeta};
+use kube::core::{NamespaceResourceScope, ObjectMeta, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -82,6 +86,7 @@ use kopper::controllers::replication::model::{
     Source,
 };
 use kopper::controllers::replication::types::ReplicationRule;
+use kopper::kinds::{AllowedKinds, parse_entry};
 
 /// Counts live heap bytes, so kubesim's memory for the replicated objects is measured, not
 /// guessed from RSS.
@@ -151,6 +156,11 @@ fn source_name(n: usize) -> String {
 /// The ReplicationRule of the seed-003 sample, which every figure runs.
 fn rule() -> ReplicationRule {
     kopper::samples::of_kind(RULE_SAMPLE, "ReplicationRule").unwrap()
+}
+
+/// The sources of figures 1 to 5.
+fn source_selector() -> String {
+    format!("{}={}", SOURCE_LABEL.0, SOURCE_LABEL.1)
 }
 
 fn copy_selector() -> String {
@@ -368,9 +378,14 @@ struct Observer {
 }
 
 impl Observer {
-    async fn start(client: &kube::Client) -> Self {
+    /// Watches of namespaces, of the sources of kind `K` in `source_namespace` selected by
+    /// `source_selector`, and of kopper's copies of kind `K`.
+    async fn start<K>(client: &kube::Client, source_namespace: &str, source_selector: &str) -> Self
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K: Send + Sync + 'static,
+    {
         let (tx, events) = mpsc::unbounded_channel();
-        let source_selector = format!("{}={}", SOURCE_LABEL.0, SOURCE_LABEL.1);
         let tasks = vec![
             spawn_watch(
                 Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
@@ -379,8 +394,8 @@ impl Observer {
                 |meta| Seen::Namespace { name: meta.name.clone().unwrap_or_default() },
             ),
             spawn_watch(
-                Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), SOURCE_NAMESPACE),
-                watcher::Config::default().labels(&source_selector),
+                Api::<PartialObjectMeta<K>>::namespaced(client.clone(), source_namespace),
+                watcher::Config::default().labels(source_selector),
                 tx.clone(),
                 |meta| Seen::Source {
                     name: meta.name.clone().unwrap_or_default(),
@@ -388,7 +403,7 @@ impl Observer {
                 },
             ),
             spawn_watch(
-                Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+                Api::<PartialObjectMeta<K>>::all(client.clone()),
                 watcher::Config::default().labels(&copy_selector()),
                 tx,
                 |meta| Seen::Copy {
@@ -515,16 +530,17 @@ async fn new_namespace(cluster: &Cluster, observer: &mut Observer, n: usize, sou
 }
 
 /// Figure 1: `count` namespaces after the first `first`, one at a time, each awaited, with
-/// a gap between them.
+/// a gap between them; each gets `sources` copies.
 async fn new_namespaces(
     cluster: &Cluster,
     observer: &mut Observer,
     first: usize,
     count: usize,
+    sources: usize,
 ) -> Vec<NewNamespace> {
     let mut samples = Vec::with_capacity(count);
     for n in first..first + count {
-        samples.push(new_namespace(cluster, observer, n, LATENCY_SOURCES).await);
+        samples.push(new_namespace(cluster, observer, n, sources).await);
         tokio::time::sleep(NEW_NAMESPACE_GAP).await;
     }
     samples
@@ -555,6 +571,18 @@ async fn timed_update(
 ) -> Update {
     let started = Instant::now();
     let version = cluster.update_source(source, revision).await;
+    time_fan_out(observer, source, &version, started, namespaces).await
+}
+
+/// Times the copies of `source` at `version`, updated by a request sent at `started`, until
+/// `namespaces` of them are seen.
+async fn time_fan_out(
+    observer: &mut Observer,
+    source: &str,
+    version: &str,
+    started: Instant,
+    namespaces: usize,
+) -> Update {
     let deadline = Instant::now() + EVENT_LIMIT;
     let mut source_seen = None;
     let mut first_copy = None;
@@ -621,9 +649,17 @@ impl BaselineShape {
         );
         let source = cluster.config_maps(SOURCE_NAMESPACE).get(&source_name(0)).await.unwrap();
         let source = Source::new(ObjectInfo::from_meta(&source.metadata), Payload::from_config_map(&source));
+        let shape = Self::of_copy(&rule, ObjectKind::ConfigMap, &source);
+        assert!(shape.labels.get(SOURCE_LABEL.0).is_some_and(|value| value != SOURCE_LABEL.1));
+        shape
+    }
+
+    /// The labels and annotations of `rule`'s copy of `source` (of `kind`), renamed as
+    /// [`BaselineShape::of_copies`] says.
+    fn of_copy(rule: &ReplicationRule, kind: ObjectKind, source: &Source) -> Self {
         let rule_id = RuleId::replication_rule(&rule.name_any());
         let rule_uid = rule.uid().unwrap_or_default();
-        let copy = desired_copy(&rule_id, &rule_uid, ObjectKind::ConfigMap, &source, &namespace_name(0));
+        let copy = desired_copy(&rule_id, &rule_uid, kind, source, &namespace_name(0));
         let rename = |key: &str| key.replacen(KOPPER_KEY_PREFIX.0, KOPPER_KEY_PREFIX.1, 1);
         let shape = Self {
             labels: copy.labels.iter().map(|(key, value)| (rename(key), "b".repeat(value.len()))).collect(),
@@ -631,24 +667,36 @@ impl BaselineShape {
             round_key: rename(SOURCE_VERSION_ANNOTATION),
         };
         assert!(shape.labels.get(MANAGED_BY_LABEL).is_some_and(|value| value != MANAGED_BY_VALUE));
-        assert!(shape.labels.get(SOURCE_LABEL.0).is_some_and(|value| value != SOURCE_LABEL.1));
         assert!(shape.annotations.contains_key(&shape.round_key), "a copy names its source's version");
         shape
+    }
+
+    /// The metadata of the baseline object in namespace `n` in `round`.
+    fn metadata(&self, n: usize, round: usize) -> serde_json::Value {
+        let mut annotations = self.annotations.clone();
+        annotations.insert(self.round_key.clone(), round.to_string());
+        json!({
+            "name": BASELINE_NAME, "namespace": namespace_name(n),
+            "labels": self.labels, "annotations": annotations,
+        })
     }
 
     /// The ConfigMap the fan-out baseline writes in namespace `n` in `round`: as big as a
     /// copy, with as many labels and annotations.
     fn config_map(&self, n: usize, round: usize) -> ConfigMap {
-        let mut annotations = self.annotations.clone();
-        annotations.insert(self.round_key.clone(), round.to_string());
         serde_json::from_value(json!({
-            "metadata": {
-                "name": BASELINE_NAME, "namespace": namespace_name(n),
-                "labels": self.labels, "annotations": annotations,
-            },
+            "metadata": self.metadata(n, round),
             "data": {"payload": "x".repeat(PAYLOAD_BYTES), "revision": round.to_string()},
         }))
         .unwrap()
+    }
+
+    /// The NetworkPolicy the NetworkPolicy run's baseline writes in namespace `n` in `round`:
+    /// the source's spec at that revision, with a copy's labels and annotations.
+    fn network_policy(&self, n: usize, round: usize) -> NetworkPolicy {
+        let mut policy = default_deny(BASELINE_NAME, &namespace_name(n), round);
+        policy.metadata = serde_json::from_value(self.metadata(n, round)).unwrap();
+        policy
     }
 }
 
@@ -661,15 +709,16 @@ struct ObjectSizes {
 }
 
 impl ObjectSizes {
-    async fn read(cluster: &Cluster) -> Self {
+    /// The copy named `copy` and the baseline object, both of kind `K`, in namespace 0.
+    async fn read<K: Resource<DynamicType = ()>>(cluster: &Cluster, copy: &str) -> Self {
         let measure = |name: String| async move {
-            let path = ConfigMap::url_path(&(), Some(&namespace_name(0)));
+            let path = K::url_path(&(), Some(&namespace_name(0)));
             let request = http::Request::get(format!("{path}/{name}")).body(Vec::new()).unwrap();
             let text = cluster.client.request_text(request).await.unwrap();
-            let object: ConfigMap = serde_json::from_str(&text).unwrap();
+            let object: PartialObjectMeta<K> = serde_json::from_str(&text).unwrap();
             (text.len(), object.labels().len() + object.annotations().len())
         };
-        Self { copy: measure(source_name(0)).await, baseline: measure(BASELINE_NAME.to_owned()).await }
+        Self { copy: measure(copy.to_owned()).await, baseline: measure(BASELINE_NAME.to_owned()).await }
     }
 
     fn print(&self) {
@@ -724,18 +773,33 @@ struct Baseline {
 /// answer, as kopper writes its copies, so the bench's own work on the 2 cores is no
 /// heavier than kopper's. The median of a few rounds.
 async fn direct_fan_out(cluster: &Cluster, shape: &BaselineShape, namespaces: usize) -> Baseline {
+    direct_fan_out_of::<ConfigMap>(cluster, shape, namespaces, |n, round| {
+        serde_json::to_vec(&shape.config_map(n, round)).unwrap()
+    })
+    .await
+}
+
+/// [`direct_fan_out`] for objects of kind `K`, `body(n, round)` the one in namespace `n`.
+async fn direct_fan_out_of<K>(
+    cluster: &Cluster,
+    shape: &BaselineShape,
+    namespaces: usize,
+    body: impl Fn(usize, usize) -> Vec<u8>,
+) -> Baseline
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K: Send + Sync + 'static,
+{
     let (mut watched, mut acknowledged) = (Vec::new(), Vec::new());
     for round in 1..=BASELINE_ROUNDS {
-        let bodies: Vec<Vec<u8>> =
-            (0..namespaces).map(|n| serde_json::to_vec(&shape.config_map(n, round)).unwrap()).collect();
-        let mut watch = baseline_watch(cluster).await;
+        let bodies: Vec<Vec<u8>> = (0..namespaces).map(|n| body(n, round)).collect();
+        let mut watch = baseline_watch::<K>(cluster).await;
         let started = Instant::now();
         let writes = async {
             concurrently(0..namespaces, KOPPER_CONCURRENT_WRITES, |n| {
                 let body = bodies[n].clone();
                 async move {
-                    let requests =
-                        kube::core::Request::new(ConfigMap::url_path(&(), Some(&namespace_name(n))));
+                    let requests = kube::core::Request::new(K::url_path(&(), Some(&namespace_name(n))));
                     let request = requests.replace(BASELINE_NAME, &PostParams::default(), body).unwrap();
                     let _: Written = cluster.client.request(request).await.unwrap();
                 }
@@ -766,11 +830,16 @@ async fn direct_fan_out(cluster: &Cluster, shape: &BaselineShape, namespaces: us
     Baseline { watched: percentile(&mut watched, 0.5), acknowledged: percentile(&mut acknowledged, 0.5) }
 }
 
-/// A metadata watch of the baseline's ConfigMaps, as the bench watches copies, once synced.
-async fn baseline_watch(
+/// A metadata watch of the baseline's objects of kind `K`, as the bench watches copies, once
+/// synced.
+async fn baseline_watch<K>(
     cluster: &Cluster,
-) -> impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<ConfigMap>>>> + Unpin {
-    let api = Api::<PartialObjectMeta<ConfigMap>>::all(cluster.client.clone());
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<K>>>> + Unpin
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K: Send + Sync + 'static,
+{
+    let api = Api::<PartialObjectMeta<K>>::all(cluster.client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={BASELINE_NAME}"));
     let mut watch = watcher(api, config).boxed();
     while let Some(event) = watch.next().await {
@@ -846,8 +915,9 @@ async fn scale_figures(scale: &Scale) -> ScaleSummary {
     let initial = cluster.wait_for_copies(initial_copies).await;
     let initial_writes = cluster.writes() - writes;
     let initial_reads = cluster.reads() - reads;
-    let sizes = ObjectSizes::read(&cluster).await;
-    let mut observer = Observer::start(&cluster.client).await;
+    let sizes = ObjectSizes::read::<ConfigMap>(&cluster, &source_name(0)).await;
+    let mut observer =
+        Observer::start::<ConfigMap>(&cluster.client, SOURCE_NAMESPACE, &source_selector()).await;
 
     let writes = cluster.writes();
     let mut samples = Vec::with_capacity(updates);
@@ -859,7 +929,7 @@ async fn scale_figures(scale: &Scale) -> ScaleSummary {
     let (_, peak_kib) = kopper.memory_kib();
 
     let writes = cluster.writes();
-    let mut arrivals = new_namespaces(&cluster, &mut observer, namespaces, new_count).await;
+    let mut arrivals = new_namespaces(&cluster, &mut observer, namespaces, new_count, LATENCY_SOURCES).await;
     let new_namespace_writes = cluster.writes() - writes;
 
     let quiet = quiet_periods(&cluster, &mut observer, namespaces + new_count).await;
@@ -885,8 +955,8 @@ async fn scale_figures(scale: &Scale) -> ScaleSummary {
         initial_reads,
         initial_reads as f64 / initial_copies as f64
     );
-    let new_namespace = print_new_namespaces(&mut arrivals, new_namespace_writes);
-    let fan_out_p50 = print_fan_out(&mut samples, namespaces, baseline, update_writes);
+    let new_namespace = print_new_namespaces(&mut arrivals, LATENCY_SOURCES, new_namespace_writes);
+    let fan_out_p50 = print_fan_out(&mut samples, namespaces, baseline, update_writes, "ConfigMaps");
     sizes.print();
     print_quiet(&quiet);
     println!(
@@ -918,13 +988,13 @@ fn p50_p99<T>(samples: &[T], measure: impl Fn(&T) -> Duration) -> (Duration, Dur
     (percentile(&mut values, 0.5), percentile(&mut values, 0.99))
 }
 
-/// Prints figure 1; returns its p50 and p99.
-fn print_new_namespaces(samples: &mut [NewNamespace], writes: u64) -> (Duration, Duration) {
+/// Prints figure 1 for namespaces that get `sources` copies each; returns its p50 and p99.
+fn print_new_namespaces(samples: &mut [NewNamespace], sources: usize, writes: u64) -> (Duration, Duration) {
     let n = samples.len();
     let (copies50, copies99) = p50_p99(samples, |s| s.copies_after_event);
     let (seen50, seen99) = p50_p99(samples, |s| s.namespace_seen);
     println!(
-        "  new namespace to its {LATENCY_SOURCES} copies ({n} namespaces, one at a time, {} ms apart; \
+        "  new namespace to its {sources} copies ({n} namespaces, one at a time, {} ms apart; \
          aim: p50 under 20 ms, the same at every scale):",
         NEW_NAMESPACE_GAP.as_millis()
     );
@@ -935,7 +1005,7 @@ fn print_new_namespaces(samples: &mut [NewNamespace], writes: u64) -> (Duration,
         ms(seen50),
         ms(seen99)
     );
-    let copies = (n * LATENCY_SOURCES).max(1);
+    let copies = (n * sources).max(1);
     println!(
         "    writes by kopper:           {:>8}      ({:.2} per copy)",
         writes,
@@ -944,8 +1014,15 @@ fn print_new_namespaces(samples: &mut [NewNamespace], writes: u64) -> (Duration,
     (copies50, copies99)
 }
 
-/// Prints figure 2 and the update writes of figure 3; returns the fan-out's p50.
-fn print_fan_out(samples: &mut [Update], namespaces: usize, baseline: Baseline, writes: u64) -> Duration {
+/// Prints figure 2 and the update writes of figure 3, for copies of `kind` (plural, as
+/// printed); returns the fan-out's p50.
+fn print_fan_out(
+    samples: &mut [Update],
+    namespaces: usize,
+    baseline: Baseline,
+    writes: u64,
+    kind: &str,
+) -> Duration {
     let n = samples.len();
     let (fan50, fan99) = p50_p99(samples, Update::fan_out);
     let (first50, first99) = p50_p99(samples, |s| s.first_copy.saturating_sub(s.source_seen));
@@ -962,7 +1039,7 @@ fn print_fan_out(samples: &mut [Update], namespaces: usize, baseline: Baseline, 
         ms(fan50) / ms(baseline.watched).max(1e-3)
     );
     println!(
-        "    baseline, direct writes:        {:>8.1} ms   (kubesim taking {namespaces} replaces of ConfigMaps \
+        "    baseline, direct writes:        {:>8.1} ms   (kubesim taking {namespaces} replaces of {kind} \
          shaped like the copies from the bench, {KOPPER_CONCURRENT_WRITES} at a time, until the bench's watch saw the last \
          one, as copies are timed; median of {BASELINE_ROUNDS})",
         ms(baseline.watched)
@@ -1159,7 +1236,8 @@ async fn main() {
     let largest = summaries.iter().map(|summary| summary.namespaces).max().unwrap_or(1_000);
     let policy_namespaces = env_usize("REPLICATION_BENCH_NETWORK_POLICY", largest);
     if policy_namespaces > 0 {
-        network_policy_figures(policy_namespaces, new_namespaces, updates).await;
+        let config_maps = summaries.iter().find(|summary| summary.namespaces == policy_namespaces);
+        network_policy_figures(policy_namespaces, new_namespaces, updates, config_maps).await;
     }
     if memory_namespaces > 0 {
         memory_figures(memory_namespaces).await;
@@ -1172,11 +1250,7 @@ const POLICY_NAMESPACE: &str = "platform";
 
 /// A default-deny NetworkPolicy named `name`; `revision` goes into its pod selector and a
 /// label, so that a copy's revision shows in kubesim's label index.
-fn default_deny(
-    name: &str,
-    namespace: &str,
-    revision: usize,
-) -> k8s_openapi::api::networking::v1::NetworkPolicy {
+fn default_deny(name: &str, namespace: &str, revision: usize) -> NetworkPolicy {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": namespace,
                      "labels": {"replicate": "default-deny", "revision": revision.to_string()}},
@@ -1187,7 +1261,7 @@ fn default_deny(
 }
 
 impl Cluster {
-    fn policies(&self, namespace: &str) -> Api<k8s_openapi::api::networking::v1::NetworkPolicy> {
+    fn policies(&self, namespace: &str) -> Api<NetworkPolicy> {
         Api::namespaced(self.client.clone(), namespace)
     }
 
@@ -1215,47 +1289,69 @@ impl Cluster {
     }
 }
 
-/// Figure 6: the NetworkPolicy run at `namespaces`.
-async fn network_policy_figures(namespaces: usize, new_count: usize, updates: usize) {
-    let cluster = Cluster::start().await;
-    let namespace_api: Api<Namespace> = Api::all(cluster.client.clone());
-    let platform: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": POLICY_NAMESPACE}})).unwrap();
-    namespace_api.create(&PostParams::default(), &platform).await.unwrap();
-    cluster.create_namespaces(0..namespaces).await;
-    // Baseline: kubesim taking N NetworkPolicy replaces straight from the bench, 16 at a time.
-    concurrently(0..namespaces, CREATE_WORKERS, |n| {
-        let api = cluster.policies(&namespace_name(n));
-        async move {
-            api.create(&PostParams::default(), &default_deny(BASELINE_NAME, &namespace_name(n), 0))
-                .await
-                .unwrap();
-        }
-    })
-    .await;
-    let baseline_started = Instant::now();
-    concurrently(0..namespaces, KOPPER_CONCURRENT_WRITES, |n| {
-        let api = cluster.policies(&namespace_name(n));
-        async move {
-            let mut policy = api.get(BASELINE_NAME).await.unwrap();
-            policy.metadata.labels.get_or_insert_default().insert("revision".into(), "1".into());
-            api.replace(BASELINE_NAME, &PostParams::default(), &policy).await.unwrap();
-        }
-    })
-    .await;
-    let baseline = baseline_started.elapsed();
+/// The allowed kind NetworkPolicy, as kopper's engine names it.
+fn network_policy_kind() -> ObjectKind {
+    let entry = parse_entry("networking.k8s.io/v1/NetworkPolicy").unwrap();
+    let kinds = AllowedKinds::new([entry]);
+    ObjectKind::Other(kinds.find("networking.k8s.io/v1", "NetworkPolicy").unwrap())
+}
 
-    let source = default_deny("default-deny", POLICY_NAMESPACE, 0);
-    cluster.policies(POLICY_NAMESPACE).create(&PostParams::default(), &source).await.unwrap();
-    let rule: ReplicationRule = serde_json::from_value(json!({
+/// The NetworkPolicy run's rule: the default-deny source copied into the bench's namespaces.
+fn network_policy_rule() -> ReplicationRule {
+    serde_json::from_value(json!({
         "apiVersion": "kopper.dev/v1alpha1", "kind": "ReplicationRule", "metadata": {"name": "default-deny"},
         "spec": {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "namespaces": [POLICY_NAMESPACE],
                  "selector": {"matchLabels": {"replicate": "default-deny"}},
                  // Only the bench's namespaces, so copies and namespaces are as many.
                  "excludeNamespaces": ["default"]},
     }))
-    .unwrap();
-    Api::<ReplicationRule>::all(cluster.client.clone()).create(&PostParams::default(), &rule).await.unwrap();
+    .unwrap()
+}
+
+/// The baseline's shape for the NetworkPolicy run: what kopper's copy of `source` under
+/// `rule` carries, renamed as for ConfigMaps.
+fn network_policy_shape(rule: &ReplicationRule, source: &NetworkPolicy) -> BaselineShape {
+    let json = serde_json::to_value(source).unwrap();
+    let fields = json.as_object().cloned().unwrap_or_default();
+    let source = Source::new(ObjectInfo::from_meta(&source.metadata), Payload::generic(fields));
+    BaselineShape::of_copy(rule, network_policy_kind(), &source)
+}
+
+/// Figure 6: the NetworkPolicy run at `namespaces`, measured as figures 1 and 2 are, and set
+/// beside the ConfigMap figures of the same scale (`config_maps`) when there are some.
+async fn network_policy_figures(
+    namespaces: usize,
+    new_count: usize,
+    updates: usize,
+    config_maps: Option<&ScaleSummary>,
+) {
+    let cluster = Cluster::start().await;
+    let idle_kib = idle_kopper_kib(&cluster).await;
+    let namespace_api: Api<Namespace> = Api::all(cluster.client.clone());
+    let platform: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": POLICY_NAMESPACE}})).unwrap();
+    namespace_api.create(&PostParams::default(), &platform).await.unwrap();
+    let source = default_deny("default-deny", POLICY_NAMESPACE, 0);
+    let source = cluster.policies(POLICY_NAMESPACE).create(&PostParams::default(), &source).await.unwrap();
+    let rule = Api::<ReplicationRule>::all(cluster.client.clone())
+        .create(&PostParams::default(), &network_policy_rule())
+        .await
+        .unwrap();
+    let shape = network_policy_shape(&rule, &source);
+    concurrently(0..namespaces, CREATE_WORKERS, |n| {
+        let (cluster, shape) = (&cluster, &shape);
+        async move {
+            cluster.create_namespace(n).await;
+            let baseline = shape.network_policy(n, 0);
+            cluster.policies(&namespace_name(n)).create(&PostParams::default(), &baseline).await.unwrap();
+        }
+    })
+    .await;
+    let baseline = direct_fan_out_of::<NetworkPolicy>(&cluster, &shape, namespaces, |n, round| {
+        serde_json::to_vec(&shape.network_policy(n, round)).unwrap()
+    })
+    .await;
+
     let (writes, _) = cluster.policy_writes();
     let kopper = Kopper::start_with(
         &cluster.kubeconfig,
@@ -1268,80 +1364,84 @@ async fn network_policy_figures(namespaces: usize, new_count: usize, updates: us
     );
     let initial = cluster.wait_for_policy_copies(namespaces, 0).await;
     let initial_writes = cluster.policy_writes().0 - writes;
+    let sizes = ObjectSizes::read::<NetworkPolicy>(&cluster, "default-deny").await;
+    let mut observer =
+        Observer::start::<NetworkPolicy>(&cluster.client, POLICY_NAMESPACE, "replicate=default-deny").await;
 
     let (writes, dry_runs) = cluster.policy_writes();
-    let mut fan_outs = Vec::with_capacity(updates);
+    let mut samples = Vec::with_capacity(updates);
     for revision in 1..=updates {
         let started = Instant::now();
         let updated = default_deny("default-deny", POLICY_NAMESPACE, revision);
         let params = PatchParams::apply("bench").force();
-        cluster
+        let answer = cluster
             .policies(POLICY_NAMESPACE)
             .patch("default-deny", &params, &Patch::Apply(&updated))
             .await
             .unwrap();
-        cluster.wait_for_policy_copies(namespaces, revision).await;
-        fan_outs.push(started.elapsed());
+        let version = answer.resource_version().unwrap_or_default();
+        samples.push(time_fan_out(&mut observer, "default-deny", &version, started, namespaces).await);
     }
     let (after, after_dry) = cluster.policy_writes();
     let update_writes = (after - writes).saturating_sub(updates as u64);
     let update_dry_runs = after_dry - dry_runs;
     let (_, peak_kib) = kopper.memory_kib();
 
-    let mut arrivals = Vec::with_capacity(new_count);
     let writes = cluster.policy_writes().0;
-    for n in namespaces..namespaces + new_count {
-        tokio::time::sleep(NEW_NAMESPACE_GAP).await;
-        let started = Instant::now();
-        cluster.create_namespace(n).await;
-        let api = cluster.policies(&namespace_name(n));
-        while api.get_opt("default-deny").await.unwrap().is_none() {
-            assert!(started.elapsed() < EVENT_LIMIT, "no copy in a new namespace");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        arrivals.push(started.elapsed());
-    }
+    let mut arrivals = new_namespaces(&cluster, &mut observer, namespaces, new_count, 1).await;
     let new_namespace_writes = cluster.policy_writes().0 - writes;
 
     let idle = cluster.policy_writes();
     tokio::time::sleep(STEADY_PERIOD).await;
     let idle_after = cluster.policy_writes();
+    drop(observer);
     drop(kopper);
     cluster.sim.shutdown().await;
 
-    let (new_p50, new_p99) = p50_p99(&arrivals, |d| *d);
-    let (fan_p50, fan_p99) = p50_p99(&fan_outs, |d| *d);
     println!(
-        "replication of a NetworkPolicy at {namespaces} namespaces (1 default-deny source from a protected namespace)"
+        "replication of a NetworkPolicy at {namespaces} namespaces (1 default-deny source from a protected \
+         namespace; kopper with --replicate-kinds networking.k8s.io/v1/NetworkPolicy)"
     );
     println!(
         "  initial replication:          {:>8.2} s for {namespaces} copies   ({initial_writes} writes, {:.3} per copy)",
         initial.as_secs_f64(),
         initial_writes as f64 / namespaces as f64
     );
+    let new_namespace = print_new_namespaces(&mut arrivals, 1, new_namespace_writes);
+    let fan_out_p50 = print_fan_out(&mut samples, namespaces, baseline, update_writes, "NetworkPolicies");
     println!(
-        "  new namespace to its copy:    {:>8.1} ms p50, {:.1} ms p99   (over {new_count}, polled every 2 ms; \
-         {new_namespace_writes} writes)",
-        ms(new_p50),
-        ms(new_p99)
+        "    dry-runs by kopper:         {:>8}      ({:.3} per copy changed)",
+        update_dry_runs,
+        update_dry_runs as f64 / (updates * namespaces).max(1) as f64
     );
+    sizes.print();
     println!(
-        "  fan-out of a source update:   {:>8.1} ms p50, {:.1} ms p99   (baseline: {:.1} ms for {namespaces} \
-         replaces from the bench; ratio {:.2}; {:.3} writes and {:.3} dry-runs per copy changed)",
-        ms(fan_p50),
-        ms(fan_p99),
-        ms(baseline),
-        fan_p50.as_secs_f64() / baseline.as_secs_f64().max(1e-9),
-        update_writes as f64 / (updates * namespaces) as f64,
-        update_dry_runs as f64 / (updates * namespaces) as f64
-    );
-    println!(
-        "  idle for {:.0} s:                 {} writes, {} dry-runs   (aim: 0)",
-        STEADY_PERIOD.as_secs_f64(),
+        "  steady, no changes, {:>3} s:    {:>8} writes, {} dry-runs   (aim: 0)",
+        STEADY_PERIOD.as_secs(),
         idle_after.0 - idle.0,
         idle_after.1 - idle.1
     );
-    println!("  kopper resident:              {:>8.1} MiB peak (VmHWM)", mib(peak_kib * 1024));
+    println!(
+        "  kopper resident:              {:>8.1} MiB peak (VmHWM) after the fan-out   (baseline: {:.1} MiB \
+         idle on an empty cluster)",
+        mib(peak_kib * 1024),
+        mib(idle_kib * 1024)
+    );
+    if let Some(config_maps) = config_maps {
+        let ratio = |fan_out: Duration, baseline: Baseline| ms(fan_out) / ms(baseline.watched).max(1e-3);
+        println!(
+            "  against ConfigMaps at {namespaces} (aim: no worse): new namespace p50 / p99 {:.1} / {:.1} ms \
+             against {:.1} / {:.1} ms; fan-out {:.2}x its baseline against {:.2}x; peak {:.1} against {:.1} MiB",
+            ms(new_namespace.0),
+            ms(new_namespace.1),
+            ms(config_maps.new_namespace_p50),
+            ms(config_maps.new_namespace_p99),
+            ratio(fan_out_p50, baseline),
+            ratio(config_maps.fan_out_p50, config_maps.fan_out_baseline),
+            mib(peak_kib * 1024),
+            mib(config_maps.peak_kib * 1024)
+        );
+    }
 }
 
 /// A comma-separated list of namespace counts; `default` when unset or unreadable.
