@@ -37,18 +37,20 @@
 //! - `REPLICATION_BENCH_UPDATES`: source updates timed for figure 2 at each scale
 //!   (default 20);
 //! - `REPLICATION_BENCH_NAMESPACES`: the namespaces of figure 5 (default 5000; 0 skips it);
-//! - `REPLICATION_BENCH_NETWORK_POLICY`: the namespaces of figure 6 (default: the largest
+//! - `REPLICATION_BENCH_SINGLE_SOURCE`: the namespaces of figure 6 (default: the largest
 //!   scale; 0 skips it).
 //!
-//! 6. Then a NetworkPolicy run at one scale, set beside the ConfigMap figures of that scale:
-//!    one rule copying a default-deny NetworkPolicy from a protected namespace into every
-//!    namespace (kopper run with `--replicate-kinds networking.k8s.io/v1/NetworkPolicy`),
-//!    measured as figures 1 and 2 are: new-namespace latency from the namespace's watch
-//!    event to its copy's; fan-out of a source update against kubesim taking the same N
-//!    replaces of NetworkPolicies shaped like the copies (a copy's labels and annotations)
-//!    from the bench, 16 at a time, until the bench's watch saw the last one; writes and
-//!    dry-runs per copy and while idle, and kopper's peak memory (aim: no worse than the
-//!    ConfigMaps).
+//! 6. Then two single-source runs at one scale, each on a fresh kubesim and kopper: one
+//!    rule copying one Secret, then one rule copying one default-deny NetworkPolicy (kopper
+//!    run with `--replicate-kinds networking.k8s.io/v1/NetworkPolicy`), from a protected
+//!    namespace into every namespace, both measured as figures 1 and 2 are: new-namespace
+//!    latency from the namespace's watch event to its copy's; fan-out of a source update
+//!    against kubesim taking the same N replaces of objects of that kind shaped like the
+//!    copies (a copy's labels and annotations) from the bench, 16 at a time, until the
+//!    bench's watch saw the last one; writes and dry-runs per copy and while idle, and
+//!    kopper's peak memory. A table sets the two side by side (aim: the NetworkPolicy no
+//!    worse than the Secret; kopper's peak with one Secret in each of 10,000 namespaces at
+//!    most 50 MiB).
 //!
 //! For a quick check: `REPLICATION_BENCH_SCALES=200 REPLICATION_BENCH_NEW_NAMESPACES=10
 //! REPLICATION_BENCH_UPDATES=3 REPLICATION_BENCH_NAMESPACES=0 cargo bench -p kopper --bench
@@ -69,7 +71,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::{NamespaceResourceScope, ObjectMeta, PartialObjectMeta};
@@ -176,6 +179,11 @@ async fn create_namespace(api: &Api<Namespace>, n: usize) {
 impl Cluster {
     async fn create_namespace(&self, n: usize) {
         create_namespace(&Api::all(self.client.clone()), n).await;
+    }
+
+    async fn create_named_namespace(&self, name: &str) {
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<Namespace>::all(self.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
     }
 
     async fn create_namespaces(&self, range: Range<usize>) {
@@ -691,12 +699,12 @@ impl BaselineShape {
         .unwrap()
     }
 
-    /// The NetworkPolicy the NetworkPolicy run's baseline writes in namespace `n` in `round`:
-    /// the source's spec at that revision, with a copy's labels and annotations.
-    fn network_policy(&self, n: usize, round: usize) -> NetworkPolicy {
-        let mut policy = default_deny(BASELINE_NAME, &namespace_name(n), round);
-        policy.metadata = serde_json::from_value(self.metadata(n, round)).unwrap();
-        policy
+    /// The object of kind `K` a single-source run's baseline writes in namespace `n` in
+    /// `round`: the source at that revision, with a copy's labels and annotations.
+    fn object<K: SingleSource>(&self, n: usize, round: usize) -> K {
+        let mut object = K::source(BASELINE_NAME, &namespace_name(n), round);
+        *object.meta_mut() = serde_json::from_value(self.metadata(n, round)).unwrap();
+        object
     }
 }
 
@@ -1234,10 +1242,9 @@ async fn main() {
     }
     print_summary(&summaries);
     let largest = summaries.iter().map(|summary| summary.namespaces).max().unwrap_or(1_000);
-    let policy_namespaces = env_usize("REPLICATION_BENCH_NETWORK_POLICY", largest);
-    if policy_namespaces > 0 {
-        let config_maps = summaries.iter().find(|summary| summary.namespaces == policy_namespaces);
-        network_policy_figures(policy_namespaces, new_namespaces, updates, config_maps).await;
+    let single_source_namespaces = env_usize("REPLICATION_BENCH_SINGLE_SOURCE", largest);
+    if single_source_namespaces > 0 {
+        single_source_runs(single_source_namespaces, new_namespaces, updates).await;
     }
     if memory_namespaces > 0 {
         memory_figures(memory_namespaces).await;
@@ -1245,162 +1252,243 @@ async fn main() {
     println!("  (whole benchmark: {:.0} s)", started.elapsed().as_secs_f64());
 }
 
-/// The protected namespace the NetworkPolicy run's source lives in.
-const POLICY_NAMESPACE: &str = "platform";
+/// The namespace the single-source runs' source lives in, protected (a NetworkPolicy is
+/// copied only from a protected namespace).
+const SINGLE_SOURCE_NAMESPACE: &str = "platform";
+/// The single-source runs' source, and the label that selects it.
+const SINGLE_SOURCE_NAME: &str = "shared";
+const SINGLE_SOURCE_LABEL: (&str, &str) = ("replicate", "everywhere");
 
-/// A default-deny NetworkPolicy named `name`; `revision` goes into its pod selector and a
-/// label, so that a copy's revision shows in kubesim's label index.
-fn default_deny(name: &str, namespace: &str, revision: usize) -> NetworkPolicy {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"replicate": "default-deny", "revision": revision.to_string()}},
-        "spec": {"podSelector": {"matchExpressions": [
-            {"key": "revision", "operator": "NotIn", "values": [revision.to_string()]}]}},
-    }))
-    .unwrap()
+/// A kind of figure 6's single-source runs.
+trait SingleSource:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + serde::Serialize
+    + Send
+    + Sync
+    + 'static
+{
+    /// As `--replicate-kinds` and a rule's `apiVersion` name it.
+    const API_VERSION: &str;
+    /// Its resource and API group, as kubesim's counters and label index name them.
+    const RESOURCE: (&str, &str);
+    /// Plural, as printed.
+    const PLURAL: &str;
+    /// The object named `name` in `namespace` at `revision`, selected by the run's rule and
+    /// labelled `revision`, so that a copy's revision shows in kubesim's label index.
+    fn source(name: &str, namespace: &str, revision: usize) -> Self;
+    /// Its content, as kopper's engine reads it.
+    fn payload(&self) -> Payload;
+    /// Its kind, as kopper's engine names it.
+    fn object_kind() -> ObjectKind;
+    /// The flags kopper needs to copy it.
+    fn kopper_flags() -> Vec<String> {
+        vec!["--protected-namespaces".into(), SINGLE_SOURCE_NAMESPACE.into()]
+    }
+}
+
+/// The metadata of the single-source runs' source `name` at `revision`.
+fn single_source_meta(name: &str, namespace: &str, revision: usize) -> serde_json::Value {
+    json!({"name": name, "namespace": namespace,
+           "labels": {SINGLE_SOURCE_LABEL.0: SINGLE_SOURCE_LABEL.1, "revision": revision.to_string()}})
+}
+
+/// A default-deny NetworkPolicy; `revision` also goes into its pod selector.
+impl SingleSource for NetworkPolicy {
+    const API_VERSION: &str = "networking.k8s.io/v1";
+    const RESOURCE: (&str, &str) = ("networkpolicies", "networking.k8s.io");
+    const PLURAL: &str = "NetworkPolicies";
+
+    fn source(name: &str, namespace: &str, revision: usize) -> Self {
+        serde_json::from_value(json!({
+            "metadata": single_source_meta(name, namespace, revision),
+            "spec": {"podSelector": {"matchExpressions": [
+                {"key": "revision", "operator": "NotIn", "values": [revision.to_string()]}]}},
+        }))
+        .unwrap()
+    }
+
+    fn payload(&self) -> Payload {
+        let json = serde_json::to_value(self).unwrap();
+        Payload::generic(json.as_object().cloned().unwrap_or_default())
+    }
+
+    fn object_kind() -> ObjectKind {
+        let entry = parse_entry(&format!("{}/NetworkPolicy", Self::API_VERSION)).unwrap();
+        let kinds = AllowedKinds::new([entry]);
+        ObjectKind::Other(kinds.find(Self::API_VERSION, "NetworkPolicy").unwrap())
+    }
+
+    fn kopper_flags() -> Vec<String> {
+        let mut flags = vec!["--replicate-kinds".to_owned(), format!("{}/NetworkPolicy", Self::API_VERSION)];
+        flags.extend(["--protected-namespaces".into(), SINGLE_SOURCE_NAMESPACE.into()]);
+        flags
+    }
+}
+
+/// A Secret of `PAYLOAD_BYTES`, as large as the ConfigMap sources of figures 1 to 4.
+impl SingleSource for Secret {
+    const API_VERSION: &str = "v1";
+    const RESOURCE: (&str, &str) = ("secrets", "");
+    const PLURAL: &str = "Secrets";
+
+    fn source(name: &str, namespace: &str, revision: usize) -> Self {
+        let data = [("payload", "x".repeat(PAYLOAD_BYTES)), ("revision", revision.to_string())];
+        Secret {
+            metadata: serde_json::from_value(single_source_meta(name, namespace, revision)).unwrap(),
+            data: Some(
+                data.into_iter()
+                    .map(|(key, value)| (key.to_owned(), ByteString(value.into_bytes())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    fn payload(&self) -> Payload {
+        Payload::from_secret(self)
+    }
+
+    fn object_kind() -> ObjectKind {
+        ObjectKind::Secret
+    }
 }
 
 impl Cluster {
-    fn policies(&self, namespace: &str) -> Api<NetworkPolicy> {
+    fn objects<K: SingleSource>(&self, namespace: &str) -> Api<K> {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    /// kopper's NetworkPolicy copies holding `revision`.
-    fn policy_copies(&self, revision: usize) -> usize {
+    /// kopper's copies of kind `K` holding `revision`.
+    fn copies_at<K: SingleSource>(&self, revision: usize) -> usize {
         let selector = format!("{},revision={revision}", copy_selector());
-        self.sim.count_labelled_in("networking.k8s.io", "networkpolicies", &selector).unwrap()
+        let (resource, group) = K::RESOURCE;
+        self.sim.count_labelled_in(group, resource, &selector).unwrap()
     }
 
-    async fn wait_for_policy_copies(&self, count: usize, revision: usize) -> Duration {
+    async fn wait_for_copies_at<K: SingleSource>(&self, count: usize, revision: usize) -> Duration {
         let started = Instant::now();
-        while self.policy_copies(revision) < count {
-            assert!(
-                started.elapsed() < CONVERGENCE_LIMIT,
-                "timed out waiting for {count} NetworkPolicy copies"
-            );
+        while self.copies_at::<K>(revision) < count {
+            assert!(started.elapsed() < CONVERGENCE_LIMIT, "timed out waiting for {count} {}", K::PLURAL);
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         started.elapsed()
     }
 
-    fn policy_writes(&self) -> (u64, u64) {
+    /// Writes and dry-runs of objects of kind `K`, by anyone.
+    fn writes_of<K: SingleSource>(&self) -> (u64, u64) {
         let counters = self.sim.counters();
-        (counters.writes("networkpolicies"), counters.dry_runs("networkpolicies"))
+        (counters.writes(K::RESOURCE.0), counters.dry_runs(K::RESOURCE.0))
     }
 }
 
-/// The allowed kind NetworkPolicy, as kopper's engine names it.
-fn network_policy_kind() -> ObjectKind {
-    let entry = parse_entry("networking.k8s.io/v1/NetworkPolicy").unwrap();
-    let kinds = AllowedKinds::new([entry]);
-    ObjectKind::Other(kinds.find("networking.k8s.io/v1", "NetworkPolicy").unwrap())
-}
-
-/// The NetworkPolicy run's rule: the default-deny source copied into the bench's namespaces.
-fn network_policy_rule() -> ReplicationRule {
+/// The single-source runs' rule: the source copied into the bench's namespaces.
+fn single_source_rule<K: SingleSource>() -> ReplicationRule {
+    let kind = K::kind(&());
     serde_json::from_value(json!({
-        "apiVersion": "kopper.dev/v1alpha1", "kind": "ReplicationRule", "metadata": {"name": "default-deny"},
-        "spec": {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "namespaces": [POLICY_NAMESPACE],
-                 "selector": {"matchLabels": {"replicate": "default-deny"}},
+        "apiVersion": "kopper.dev/v1alpha1", "kind": "ReplicationRule", "metadata": {"name": "everywhere"},
+        "spec": {"apiVersion": K::API_VERSION, "kind": kind, "namespaces": [SINGLE_SOURCE_NAMESPACE],
+                 "selector": {"matchLabels": {SINGLE_SOURCE_LABEL.0: SINGLE_SOURCE_LABEL.1}},
                  // Only the bench's namespaces, so copies and namespaces are as many.
                  "excludeNamespaces": ["default"]},
     }))
     .unwrap()
 }
 
-/// The baseline's shape for the NetworkPolicy run: what kopper's copy of `source` under
-/// `rule` carries, renamed as for ConfigMaps.
-fn network_policy_shape(rule: &ReplicationRule, source: &NetworkPolicy) -> BaselineShape {
-    let json = serde_json::to_value(source).unwrap();
-    let fields = json.as_object().cloned().unwrap_or_default();
-    let source = Source::new(ObjectInfo::from_meta(&source.metadata), Payload::generic(fields));
-    BaselineShape::of_copy(rule, network_policy_kind(), &source)
+/// What figure 6 measured for one kind.
+struct SingleSourceSummary {
+    plural: &'static str,
+    new_namespace: (Duration, Duration),
+    fan_out_p50: Duration,
+    baseline: Baseline,
+    idle_kib: u64,
+    peak_kib: u64,
 }
 
-/// Figure 6: the NetworkPolicy run at `namespaces`, measured as figures 1 and 2 are, and set
-/// beside the ConfigMap figures of the same scale (`config_maps`) when there are some.
-async fn network_policy_figures(
+impl SingleSourceSummary {
+    fn ratio(&self) -> f64 {
+        ms(self.fan_out_p50) / ms(self.baseline.watched).max(1e-3)
+    }
+}
+
+/// Figure 6 for kind `K` at `namespaces`, measured as figures 1 and 2 are.
+async fn single_source_figures<K: SingleSource>(
     namespaces: usize,
     new_count: usize,
     updates: usize,
-    config_maps: Option<&ScaleSummary>,
-) {
+) -> SingleSourceSummary {
     let cluster = Cluster::start().await;
     let idle_kib = idle_kopper_kib(&cluster).await;
-    let namespace_api: Api<Namespace> = Api::all(cluster.client.clone());
-    let platform: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": POLICY_NAMESPACE}})).unwrap();
-    namespace_api.create(&PostParams::default(), &platform).await.unwrap();
-    let source = default_deny("default-deny", POLICY_NAMESPACE, 0);
-    let source = cluster.policies(POLICY_NAMESPACE).create(&PostParams::default(), &source).await.unwrap();
+    cluster.create_named_namespace(SINGLE_SOURCE_NAMESPACE).await;
+    let source = K::source(SINGLE_SOURCE_NAME, SINGLE_SOURCE_NAMESPACE, 0);
+    let source =
+        cluster.objects::<K>(SINGLE_SOURCE_NAMESPACE).create(&PostParams::default(), &source).await.unwrap();
     let rule = Api::<ReplicationRule>::all(cluster.client.clone())
-        .create(&PostParams::default(), &network_policy_rule())
+        .create(&PostParams::default(), &single_source_rule::<K>())
         .await
         .unwrap();
-    let shape = network_policy_shape(&rule, &source);
+    let source = Source::new(ObjectInfo::from_meta(source.meta()), source.payload());
+    let shape = BaselineShape::of_copy(&rule, K::object_kind(), &source);
     concurrently(0..namespaces, CREATE_WORKERS, |n| {
         let (cluster, shape) = (&cluster, &shape);
         async move {
             cluster.create_namespace(n).await;
-            let baseline = shape.network_policy(n, 0);
-            cluster.policies(&namespace_name(n)).create(&PostParams::default(), &baseline).await.unwrap();
+            let baseline = shape.object::<K>(n, 0);
+            cluster.objects::<K>(&namespace_name(n)).create(&PostParams::default(), &baseline).await.unwrap();
         }
     })
     .await;
-    let baseline = direct_fan_out_of::<NetworkPolicy>(&cluster, &shape, namespaces, |n, round| {
-        serde_json::to_vec(&shape.network_policy(n, round)).unwrap()
+    let baseline = direct_fan_out_of::<K>(&cluster, &shape, namespaces, |n, round| {
+        serde_json::to_vec(&shape.object::<K>(n, round)).unwrap()
     })
     .await;
 
-    let (writes, _) = cluster.policy_writes();
-    let kopper = Kopper::start_with(
-        &cluster.kubeconfig,
-        &[
-            "--replicate-kinds",
-            "networking.k8s.io/v1/NetworkPolicy",
-            "--protected-namespaces",
-            POLICY_NAMESPACE,
-        ],
-    );
-    let initial = cluster.wait_for_policy_copies(namespaces, 0).await;
-    let initial_writes = cluster.policy_writes().0 - writes;
-    let sizes = ObjectSizes::read::<NetworkPolicy>(&cluster, "default-deny").await;
-    let mut observer =
-        Observer::start::<NetworkPolicy>(&cluster.client, POLICY_NAMESPACE, "replicate=default-deny").await;
+    let (writes, _) = cluster.writes_of::<K>();
+    let flags = K::kopper_flags();
+    let kopper =
+        Kopper::start_with(&cluster.kubeconfig, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let initial = cluster.wait_for_copies_at::<K>(namespaces, 0).await;
+    let initial_writes = cluster.writes_of::<K>().0 - writes;
+    let sizes = ObjectSizes::read::<K>(&cluster, SINGLE_SOURCE_NAME).await;
+    let selector = format!("{}={}", SINGLE_SOURCE_LABEL.0, SINGLE_SOURCE_LABEL.1);
+    let mut observer = Observer::start::<K>(&cluster.client, SINGLE_SOURCE_NAMESPACE, &selector).await;
 
-    let (writes, dry_runs) = cluster.policy_writes();
+    let (writes, dry_runs) = cluster.writes_of::<K>();
     let mut samples = Vec::with_capacity(updates);
     for revision in 1..=updates {
         let started = Instant::now();
-        let updated = default_deny("default-deny", POLICY_NAMESPACE, revision);
+        let updated = K::source(SINGLE_SOURCE_NAME, SINGLE_SOURCE_NAMESPACE, revision);
         let params = PatchParams::apply("bench").force();
         let answer = cluster
-            .policies(POLICY_NAMESPACE)
-            .patch("default-deny", &params, &Patch::Apply(&updated))
+            .objects::<K>(SINGLE_SOURCE_NAMESPACE)
+            .patch(SINGLE_SOURCE_NAME, &params, &Patch::Apply(&updated))
             .await
             .unwrap();
         let version = answer.resource_version().unwrap_or_default();
-        samples.push(time_fan_out(&mut observer, "default-deny", &version, started, namespaces).await);
+        samples.push(time_fan_out(&mut observer, SINGLE_SOURCE_NAME, &version, started, namespaces).await);
     }
-    let (after, after_dry) = cluster.policy_writes();
+    let (after, after_dry) = cluster.writes_of::<K>();
     let update_writes = (after - writes).saturating_sub(updates as u64);
     let update_dry_runs = after_dry - dry_runs;
     let (_, peak_kib) = kopper.memory_kib();
 
-    let writes = cluster.policy_writes().0;
+    let writes = cluster.writes_of::<K>().0;
     let mut arrivals = new_namespaces(&cluster, &mut observer, namespaces, new_count, 1).await;
-    let new_namespace_writes = cluster.policy_writes().0 - writes;
+    let new_namespace_writes = cluster.writes_of::<K>().0 - writes;
 
-    let idle = cluster.policy_writes();
+    let idle = cluster.writes_of::<K>();
     tokio::time::sleep(STEADY_PERIOD).await;
-    let idle_after = cluster.policy_writes();
+    let idle_after = cluster.writes_of::<K>();
     drop(observer);
     drop(kopper);
     cluster.sim.shutdown().await;
 
     println!(
-        "replication of a NetworkPolicy at {namespaces} namespaces (1 default-deny source from a protected \
-         namespace; kopper with --replicate-kinds networking.k8s.io/v1/NetworkPolicy)"
+        "replication of one {} at {namespaces} namespaces (1 source in a protected namespace; kopper run with {})",
+        K::kind(&()),
+        flags.join(" ")
     );
     println!(
         "  initial replication:          {:>8.2} s for {namespaces} copies   ({initial_writes} writes, {:.3} per copy)",
@@ -1408,7 +1496,7 @@ async fn network_policy_figures(
         initial_writes as f64 / namespaces as f64
     );
     let new_namespace = print_new_namespaces(&mut arrivals, 1, new_namespace_writes);
-    let fan_out_p50 = print_fan_out(&mut samples, namespaces, baseline, update_writes, "NetworkPolicies");
+    let fan_out_p50 = print_fan_out(&mut samples, namespaces, baseline, update_writes, K::PLURAL);
     println!(
         "    dry-runs by kopper:         {:>8}      ({:.3} per copy changed)",
         update_dry_runs,
@@ -1427,19 +1515,41 @@ async fn network_policy_figures(
         mib(peak_kib * 1024),
         mib(idle_kib * 1024)
     );
-    if let Some(config_maps) = config_maps {
-        let ratio = |fan_out: Duration, baseline: Baseline| ms(fan_out) / ms(baseline.watched).max(1e-3);
+    SingleSourceSummary { plural: K::PLURAL, new_namespace, fan_out_p50, baseline, idle_kib, peak_kib }
+}
+
+/// Figure 6: one Secret, then one NetworkPolicy, at `namespaces`, side by side.
+async fn single_source_runs(namespaces: usize, new_count: usize, updates: usize) {
+    let runs = [
+        single_source_figures::<Secret>(namespaces, new_count, updates).await,
+        single_source_figures::<NetworkPolicy>(namespaces, new_count, updates).await,
+    ];
+    println!(
+        "one source copied into {namespaces} namespaces (aims: a NetworkPolicy no worse than a Secret; \
+         with a Secret, a peak of at most 50 MiB at 10000)"
+    );
+    println!(
+        "  {:>16}  {:>14}  {:>14}  {:>14}  {:>12}  {:>8}  {:>10}  {:>10}",
+        "kind",
+        "new ns p50 ms",
+        "new ns p99 ms",
+        "fan-out p50 ms",
+        "direct ms",
+        "ratio",
+        "idle MiB",
+        "peak MiB"
+    );
+    for run in &runs {
         println!(
-            "  against ConfigMaps at {namespaces} (aim: no worse): new namespace p50 / p99 {:.1} / {:.1} ms \
-             against {:.1} / {:.1} ms; fan-out {:.2}x its baseline against {:.2}x; peak {:.1} against {:.1} MiB",
-            ms(new_namespace.0),
-            ms(new_namespace.1),
-            ms(config_maps.new_namespace_p50),
-            ms(config_maps.new_namespace_p99),
-            ratio(fan_out_p50, baseline),
-            ratio(config_maps.fan_out_p50, config_maps.fan_out_baseline),
-            mib(peak_kib * 1024),
-            mib(config_maps.peak_kib * 1024)
+            "  {:>16}  {:>14.1}  {:>14.1}  {:>14.1}  {:>12.1}  {:>8.2}  {:>10.1}  {:>10.1}",
+            run.plural,
+            ms(run.new_namespace.0),
+            ms(run.new_namespace.1),
+            ms(run.fan_out_p50),
+            ms(run.baseline.watched),
+            run.ratio(),
+            mib(run.idle_kib * 1024),
+            mib(run.peak_kib * 1024)
         );
     }
 }
