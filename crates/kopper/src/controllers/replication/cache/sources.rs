@@ -10,8 +10,14 @@
 //! used instead would read every source of a rule whose sources outgrow the budget on every
 //! pass (each pass reads them in the same order, so each evicts the next one needed). A
 //! pass still holds the content of its own rule's sources while it runs.
+//!
+//! The budget is shared fairly between the sources' namespaces (each a tenant, or an
+//! admin's): a source that does not fit takes room from the namespace holding the most, as
+//! long as its own namespace would still hold less than that one. So one tenant filling the
+//! budget with large sources never keeps another's sources out; the tenant that holds the
+//! most is the one whose sources are read again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -30,10 +36,20 @@ const ENTRY_OVERHEAD: usize = 512;
 type Key = (ObjectKind, String);
 
 /// Sources' content by kind and uid, each valid for the version it records, within a byte
-/// budget.
+/// budget shared fairly between the sources' namespaces.
 pub struct SourceCache {
     budget: usize,
     entries: HashMap<Key, (Source, usize)>,
+    bytes: usize,
+    /// What each namespace holds: its entries, and their bytes.
+    namespaces: HashMap<String, Holding>,
+    /// The same bytes, ordered, so the namespace holding the most is found at once.
+    by_bytes: BTreeSet<(usize, String)>,
+}
+
+#[derive(Default)]
+struct Holding {
+    keys: HashSet<Key>,
     bytes: usize,
 }
 
@@ -45,7 +61,13 @@ impl Default for SourceCache {
 
 impl SourceCache {
     pub fn with_budget(budget: usize) -> Self {
-        Self { budget, entries: HashMap::new(), bytes: 0 }
+        Self {
+            budget,
+            entries: HashMap::new(),
+            bytes: 0,
+            namespaces: HashMap::new(),
+            by_bytes: BTreeSet::new(),
+        }
     }
 
     /// The cached content of `info`, if it is of the version `info` names.
@@ -54,35 +76,73 @@ impl SourceCache {
         (source.info.resource_version == info.resource_version).then(|| source.clone())
     }
 
-    /// Keeps `source` (in place of an earlier version of it), if it fits the budget.
+    /// Keeps `source` (in place of an earlier version of it), if it fits the budget or its
+    /// namespace's fair share of it.
     pub fn insert(&mut self, kind: ObjectKind, source: Source) {
         let key = (kind, source.info.uid.clone());
         self.remove(&key);
         let bytes = size_of_payload(&source.payload) + ENTRY_OVERHEAD;
-        if self.bytes + bytes > self.budget {
-            return;
+        let namespace = source.info.namespace.clone();
+        while self.bytes + bytes > self.budget {
+            if !self.make_room_for(&namespace, bytes) {
+                return;
+            }
         }
-        self.entries.insert(key, (source, bytes));
+        self.entries.insert(key.clone(), (source, bytes));
         self.bytes += bytes;
+        self.change_holding(&namespace, |holding| {
+            holding.keys.insert(key);
+            holding.bytes += bytes;
+        });
+    }
+
+    /// Drops one source of the namespace holding the most, unless that is `namespace` or
+    /// would hold no more than `namespace` with `bytes` more; whether one was dropped.
+    fn make_room_for(&mut self, namespace: &str, bytes: usize) -> bool {
+        let Some((most, largest)) = self.by_bytes.last().cloned() else { return false };
+        let own = self.namespaces.get(namespace).map_or(0, |holding| holding.bytes);
+        if largest == namespace || most <= own + bytes {
+            return false;
+        }
+        let victim = self.namespaces.get(&largest).and_then(|holding| holding.keys.iter().next().cloned());
+        match victim {
+            Some(victim) => {
+                self.remove(&victim);
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn remove(&mut self, key: &Key) {
-        if let Some((_, bytes)) = self.entries.remove(key) {
+        if let Some((source, bytes)) = self.entries.remove(key) {
             self.bytes -= bytes;
+            self.change_holding(&source.info.namespace, |holding| {
+                holding.keys.remove(key);
+                holding.bytes -= bytes;
+            });
+        }
+    }
+
+    /// Applies `change` to what `namespace` holds, keeping the order by bytes; forgets a
+    /// namespace that holds nothing.
+    fn change_holding(&mut self, namespace: &str, change: impl FnOnce(&mut Holding)) {
+        let holding = self.namespaces.entry(namespace.to_owned()).or_default();
+        self.by_bytes.remove(&(holding.bytes, namespace.to_owned()));
+        change(holding);
+        if holding.keys.is_empty() {
+            self.namespaces.remove(namespace);
+        } else {
+            self.by_bytes.insert((holding.bytes, namespace.to_owned()));
         }
     }
 
     /// Drops every source not in `keep`.
     pub fn retain(&mut self, keep: &HashSet<Key>) {
-        let mut freed = 0;
-        self.entries.retain(|key, (_, bytes)| {
-            let kept = keep.contains(key);
-            if !kept {
-                freed += *bytes;
-            }
-            kept
-        });
-        self.bytes -= freed;
+        let gone: Vec<Key> = self.entries.keys().filter(|key| !keep.contains(*key)).cloned().collect();
+        for key in &gone {
+            self.remove(key);
+        }
     }
 
     /// Sources of `kind` held.
@@ -172,8 +232,12 @@ mod tests {
     use super::*;
 
     fn source(uid: &str, version: &str, bytes: usize) -> Source {
+        source_in("team-a", uid, version, bytes)
+    }
+
+    fn source_in(namespace: &str, uid: &str, version: &str, bytes: usize) -> Source {
         let info = ObjectInfo {
-            namespace: "team-a".into(),
+            namespace: namespace.into(),
             name: format!("settings-{uid}"),
             uid: uid.into(),
             resource_version: version.into(),
@@ -232,5 +296,59 @@ mod tests {
         assert_eq!((cache.count(ObjectKind::ConfigMap), cache.bytes()), (1, ENTRY));
         cache.insert(ObjectKind::Secret, source("c", "1", KIB));
         assert_eq!((cache.count(ObjectKind::Secret), cache.bytes()), (1, 2 * ENTRY));
+    }
+
+    fn holds(cache: &SourceCache, namespace: &str, uid: &str) -> bool {
+        cache.get(ObjectKind::ConfigMap, &source_in(namespace, uid, "1", 0).info).is_some()
+    }
+
+    /// How many sources `namespace` has kept.
+    fn held_by(cache: &SourceCache, namespace: &str) -> usize {
+        cache.namespaces.get(namespace).map_or(0, |holding| holding.keys.len())
+    }
+
+    /// A tenant who filled the whole budget gives way to another tenant's source, and cannot
+    /// take the room back while it holds more than the other.
+    #[test]
+    fn one_namespace_filling_the_budget_never_keeps_another_s_sources_out() {
+        let mut cache = SourceCache::with_budget(4 * ENTRY);
+        for uid in ["a1", "a2", "a3", "a4"] {
+            cache.insert(ObjectKind::ConfigMap, source_in("tenant-a", uid, "1", KIB));
+        }
+        assert_eq!(cache.bytes(), 4 * ENTRY, "tenant-a alone fills the budget");
+        for uid in ["b1", "b2"] {
+            cache.insert(ObjectKind::ConfigMap, source_in("tenant-b", uid, "1", KIB));
+            assert!(holds(&cache, "tenant-b", uid), "{uid} is kept");
+        }
+        assert_eq!((held_by(&cache, "tenant-a"), held_by(&cache, "tenant-b")), (2, 2));
+        // A third source of tenant-b would leave it holding more than tenant-a: not kept.
+        cache.insert(ObjectKind::ConfigMap, source_in("tenant-b", "b3", "1", KIB));
+        assert!(!holds(&cache, "tenant-b", "b3"));
+        // Nor can tenant-a take room back from tenant-b, which holds no more than it.
+        for pass in 0..3 {
+            for uid in ["a1", "a2", "a3", "a4"] {
+                if !holds(&cache, "tenant-a", uid) {
+                    cache.insert(ObjectKind::ConfigMap, source_in("tenant-a", uid, "1", KIB));
+                }
+            }
+            assert_eq!((held_by(&cache, "tenant-a"), held_by(&cache, "tenant-b")), (2, 2), "pass {pass}");
+            assert!(cache.bytes() <= 4 * ENTRY);
+        }
+    }
+
+    /// Sources removed, replaced or dropped by `retain` leave the per-namespace accounts
+    /// exactly as the entries are.
+    #[test]
+    fn what_each_namespace_holds_follows_its_entries() {
+        let mut cache = SourceCache::with_budget(8 * ENTRY);
+        cache.insert(ObjectKind::ConfigMap, source_in("tenant-a", "a1", "1", KIB));
+        cache.insert(ObjectKind::ConfigMap, source_in("tenant-a", "a1", "2", 2 * KIB));
+        cache.insert(ObjectKind::Secret, source_in("tenant-b", "b1", "1", KIB));
+        cache.retain(&HashSet::from([(ObjectKind::ConfigMap, "a1".to_owned())]));
+        assert_eq!(cache.namespaces.len(), 1, "tenant-b holds nothing and is forgotten");
+        assert_eq!(cache.namespaces["tenant-a"].bytes, ENTRY + KIB);
+        assert_eq!(cache.by_bytes.iter().collect::<Vec<_>>(), [&(ENTRY + KIB, "tenant-a".to_owned())]);
+        cache.remove(&(ObjectKind::ConfigMap, "a1".to_owned()));
+        assert!(cache.namespaces.is_empty() && cache.by_bytes.is_empty() && cache.bytes() == 0);
     }
 }
