@@ -5,17 +5,17 @@
 //! version, not once per pass, is what keeps a fan-out to thousands of namespaces at one
 //! read. Tenants decide how many sources their rules name and how large each is (up to
 //! 1 MiB), so what is kept between passes is capped at [`MAX_CACHED_SOURCE_BYTES`]. A
-//! source that does not fit is not kept, and is read again whenever a pass needs it; those
-//! kept stay until their source changes or no rule copies it. Evicting the least recently
-//! used instead would read every source of a rule whose sources outgrow the budget on every
-//! pass (each pass reads them in the same order, so each evicts the next one needed). A
-//! pass still holds the content of its own rule's sources while it runs.
-//!
-//! The budget is shared fairly between the sources' namespaces (each a tenant, or an
-//! admin's): a source that does not fit takes room from the namespace holding the most, as
-//! long as its own namespace would still hold less than that one. So one tenant filling the
-//! budget with large sources never keeps another's sources out; the tenant that holds the
-//! most is the one whose sources are read again.
+//! source that does not fit is not kept, and is read again whenever a pass needs it. The
+//! budget is shared fairly between the sources' namespaces (each a tenant's, or an admin's,
+//! each one share): a source that does not fit takes room from the namespace holding the
+//! most, only as long as that namespace still holds at least as much as the taker's would
+//! afterwards, and only if that makes room for all of it (otherwise nothing is dropped). So
+//! one tenant filling the budget with large sources never keeps another's sources out, and
+//! sources are never dropped and taken back in turn: once the shares are even, what is kept
+//! stays until its source changes or no rule copies it. Evicting the least recently used
+//! instead would read every source of a rule whose sources outgrow the budget on every pass
+//! (each pass reads them in the same order, so each evicts the next one needed). A pass
+//! still holds the content of its own rule's sources while it runs.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
@@ -49,7 +49,8 @@ pub struct SourceCache {
 
 #[derive(Default)]
 struct Holding {
-    keys: HashSet<Key>,
+    /// Its entries by size, so the largest that may go is found at once.
+    entries: BTreeSet<(usize, Key)>,
     bytes: usize,
 }
 
@@ -83,42 +84,75 @@ impl SourceCache {
         self.remove(&key);
         let bytes = size_of_payload(&source.payload) + ENTRY_OVERHEAD;
         let namespace = source.info.namespace.clone();
-        while self.bytes + bytes > self.budget {
-            if !self.make_room_for(&namespace, bytes) {
-                return;
-            }
+        let Some(dropped) = self.room_for(&namespace, bytes) else { return };
+        for victim in &dropped {
+            self.remove(victim);
         }
         self.entries.insert(key.clone(), (source, bytes));
         self.bytes += bytes;
         self.change_holding(&namespace, |holding| {
-            holding.keys.insert(key);
+            holding.entries.insert((bytes, key));
             holding.bytes += bytes;
         });
     }
 
-    /// Drops one source of the namespace holding the most, unless that is `namespace` or
-    /// would hold no more than `namespace` with `bytes` more; whether one was dropped.
-    fn make_room_for(&mut self, namespace: &str, bytes: usize) -> bool {
-        let Some((most, largest)) = self.by_bytes.last().cloned() else { return false };
-        let own = self.namespaces.get(namespace).map_or(0, |holding| holding.bytes);
-        if largest == namespace || most <= own + bytes {
-            return false;
-        }
-        let victim = self.namespaces.get(&largest).and_then(|holding| holding.keys.iter().next().cloned());
-        match victim {
-            Some(victim) => {
-                self.remove(&victim);
-                true
+    /// The sources to drop so that `bytes` more of `namespace` fit, changing nothing; `None`
+    /// when they cannot fit without leaving a namespace holding less than `namespace` would.
+    /// Each is the largest source of the namespace holding the most (after those before it
+    /// are dropped) that leaves it at least what `namespace` would hold.
+    fn room_for(&self, namespace: &str, bytes: usize) -> Option<Vec<Key>> {
+        let mut free = self.budget.saturating_sub(self.bytes);
+        let wanted = self.held_by(namespace) + bytes;
+        let mut taken: HashMap<&str, usize> = HashMap::new();
+        let mut dropped = Vec::new();
+        while free < bytes {
+            let (richest, holds) = self.richest_after(&taken)?;
+            if richest == namespace {
+                return None;
             }
-            None => false,
+            let already = taken.get(richest).copied().unwrap_or(0);
+            let victim = self
+                .namespaces
+                .get(richest)?
+                .entries
+                .iter()
+                .rev()
+                .filter(|(size, _)| holds.checked_sub(*size).is_some_and(|left| left >= wanted))
+                .find(|(_, key)| !dropped.contains(key))?;
+            dropped.push(victim.1.clone());
+            taken.insert(richest, already + victim.0);
+            free += victim.0;
         }
+        Some(dropped)
+    }
+
+    /// The namespace holding the most once `taken` bytes are dropped from each, and what it
+    /// would hold. Holdings are walked from the largest down, and the walk stops once none
+    /// left can hold more than the best found.
+    fn richest_after(&self, taken: &HashMap<&str, usize>) -> Option<(&str, usize)> {
+        let mut best: Option<(&str, usize)> = None;
+        for (held, namespace) in self.by_bytes.iter().rev() {
+            if best.is_some_and(|(_, most)| *held <= most) {
+                break;
+            }
+            let holds = held.saturating_sub(taken.get(namespace.as_str()).copied().unwrap_or(0));
+            if best.is_none_or(|(_, most)| holds > most) {
+                best = Some((namespace, holds));
+            }
+        }
+        best
+    }
+
+    /// Bytes the sources of `namespace` take.
+    fn held_by(&self, namespace: &str) -> usize {
+        self.namespaces.get(namespace).map_or(0, |holding| holding.bytes)
     }
 
     pub fn remove(&mut self, key: &Key) {
         if let Some((source, bytes)) = self.entries.remove(key) {
             self.bytes -= bytes;
             self.change_holding(&source.info.namespace, |holding| {
-                holding.keys.remove(key);
+                holding.entries.remove(&(bytes, key.clone()));
                 holding.bytes -= bytes;
             });
         }
@@ -130,7 +164,7 @@ impl SourceCache {
         let holding = self.namespaces.entry(namespace.to_owned()).or_default();
         self.by_bytes.remove(&(holding.bytes, namespace.to_owned()));
         change(holding);
-        if holding.keys.is_empty() {
+        if holding.entries.is_empty() {
             self.namespaces.remove(namespace);
         } else {
             self.by_bytes.insert((holding.bytes, namespace.to_owned()));
@@ -304,7 +338,7 @@ mod tests {
 
     /// How many sources `namespace` has kept.
     fn held_by(cache: &SourceCache, namespace: &str) -> usize {
-        cache.namespaces.get(namespace).map_or(0, |holding| holding.keys.len())
+        cache.namespaces.get(namespace).map_or(0, |holding| holding.entries.len())
     }
 
     /// A tenant who filled the whole budget gives way to another tenant's source, and cannot
@@ -350,5 +384,61 @@ mod tests {
         assert_eq!(cache.by_bytes.iter().collect::<Vec<_>>(), [&(ENTRY + KIB, "tenant-a".to_owned())]);
         cache.remove(&(ObjectKind::ConfigMap, "a1".to_owned()));
         assert!(cache.namespaces.is_empty() && cache.by_bytes.is_empty() && cache.bytes() == 0);
+    }
+
+    /// An insert that cannot fit drops nothing: otherwise what it dropped would fit again
+    /// on the next pass, and be dropped again, pass after pass.
+    #[test]
+    fn a_source_that_cannot_fit_drops_nothing() {
+        let mut cache = SourceCache::with_budget(10 * ENTRY);
+        for uid in ["a1", "a2", "a3", "a4", "a5"] {
+            cache.insert(ObjectKind::ConfigMap, source_in("tenant-a", uid, "1", KIB));
+        }
+        for uid in ["b1", "b2"] {
+            cache.insert(ObjectKind::ConfigMap, source_in("tenant-b", uid, "1", KIB));
+        }
+        for uid in ["c1", "c2", "c3"] {
+            cache.insert(ObjectKind::ConfigMap, source_in("tenant-c", uid, "1", KIB));
+        }
+        assert_eq!(cache.bytes(), 10 * ENTRY);
+        let mut evicted = 0;
+        for _pass in 0..5 {
+            cache.insert(
+                ObjectKind::ConfigMap,
+                source_in("tenant-b", "b3", "1", 2 * ENTRY - ENTRY_OVERHEAD - 1),
+            );
+            for uid in ["a1", "a2", "a3", "a4", "a5"] {
+                if !holds(&cache, "tenant-a", uid) {
+                    evicted += 1;
+                    cache.insert(ObjectKind::ConfigMap, source_in("tenant-a", uid, "1", KIB));
+                }
+            }
+        }
+        assert!(!holds(&cache, "tenant-b", "b3"));
+        assert_eq!(evicted, 0, "tenant-a's sources evicted (and read again) for an insert that failed");
+    }
+
+    /// A small source never takes room that would leave the namespace it comes from holding
+    /// less than the taker: a namespace's one large source is not dropped for it.
+    #[test]
+    fn a_small_source_never_leaves_the_namespace_it_takes_from_below_the_taker() {
+        let mut cache = SourceCache::with_budget(6 * ENTRY);
+        cache
+            .insert(ObjectKind::ConfigMap, source_in("platform", "big", "1", 4 * ENTRY - ENTRY_OVERHEAD - 1));
+        for uid in ["b1", "b2"] {
+            cache.insert(ObjectKind::ConfigMap, source_in("tenant-b", uid, "1", KIB));
+        }
+        assert_eq!(cache.bytes(), 6 * ENTRY);
+        cache.insert(ObjectKind::ConfigMap, source_in("tenant-b", "b3", "1", KIB));
+        cache
+            .insert(ObjectKind::ConfigMap, source_in("platform", "big", "1", 4 * ENTRY - ENTRY_OVERHEAD - 1));
+        let platform = cache.namespaces.get("platform").map_or(0, |h| h.bytes);
+        let tenant = cache.namespaces.get("tenant-b").map_or(0, |h| h.bytes);
+        assert!(
+            platform >= tenant,
+            "platform holds {platform} B, tenant-b {tenant} B; cache {} of {} B",
+            cache.bytes(),
+            6 * ENTRY
+        );
     }
 }
