@@ -91,51 +91,15 @@ pub async fn run_controller<K, E, F, Fut>(
     let stopping = CancellationToken::new();
     let controller = controller.graceful_shutdown_on(stopping.clone().cancelled_owned());
 
-    let reconcile_gate = gate.clone();
-    let reconcile_failures = failures.clone();
-    let policy_failures = failures.clone();
-    let reconcile = Arc::new(reconcile);
-    let reconciler = move |obj: Arc<K>, ctx: Arc<Context>| {
-        let span = info_span!(
-            "reconcile",
-            controller = name,
-            namespace = obj.namespace().unwrap_or_default(),
-            // Not `name`: JSON logs already use that key for the span's own name.
-            object = obj.name_any(),
-        );
-        let object = ObjectRef::from_obj(obj.as_ref());
-        let key = object.clone().erase().to_string();
-        let lane = obj.namespace();
-        let gate = reconcile_gate.clone();
-        let failures = reconcile_failures.clone();
-        let store = store.clone();
-        let reconcile = reconcile.clone();
-        async move {
-            let Some(_permit) = gate.acquire(lane).await else {
-                debug!(controller = name, object = %key, "shutting down: this reconcile gives up its turn");
-                return Ok(Action::await_change());
-            };
-            // The wait for a permit can be long (other namespaces' backlogs): decide on the
-            // object as the cache holds it now, not as it was when the work was queued.
-            let Some(latest) = store.get(&object) else {
-                debug!(controller = name, object = %key, "gone from the cache while waiting; nothing to do");
-                return Ok(Action::await_change());
-            };
-            let work = span.in_scope(|| reconcile(latest, ctx.clone()));
-            let started = Instant::now();
-            let result = work.instrument(span).await;
-            ctx.metrics.reconciled(name, started.elapsed());
-            record_cache_size(&ctx, name, &store);
-            match &result {
-                Ok(_) => {
-                    failures.reset(&key);
-                    ctx.metrics.succeeded(name);
-                }
-                Err(error) => ctx.metrics.failed(name, error.category()),
-            }
-            result
-        }
+    let reconciles = Reconciles {
+        name,
+        gate: gate.clone(),
+        failures: failures.clone(),
+        store: store.clone(),
+        reconcile: Arc::new(reconcile),
     };
+    let policy_failures = failures.clone();
+    let reconciler = move |obj: Arc<K>, ctx: Arc<Context>| reconciles.start(&obj, ctx);
     let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Context>| {
         let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
         let delay = retry_delay(error.is_permanent(), policy_failures.increment(&key), random_unit());
@@ -168,6 +132,77 @@ pub async fn run_controller<K, E, F, Fut>(
         running.await;
     }
     debug!(controller = name, "controller stopped");
+}
+
+/// What every reconcile of one controller shares.
+struct Reconciles<K: Resource<DynamicType = ()> + Clone + 'static, F> {
+    name: &'static str,
+    gate: FairGate,
+    failures: Arc<FailureCounts>,
+    store: Store<K>,
+    reconcile: Arc<F>,
+}
+
+impl<K, F> Reconciles<K, F>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+{
+    /// One reconcile of `obj`, as kube starts it: it waits for its namespace's turn at the
+    /// gate, reads the object again from the cache and runs the controller's reconcile in
+    /// its span. kube keeps every started reconcile in a table until it ends, and a burst
+    /// starts one for every object at once (150,000 pods at Kubernetes' limits), so what
+    /// waits must be small: the span is made, and the reconcile's own state (an API
+    /// request's, kilobytes) is boxed, only once the turn has come.
+    fn start<E, Fut>(
+        &self,
+        obj: &K,
+        ctx: Arc<Context>,
+    ) -> impl Future<Output = Result<Action, E>> + Send + use<K, F, E, Fut>
+    where
+        E: std::error::Error + ErrorCategory + Send + Sync + 'static,
+        F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        let name = self.name;
+        let object = ObjectRef::from_obj(obj);
+        let lane = obj.namespace();
+        let gate = self.gate.clone();
+        let failures = self.failures.clone();
+        let store = self.store.clone();
+        let reconcile = self.reconcile.clone();
+        async move {
+            let Some(_permit) = gate.acquire(lane).await else {
+                debug!(controller = name, object = %object, "shutting down: this reconcile gives up its turn");
+                return Ok(Action::await_change());
+            };
+            // The wait for a permit can be long (other namespaces' backlogs): decide on the
+            // object as the cache holds it now, not as it was when the work was queued.
+            let Some(latest) = store.get(&object) else {
+                debug!(controller = name, object = %object, "gone from the cache while waiting; nothing to do");
+                return Ok(Action::await_change());
+            };
+            let span = info_span!(
+                "reconcile",
+                controller = name,
+                namespace = latest.namespace().unwrap_or_default(),
+                // Not `name`: JSON logs already use that key for the span's own name.
+                object = latest.name_any(),
+            );
+            let work = Box::pin(span.in_scope(|| reconcile(latest, ctx.clone())).instrument(span));
+            let started = Instant::now();
+            let result = work.await;
+            ctx.metrics.reconciled(name, started.elapsed());
+            record_cache_size(&ctx, name, &store);
+            match &result {
+                Ok(_) => {
+                    failures.reset(&object.erase().to_string());
+                    ctx.metrics.succeeded(name);
+                }
+                Err(error) => ctx.metrics.failed(name, error.category()),
+            }
+            result
+        }
+    }
 }
 
 /// Reconciler failures are logged by the error policy, where the retry delay is known; this
@@ -269,6 +304,50 @@ impl FailureCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("never")]
+    struct Never;
+
+    impl ErrorCategory for Never {
+        fn category(&self) -> &'static str {
+            "never"
+        }
+    }
+
+    /// A reconcile whose own state is large: 64 KiB held across an await.
+    async fn large_reconcile(
+        _: Arc<k8s_openapi::api::core::v1::ConfigMap>,
+        _: Arc<Context>,
+    ) -> Result<Action, Never> {
+        let buffer = [7u8; 64 * 1024];
+        tokio::task::yield_now().await;
+        std::hint::black_box(&buffer);
+        Ok(Action::await_change())
+    }
+
+    /// kube keeps every started reconcile until it ends, and a burst starts one per object:
+    /// one waiting for its turn must not weigh what its work will.
+    #[tokio::test]
+    async fn a_reconcile_waiting_for_its_turn_holds_little_however_large_its_work() {
+        let (store, _writer) = kube::runtime::reflector::store();
+        let reconciles = Reconciles {
+            name: "test",
+            gate: FairGate::new(1),
+            failures: Arc::default(),
+            store,
+            reconcile: Arc::new(large_reconcile),
+        };
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let ctx = Arc::new(Context::new(client, Arc::default(), super::super::Settings::default()));
+        let mut config_map = k8s_openapi::api::core::v1::ConfigMap::default();
+        config_map.metadata.name = Some("settings".into());
+        config_map.metadata.namespace = Some("team-a".into());
+        let waiting = reconciles.start(&config_map, ctx);
+        let size = std::mem::size_of_val(&waiting);
+        assert!(size < 1024, "a waiting reconcile holds {size} bytes");
+    }
 
     #[test]
     fn backoff_doubles_from_half_a_second() {
