@@ -214,7 +214,7 @@ pub async fn run(
         move |binding| std::future::ready(!shared.own_writes.is_echo(binding))
     });
     let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
-        .with_config(crate::runtime::controller::config())
+        .with_config(crate::runtime::controller::cluster_scoped_config(&ctx.settings))
         .watches_stream(binding_events, |binding| {
             binding.namespace().map(|namespace| ObjectRef::<NamespaceMeta>::new(&namespace))
         })
@@ -231,7 +231,9 @@ pub async fn run(
             .reflect(policy_writer)
             .applied_objects();
     let status_controller = Controller::for_stream(policy_events, policy_reader)
-        .with_config(crate::runtime::controller::config().debounce(STATUS_DEBOUNCE))
+        .with_config(
+            crate::runtime::controller::cluster_scoped_config(&ctx.settings).debounce(STATUS_DEBOUNCE),
+        )
         .reconcile_all_on(status_changes);
 
     let status_wakes = cache::wake_on_namespace_changes(status_feed, shared.wake_status.clone());
