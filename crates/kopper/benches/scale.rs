@@ -162,6 +162,11 @@ impl Kopper {
             .unwrap_or(self.child.id())
     }
 
+    /// CPU time kopper used so far (user and system).
+    fn cpu(&self) -> Duration {
+        cpu_time(&format!("/proc/{}/stat", self.pid()))
+    }
+
     /// (VmRSS, VmHWM) in KiB.
     fn memory(&self) -> (u64, u64) {
         memory_kib(&format!("/proc/{}/status", self.pid()))
@@ -439,6 +444,16 @@ async fn binding_latency(client: &kube::Client, scale: &Scale, bindings: &Seen) 
     latencies
 }
 
+/// User and system CPU time of a process, from a `/proc/*/stat` file (in ticks of 10 ms).
+fn cpu_time(stat_path: &str) -> Duration {
+    let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default().split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
 /// Requests served between two snapshots of kubesim's counters, those that changed.
 fn requests_since(
     before: &std::collections::BTreeMap<(String, String), u64>,
@@ -489,19 +504,29 @@ async fn main() {
         per(sim_namespaces.saturating_sub(sim_before), namespaces)
     );
     let bindings = Seen::watch(Api::<RoleBinding>::all(client.clone()), MANAGED);
+    let bench_cpu = cpu_time("/proc/self/stat");
     let floor_bindings = binding_floor(&client, &scale).await;
+    let floor_cpu = cpu_time("/proc/self/stat") - bench_cpu;
     let requests_before = cluster.sim.counters().snapshot();
+    let sim_cpu_before = cpu_time("/proc/self/stat");
     let started = Instant::now();
     let kopper = Kopper::start(&cluster);
     bindings.wait_for("every namespace bound", namespaces * POLICIES).await;
     let bound_in = started.elapsed();
     let requests = requests_since(&requests_before, &cluster.sim.counters().snapshot());
+    let (kopper_cpu, sim_cpu) = (kopper.cpu(), cpu_time("/proc/self/stat") - sim_cpu_before);
     println!(
         "convergence, bindings ({} creates): kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x; aim 1.5x; floor: the same writes from the bench, {CONCURRENCY} at a time)",
         namespaces * POLICIES,
         bound_in.as_secs_f64(),
         floor_bindings.as_secs_f64(),
         bound_in.as_secs_f64() / floor_bindings.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "CPU time, bindings: kopper {:.1} s until converged; this process (kubesim and the bench) {:.1} s meanwhile, {:.1} s for the floor (its deletes not counted)",
+        kopper_cpu.as_secs_f64(),
+        sim_cpu.as_secs_f64(),
+        floor_cpu.as_secs_f64()
     );
     println!("requests during convergence (every client's; the bench sends none then), per namespace:");
     for ((verb, resource), count) in &requests {
