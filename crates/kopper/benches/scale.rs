@@ -25,7 +25,13 @@
 //! - `SCALE_BENCH_NEW_PODS` (default 500, created at `SCALE_BENCH_NEW_PODS_PER_SECOND`,
 //!   default 50), `SCALE_BENCH_NEW_NAMESPACES` (default 100, 10 a second);
 //! - `SCALE_BENCH_KOPPER_WRAPPER`: a command kopper runs under, such as `heaptrack -o
-//!   /tmp/kopper-heap` for a heap profile (its memory figures are then the wrapper's).
+//!   /tmp/kopper-heap` for a heap profile (its memory figures are then the wrapper's);
+//! - `SCALE_BENCH_HEAP_STATS`: set, glibc's `malloc_stats()` of kopper is printed through
+//!   gdb once the namespaces are bound, 3 s and 14 s after (on standard error).
+//!
+//! The namespaces' phase also prints every request kubesim served while kopper bound them
+//! (per namespace), the CPU time kopper and this process used meanwhile against the
+//! floor's, and kopper's memory one trim period later with its peak.
 //!
 //! For a quick check: `SCALE_BENCH_NAMESPACES=200 SCALE_BENCH_PODS=2000 SCALE_BENCH_NEW_PODS=50
 //! SCALE_BENCH_NEW_NAMESPACES=10 cargo bench -p kopper --bench scale`.
