@@ -25,7 +25,13 @@
 //! - `SCALE_BENCH_NEW_PODS` (default 500, created at `SCALE_BENCH_NEW_PODS_PER_SECOND`,
 //!   default 50), `SCALE_BENCH_NEW_NAMESPACES` (default 100, 10 a second);
 //! - `SCALE_BENCH_KOPPER_WRAPPER`: a command kopper runs under, such as `heaptrack -o
-//!   /tmp/kopper-heap` for a heap profile (its memory figures are then the wrapper's).
+//!   /tmp/kopper-heap` for a heap profile (its memory figures are then the wrapper's);
+//! - `SCALE_BENCH_HEAP_STATS`: set, glibc's `malloc_stats()` of kopper is printed through
+//!   gdb once the namespaces are bound, 3 s and 14 s after (on standard error).
+//!
+//! The namespaces' phase also prints every request kubesim served while kopper bound them
+//! (per namespace), the CPU time kopper and this process used meanwhile against the
+//! floor's, and kopper's memory one trim period later with its peak.
 //!
 //! For a quick check: `SCALE_BENCH_NAMESPACES=200 SCALE_BENCH_PODS=2000 SCALE_BENCH_NEW_PODS=50
 //! SCALE_BENCH_NEW_NAMESPACES=10 cargo bench -p kopper --bench scale`.
@@ -59,6 +65,9 @@ const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
 const LABEL: &str = "kopper.dev/pod-name";
 const MANAGED: &str = "app.kubernetes.io/managed-by=kopper";
 const FLOOR_LABEL: &str = "bench.kopper.dev/floor";
+/// How long after the first memory reading the settled one is taken: past kopper's 10 s
+/// period of giving glibc's free memory back.
+const SETTLE: Duration = Duration::from_secs(11);
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -159,9 +168,28 @@ impl Kopper {
             .unwrap_or(self.child.id())
     }
 
+    /// CPU time kopper used so far (user and system).
+    fn cpu(&self) -> Duration {
+        cpu_time(&format!("/proc/{}/stat", self.pid()))
+    }
+
     /// (VmRSS, VmHWM) in KiB.
     fn memory(&self) -> (u64, u64) {
         memory_kib(&format!("/proc/{}/status", self.pid()))
+    }
+
+    /// With `SCALE_BENCH_HEAP_STATS` set, has glibc print kopper's heap (system bytes against
+    /// bytes in use, per arena) on kopper's standard error, through gdb: how much of the
+    /// resident memory is free memory glibc keeps.
+    fn print_heap_stats(&self, when: &str) {
+        if std::env::var_os("SCALE_BENCH_HEAP_STATS").is_none() {
+            return;
+        }
+        eprintln!("kopper's heap ({when}):");
+        let _ = Command::new("gdb")
+            .args(["-batch", "-p", &self.pid().to_string(), "-ex", "call (void) malloc_stats()"])
+            .stdout(Stdio::null())
+            .status();
     }
 
     async fn wait_ready(&self) -> Duration {
@@ -422,6 +450,28 @@ async fn binding_latency(client: &kube::Client, scale: &Scale, bindings: &Seen) 
     latencies
 }
 
+/// User and system CPU time of a process, from a `/proc/*/stat` file (in ticks of 10 ms).
+fn cpu_time(stat_path: &str) -> Duration {
+    let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default().split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// Requests served between two snapshots of kubesim's counters, those that changed.
+fn requests_since(
+    before: &std::collections::BTreeMap<(String, String), u64>,
+    after: &std::collections::BTreeMap<(String, String), u64>,
+) -> Vec<((String, String), u64)> {
+    after
+        .iter()
+        .map(|(key, count)| (key.clone(), count - before.get(key).copied().unwrap_or(0)))
+        .filter(|(_, count)| *count > 0)
+        .collect()
+}
+
 fn per(kib: u64, count: usize) -> f64 {
     (kib * 1024) as f64 / count.max(1) as f64
 }
@@ -460,11 +510,17 @@ async fn main() {
         per(sim_namespaces.saturating_sub(sim_before), namespaces)
     );
     let bindings = Seen::watch(Api::<RoleBinding>::all(client.clone()), MANAGED);
+    let bench_cpu = cpu_time("/proc/self/stat");
     let floor_bindings = binding_floor(&client, &scale).await;
+    let floor_cpu = cpu_time("/proc/self/stat") - bench_cpu;
+    let requests_before = cluster.sim.counters().snapshot();
+    let sim_cpu_before = cpu_time("/proc/self/stat");
     let started = Instant::now();
     let kopper = Kopper::start(&cluster);
     bindings.wait_for("every namespace bound", namespaces * POLICIES).await;
     let bound_in = started.elapsed();
+    let requests = requests_since(&requests_before, &cluster.sim.counters().snapshot());
+    let (kopper_cpu, sim_cpu) = (kopper.cpu(), cpu_time("/proc/self/stat") - sim_cpu_before);
     println!(
         "convergence, bindings ({} creates): kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x; aim 1.5x; floor: the same writes from the bench, {CONCURRENCY} at a time)",
         namespaces * POLICIES,
@@ -472,13 +528,36 @@ async fn main() {
         floor_bindings.as_secs_f64(),
         bound_in.as_secs_f64() / floor_bindings.as_secs_f64().max(1e-9)
     );
+    println!(
+        "CPU time, bindings: kopper {:.1} s until converged; this process (kubesim and the bench) {:.1} s meanwhile, {:.1} s for the floor (its deletes not counted)",
+        kopper_cpu.as_secs_f64(),
+        sim_cpu.as_secs_f64(),
+        floor_cpu.as_secs_f64()
+    );
+    println!("requests during convergence (every client's; the bench sends none then), per namespace:");
+    for ((verb, resource), count) in &requests {
+        println!("  {verb:>8} {resource:<32} {:>8.2}   ({count})", *count as f64 / namespaces as f64);
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (namespaces_rss, _) = kopper.memory();
-    kopper.stop();
+    kopper.print_heap_stats("namespaces bound, 3 s after");
     println!(
-        "memory, namespaces bound:            {:>8.1} MiB   {:>6.0} bytes per namespace above idle (aim: 2048)",
+        "memory, namespaces bound (3 s after): {:>8.1} MiB   {:>6.0} bytes per namespace above idle (aim: 2048)",
         mib(namespaces_rss),
         per(namespaces_rss.saturating_sub(idle_rss), namespaces)
+    );
+    // kopper gives glibc's free memory back every 10 s when more than 16 MiB are free: a
+    // figure after one more period shows what stays.
+    tokio::time::sleep(SETTLE).await;
+    let (settled_rss, namespaces_peak) = kopper.memory();
+    kopper.print_heap_stats("namespaces bound, settled");
+    kopper.stop();
+    println!(
+        "memory, namespaces bound ({} s after): {:>7.1} MiB   {:>6.0} bytes per namespace above idle; peak (VmHWM) {:.1} MiB",
+        (SETTLE + Duration::from_secs(3)).as_secs(),
+        mib(settled_rss),
+        per(settled_rss.saturating_sub(idle_rss), namespaces),
+        mib(namespaces_peak)
     );
 
     // 3. Pods.

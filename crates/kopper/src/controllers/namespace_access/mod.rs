@@ -3,10 +3,11 @@
 //! Two controllers share three caches (policies, RoleBindings, and the namespaces kopper's
 //! controllers share, [`crate::runtime::namespaces`]):
 //! - the binding controller reconciles each Namespace against every policy. It is woken by
-//!   namespace changes, by any RoleBinding change in the namespace and by any change the
-//!   index of kopper's own bindings shows there (so edits and deletes are undone, judged
-//!   from that index when it can tell, else from a fresh read), and by any policy spec
-//!   change (which wakes every namespace);
+//!   namespace changes, by any change of a RoleBinding kopper did not make in the namespace
+//!   and by any change the index of kopper's own bindings shows there (so edits and deletes
+//!   are undone, judged from that index when it can tell, else from a fresh read; the two
+//!   watches select complementary labels, so each binding's events come once), and by any
+//!   policy spec change (which wakes every namespace);
 //! - the status controller reconciles each NamespaceAccess, computing its status from the
 //!   caches and writing it only when it differs, so its own writes never start a loop.
 
@@ -30,7 +31,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{FutureExt, TryStreamExt};
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::jiff::Timestamp;
@@ -40,6 +41,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
 use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 
@@ -112,33 +114,94 @@ struct Shared {
     wake_status: Trigger,
     /// Namespaces a policy selects only by their exact name.
     protected: ProtectedNamespaces,
-    /// The bindings the binding controller wrote whose watch event has not come back yet,
-    /// on the watch of every binding's metadata and on the index's own watch.
-    own_writes: OwnWrites,
-    index_echoes: Arc<OwnWrites>,
+    /// The bindings the binding controller wrote whose event on the index's watch has not
+    /// come back yet.
+    own_writes: Arc<OwnWrites>,
+    /// Namespaces to judge again, for the binding controller.
+    index_wakes: Arc<IndexWakes>,
 }
 
-/// The resource version of each binding kopper just wrote, by (namespace, name), until its
-/// watch event comes back: that event tells the binding controller nothing new, so it does
-/// not wake the namespace for another pass (a namespace's five creates would otherwise cost
-/// it a second pass and a second list). Any event for the binding takes its entry out, so
-/// the map holds only writes in flight.
+/// kopper's own writes whose watch events have not come back, per namespace: such an event
+/// tells the binding controller nothing new, so it does not wake the namespace for another
+/// pass (a namespace's five creates would otherwise cost it a second pass, and a second
+/// list when the index is still behind). The event of a write can come back before the
+/// write's answer: events that come while a pass over their namespace is writing are judged
+/// when it ends, against what it wrote ([`OwnWrites::end`]). A relist forgets every entry (its
+/// events are not judged here), so the map holds only writes in flight.
 #[derive(Default)]
-struct OwnWrites(Mutex<HashMap<(String, String), String>>);
+struct OwnWrites(Mutex<HashMap<Box<str>, NamespaceWrites>>);
+
+#[derive(Default)]
+struct NamespaceWrites {
+    /// A pass over the namespace is writing (kube never runs two at once).
+    writing: bool,
+    /// The name and resource version of each event that came while it was.
+    early: Vec<(String, Option<String>)>,
+    /// The resource version kopper wrote, by binding name, until the binding's next event.
+    written: HashMap<String, String>,
+}
 
 impl OwnWrites {
-    fn record(&self, namespace: &str, written: Vec<(String, String)>) {
-        let mut writes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (name, version) in written {
-            writes.insert((namespace.to_owned(), name), version);
-        }
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, NamespaceWrites>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether `binding`'s event is the echo of kopper's own last write.
+    /// A pass over `namespace` starts writing.
+    fn begin(&self, namespace: &str) {
+        self.lock().entry(namespace.into()).or_default().writing = true;
+    }
+
+    /// The pass over `namespace` wrote `written` (name, resource version) and ends: whether
+    /// an event that came meanwhile was not of one of its writes, so the namespace must be
+    /// judged again.
+    fn end(&self, namespace: &str, written: Vec<(String, String)>) -> bool {
+        let mut all = self.lock();
+        let Some(writes) = all.get_mut(namespace) else { return false };
+        writes.writing = false;
+        writes.written.extend(written);
+        let mut other = false;
+        for (name, version) in std::mem::take(&mut writes.early) {
+            let own = writes.written.get(&name).is_some_and(|own| version.as_ref() == Some(own));
+            if own {
+                writes.written.remove(&name);
+            } else {
+                other = true;
+            }
+        }
+        if writes.written.is_empty() {
+            all.remove(namespace);
+        }
+        other
+    }
+
+    /// Whether `binding`'s event is the echo of kopper's own last write. While a pass over its
+    /// namespace writes, the event is held for [`OwnWrites::end`] to judge, and counts as one.
     fn is_echo(&self, binding: &impl ResourceExt) -> bool {
-        let key = (binding.namespace().unwrap_or_default(), binding.name_any());
-        let mut writes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        writes.remove(&key).is_some_and(|version| binding.resource_version() == Some(version))
+        let Some(namespace) = binding.namespace() else { return false };
+        let mut all = self.lock();
+        let Some(writes) = all.get_mut(namespace.as_str()) else { return false };
+        if writes.writing {
+            writes.early.push((binding.name_any(), binding.resource_version()));
+            return true;
+        }
+        let echo = writes
+            .written
+            .remove(&binding.name_any())
+            .is_some_and(|version| binding.resource_version() == Some(version));
+        if writes.written.is_empty() {
+            all.remove(namespace.as_str());
+        }
+        echo
+    }
+
+    /// The watch lists again: no event of the writes before comes back as such.
+    fn forget_written(&self) {
+        let mut all = self.lock();
+        all.retain(|_, writes| {
+            writes.written.clear();
+            writes.early.clear();
+            writes.writing
+        });
     }
 }
 
@@ -163,14 +226,21 @@ pub async fn run(
     let status_feed = ctx.namespaces.subscribe();
     let binding_feed = ctx.namespaces.subscribe();
     let index_wakes = Arc::new(IndexWakes::default());
-    let index_echoes = Arc::new(OwnWrites::default());
+    let own_writes = Arc::new(OwnWrites::default());
     let (bindings, bindings_task) = BindingIndex::spawn(
         client.clone(),
         wake_status.clone(),
         index_wakes.clone(),
         {
-            let echoes = index_echoes.clone();
-            move |binding| echoes.is_echo(binding)
+            let own_writes = own_writes.clone();
+            move |event| match event {
+                Event::Init => {
+                    own_writes.forget_written();
+                    false
+                }
+                Event::Apply(binding) => own_writes.is_echo(binding),
+                Event::InitApply(_) | Event::InitDone | Event::Delete(_) => false,
+            }
         },
         (ctx.metrics.clone(), BINDING_CONTROLLER),
         shutdown.clone(),
@@ -194,27 +264,24 @@ pub async fn run(
         conflicts: Mutex::default(),
         wake_status,
         protected: ctx.settings.destinations.protected.clone(),
-        own_writes: OwnWrites::default(),
-        index_echoes,
+        own_writes,
+        index_wakes: index_wakes.clone(),
     });
 
     let namespace_reader = binding_feed.store();
     let (resync_namespaces, namespace_resyncs) = Trigger::new();
     let namespace_events = cache::namespace_changes(binding_feed, resync_namespaces);
-    // Any RoleBinding's change wakes its namespace (one kopper did not make may free or take
-    // a name a policy wants); names are all that is read.
+    // The change of a RoleBinding kopper did not make wakes its namespace (it may free or
+    // take a name a policy wants); names are all that is read. kopper's own reach the
+    // controller through the index, once it holds them.
     let binding_events = watch::watcher(
         Api::<PartialObjectMeta<RoleBinding>>::all(client.clone()),
-        crate::runtime::trim::tenant_objects_watch(),
+        crate::runtime::trim::tenant_objects_watch().labels(&not_managed_by_kopper()),
     )
     .default_backoff()
-    .touched_objects()
-    .try_filter({
-        let shared = shared.clone();
-        move |binding| std::future::ready(!shared.own_writes.is_echo(binding))
-    });
+    .touched_objects();
     let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
-        .with_config(crate::runtime::controller::config())
+        .with_config(crate::runtime::controller::cluster_scoped_config(&ctx.settings))
         .watches_stream(binding_events, |binding| {
             binding.namespace().map(|namespace| ObjectRef::<NamespaceMeta>::new(&namespace))
         })
@@ -231,7 +298,9 @@ pub async fn run(
             .reflect(policy_writer)
             .applied_objects();
     let status_controller = Controller::for_stream(policy_events, policy_reader)
-        .with_config(crate::runtime::controller::config().debounce(STATUS_DEBOUNCE))
+        .with_config(
+            crate::runtime::controller::cluster_scoped_config(&ctx.settings).debounce(STATUS_DEBOUNCE),
+        )
         .reconcile_all_on(status_changes);
 
     let status_wakes = cache::wake_on_namespace_changes(status_feed, shared.wake_status.clone());
@@ -276,12 +345,14 @@ async fn reconcile_namespace(
     let desired =
         desired_bindings(NamespaceFacts { name: &name, labels: namespace.labels(), protected }, &policies);
     let field_manager = ctx.settings.field_manager_for(BINDING_CONTROLLER);
+    let mut writes = PassWrites::begin(&shared, &name);
     let (mut applied, conflicts) =
-        match create_from_index(&name, &desired, &ctx, &shared, &field_manager).await {
+        match create_from_index(&name, &desired, &ctx, &shared, &field_manager, &mut writes).await {
             Some(applied) => (applied, Vec::new()),
             None => read_and_apply(&name, &desired, &ctx, &field_manager).await?,
         };
-    record_writes(&name, &ctx, &shared, &mut applied);
+    writes.record(&ctx, &mut applied);
+    drop(writes);
     let refused_any = !applied.refused.is_empty();
     shared.record_found(&name, conflicts.into_iter().chain(applied.refused).collect());
     match applied.retry {
@@ -300,6 +371,7 @@ async fn create_from_index(
     ctx: &Context,
     shared: &Shared,
     field_manager: &str,
+    writes: &mut PassWrites<'_>,
 ) -> Option<apply::Applied> {
     let creates = diff::creates_from_index(namespace, desired, &shared.bindings.read())?;
     let actions = creates.into_iter().map(diff::Action::Create).collect();
@@ -308,7 +380,7 @@ async fn create_from_index(
         // A create that failed, whatever the reason, may have met a binding someone else
         // made: what the namespace holds decides what is reported, as on every pass before,
         // and its last findings stand until the read tells.
-        record_writes(namespace, ctx, shared, &mut applied);
+        writes.record(ctx, &mut applied);
         return None;
     }
     Some(applied)
@@ -334,13 +406,41 @@ async fn read_and_apply(
     Ok((applied, plan.conflicts))
 }
 
-/// Counts the writes of a pass and remembers them, so their watch events wake nothing.
-fn record_writes(namespace: &str, ctx: &Context, shared: &Shared, applied: &mut apply::Applied) {
-    shared.index_echoes.record(namespace, applied.written.clone());
-    shared.own_writes.record(namespace, std::mem::take(&mut applied.written));
-    for _ in 0..std::mem::take(&mut applied.writes) {
-        ctx.metrics.wrote(BINDING_CONTROLLER);
+/// The writes of one pass over a namespace, from its start to its end (when this is
+/// dropped, however the pass ends): their watch events wake nothing, and any other event of
+/// the namespace's bindings that came meanwhile wakes it again then.
+struct PassWrites<'a> {
+    shared: &'a Shared,
+    namespace: &'a str,
+    written: Vec<(String, String)>,
+}
+
+impl<'a> PassWrites<'a> {
+    fn begin(shared: &'a Shared, namespace: &'a str) -> Self {
+        shared.own_writes.begin(namespace);
+        Self { shared, namespace, written: Vec::new() }
     }
+
+    /// Counts the writes of `applied` and remembers them.
+    fn record(&mut self, ctx: &Context, applied: &mut apply::Applied) {
+        self.written.append(&mut applied.written);
+        for _ in 0..std::mem::take(&mut applied.writes) {
+            ctx.metrics.wrote(BINDING_CONTROLLER);
+        }
+    }
+}
+
+impl Drop for PassWrites<'_> {
+    fn drop(&mut self) {
+        if self.shared.own_writes.end(self.namespace, std::mem::take(&mut self.written)) {
+            self.shared.index_wakes.wake(self.namespace.into());
+        }
+    }
+}
+
+/// The label selector of every RoleBinding but kopper's own ([`seen::managed_by_kopper`]).
+fn not_managed_by_kopper() -> String {
+    format!("{}!={}", desired::MANAGED_BY_LABEL, desired::MANAGED_BY_VALUE)
 }
 
 /// Writes a policy's status when, and only when, it changed.
@@ -461,12 +561,43 @@ mod tests {
     #[test]
     fn only_the_echo_of_kopper_s_own_write_is_dropped_and_only_once() {
         let own = OwnWrites::default();
-        own.record("team-1", vec![("a".into(), "7".into()), ("b".into(), "8".into())]);
+        own.begin("team-1");
+        assert!(!own.end("team-1", vec![("a".into(), "7".into()), ("b".into(), "8".into())]));
         assert!(own.is_echo(&event("a", "7")), "the event of kopper's write");
         assert!(!own.is_echo(&event("a", "7")), "a second event of that version is not expected: it wakes");
         assert!(!own.is_echo(&event("b", "9")), "someone changed it after kopper");
         assert!(!own.is_echo(&event("b", "8")), "the entry went with the first event of the binding");
         assert!(!own.is_echo(&event("c", "1")), "not written by kopper");
+        assert!(own.0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_echo_that_comes_before_the_write_s_answer_wakes_nothing_and_another_event_wakes() {
+        let own = OwnWrites::default();
+        own.begin("team-1");
+        assert!(own.is_echo(&event("a", "7")), "held until the pass ends");
+        assert!(!own.end("team-1", vec![("a".into(), "7".into()), ("b".into(), "8".into())]));
+        assert!(own.is_echo(&event("b", "8")));
+        assert!(own.0.lock().unwrap().is_empty(), "nothing is left once every echo came back");
+
+        own.begin("team-1");
+        assert!(own.is_echo(&event("a", "9")), "held until the pass ends");
+        assert!(own.end("team-1", vec![("a".into(), "10".into())]), "someone changed it before kopper wrote");
+        assert!(own.is_echo(&event("a", "10")));
+        own.begin("team-1");
+        assert!(!own.end("team-1", Vec::new()), "a pass that wrote nothing and heard nothing");
+        assert!(own.0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_relist_forgets_the_writes_whose_events_it_replaces() {
+        let own = OwnWrites::default();
+        own.begin("team-1");
+        own.end("team-1", vec![("a".into(), "7".into())]);
+        own.begin("team-2");
+        own.forget_written();
+        assert_eq!(own.0.lock().unwrap().len(), 1, "only the pass still writing is left");
+        assert!(!own.end("team-2", Vec::new()));
         assert!(own.0.lock().unwrap().is_empty());
     }
 }

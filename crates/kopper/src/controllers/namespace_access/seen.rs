@@ -209,7 +209,7 @@ pub struct IndexWakes {
 }
 
 impl IndexWakes {
-    fn wake(&self, namespace: Box<str>) {
+    pub fn wake(&self, namespace: Box<str>) {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(namespace);
         self.notify.notify_one();
     }
@@ -243,19 +243,20 @@ impl BindingIndex {
     /// namespaces whose bindings changed on `changed`: the binding controller judges a
     /// namespace from this index, so a namespace must be judged again once the index shows
     /// the change, not only when the API server's event for it arrives (which may be first).
+    /// An event `is_echo` calls kopper's own write names no namespace; `is_echo` hears every
+    /// event, so it also learns of relists.
     pub fn spawn(
         client: kube::Client,
         wake: Trigger,
         changed: Arc<IndexWakes>,
-        is_echo: impl Fn(&RoleBinding) -> bool + Send + 'static,
+        is_echo: impl Fn(&Event<RoleBinding>) -> bool + Send + 'static,
         (metrics, controller): (Arc<Metrics>, &'static str),
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let bindings = Arc::new(RwLock::new(Bindings::new()));
         let ready = FirstList::default();
         let first_list = ready.clone();
-        let config = crate::runtime::trim::tenant_objects_watch()
-            .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{POLICY_LABEL}"));
+        let config = crate::runtime::trim::tenant_objects_watch().labels(&managed_by_kopper());
         let events = crate::runtime::watch::watcher(Api::<RoleBinding>::all(client), config)
             .default_backoff()
             .take_until(shutdown);
@@ -275,7 +276,7 @@ impl BindingIndex {
                 // The first list wakes nobody (every namespace is judged at start anyway), nor
                 // does the echo of kopper's own write (the pass that wrote it knew).
                 let was_ready = first_list.is_ready();
-                let echo = matches!(&event, watcher::Event::Apply(binding) if is_echo(binding));
+                let echo = is_echo(&event);
                 let (change, namespaces) = apply(&index, &mut relisted, event);
                 let size = index.read().unwrap_or_else(PoisonError::into_inner).len();
                 metrics.cached_objects.get_or_create(&labels).set(i64::try_from(size).unwrap_or(i64::MAX));
@@ -311,9 +312,19 @@ enum Change {
     ListDone,
 }
 
-/// Applies one watch event: what changed, and the namespaces whose bindings it changed. A
-/// (re)list is gathered in `relisted` and replaces the index whole when it completes, so
-/// bindings deleted while the watch was down leave no trace.
+/// The label selector of every RoleBinding kopper marks as its own, whichever policy (if
+/// any) its label names: this index's watch. The binding controller's watch of every other
+/// binding selects the complement, so each binding's events reach kopper once.
+pub fn managed_by_kopper() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
+/// Applies one watch event: what changed in the index, and the namespaces to judge again. A
+/// binding marked as kopper's that names no policy is held by nobody's index but its
+/// namespace is judged again on any event of it, as for any binding kopper did not make: it
+/// may take or free a name a policy wants. A (re)list is gathered in `relisted` and replaces
+/// the index whole when it completes, so bindings deleted while the watch was down leave no
+/// trace.
 fn apply(
     shared: &RwLock<Bindings>,
     relisted: &mut Bindings,
@@ -347,17 +358,23 @@ fn apply(
                 return (Change::None, Vec::new());
             };
             let name = binding.name_any();
-            let unchanged = match SeenBinding::of(&binding) {
-                Some(seen) => index().insert(namespace, &name, seen.clone()).as_ref() == Some(&seen),
-                None => index().remove(namespace, &name).is_none(),
-            };
-            changed_in(namespace, !unchanged)
+            match SeenBinding::of(&binding) {
+                Some(seen) => {
+                    let unchanged = index().insert(namespace, &name, seen.clone()).as_ref() == Some(&seen);
+                    changed_in(namespace, !unchanged)
+                }
+                None => {
+                    let removed = index().remove(namespace, &name).is_some();
+                    (if removed { Change::Changed } else { Change::None }, vec![Box::from(namespace)])
+                }
+            }
         }
         watcher::Event::Delete(binding) => {
             let Some(namespace) = binding.metadata.namespace.as_deref() else {
                 return (Change::None, Vec::new());
             };
-            changed_in(namespace, index().remove(namespace, &binding.name_any()).is_some())
+            let removed = index().remove(namespace, &binding.name_any()).is_some();
+            (if removed { Change::Changed } else { Change::None }, vec![Box::from(namespace)])
         }
     }
 }
