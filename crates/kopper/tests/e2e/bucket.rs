@@ -421,9 +421,10 @@ async fn emptying_huge_buckets_does_not_hold_up_another_tenant_s_bucket() {
     })
     .await;
 
+    // 1,000 single-object deletes against moto: minutes when the whole suite shares 2 cores.
     let api = buckets(&cluster);
     for name in &huge {
-        eventually_within(Duration::from_secs(90), &format!("Bucket {name} emptied and gone"), || async {
+        eventually_within(Duration::from_secs(300), &format!("Bucket {name} emptied and gone"), || async {
             api.get_opt(name).await.unwrap().is_none().then_some(())
         })
         .await;
