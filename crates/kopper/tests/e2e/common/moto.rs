@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use k8s_openapi::api::core::v1::Secret;
 use kopper::controllers::bucket::aws::{AwsProvider, AwsSettings, StaticCredentials};
@@ -30,8 +31,8 @@ impl Moto {
             eprintln!("skipped: {message}");
             return None;
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = std::process::Command::new(server)
+        let port = next_port();
+        let mut child = std::process::Command::new(server)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -43,6 +44,7 @@ impl Moto {
             tokio::net::TcpStream::connect(&address).await.ok().map(drop)
         })
         .await;
+        assert!(child.try_wait().unwrap().is_none(), "moto exited: port {port} was taken meanwhile");
         Some(Self { child, endpoint })
     }
 
@@ -87,6 +89,20 @@ pub async fn client_of(endpoint: &str) -> AwsProvider {
         delete_batch: None,
     })
     .await
+}
+
+/// A port for a moto server or fault proxy of this process. A port the OS handed out and took back (bind to
+/// port 0) can be handed to another test's server in the second moto takes to start, and the
+/// test would then talk to that server, and lose it when that test ends. So the ports come
+/// from below Linux's ephemeral range (32768 and up, where the OS's picks land), one range
+/// of 200 per process, each used once; one another process holds is skipped.
+fn next_port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + u16::try_from(std::process::id() % 60).unwrap() * 200;
+    (0..200)
+        .map(|_| base + NEXT.fetch_add(1, Ordering::Relaxed) % 200)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port for moto")
 }
 
 impl Drop for Moto {
@@ -158,8 +174,8 @@ impl FaultProxy {
     pub async fn start(upstream: &str) -> Self {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
         let python = root.join("target/tools/moto/bin/python");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = std::process::Command::new(python)
+        let port = next_port();
+        let mut child = std::process::Command::new(python)
             .arg(root.join("scripts/fault_proxy.py"))
             .args(["--upstream", upstream, "--port", &port.to_string()])
             .stdout(Stdio::null())
@@ -170,6 +186,10 @@ impl FaultProxy {
             tokio::net::TcpStream::connect(&address).await.ok().map(drop)
         })
         .await;
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the fault proxy exited: port {port} was taken meanwhile"
+        );
         Self { child, endpoint: format!("http://{address}"), address }
     }
 
