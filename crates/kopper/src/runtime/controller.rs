@@ -4,24 +4,29 @@
 //! kube-runtime's `Controller` already owns the watches, the work queue and deduplication;
 //! this module adds what it leaves to each operator, so that every controller gets the same
 //! retry policy, the same observability and the same fairness between namespaces (a
-//! [`FairGate`] bounds concurrency) without repeating it.
+//! [`FairGate`] bounds concurrency, or for a controller whose backlog can be every object of
+//! a kind, an [`Admission`] queue in front of kube's) without repeating it.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use futures::future::Either;
+use futures::{Stream, StreamExt};
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config, Error as ControllerError};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::admission::Admission;
 use super::context::{Context, ErrorCategory};
 use super::fair_gate::FairGate;
 use super::metrics::{CacheLabels, ControllerLabels};
@@ -41,7 +46,10 @@ const READINESS_POLL: Duration = Duration::from_millis(100);
 /// unbounded: [`run_controller`] bounds reconciles to
 /// [`Settings::concurrency`](super::Settings::concurrency) with a [`FairGate`] that serves
 /// namespaces in turn, where kube's queue would serve them first come, first served. A
-/// controller adds its own debounce on top, so this is not applied behind its back.
+/// controller adds its own debounce on top, so this is not applied behind its back. Each
+/// reconcile waiting for a permit is one kube has started and polls on every wake, which
+/// suits backlogs of custom resources; a backlog of every pod of the cluster goes through
+/// [`run_admitted_controller`] instead.
 pub fn config() -> Config {
     Config::default().concurrency(0)
 }
@@ -94,12 +102,63 @@ pub async fn run_controller<K, E, F, Fut>(
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
+    let waiting = waiting_gauge(&ctx, name);
+    let gate = FairGate::new(usize::from(ctx.settings.concurrency)).counting_waiters_in(waiting);
+    drive(name, controller, gate, None, ctx, shutdown, reconcile).await;
+}
+
+/// [`run_controller`] for a controller driven by one watch of its objects (`events`, once its
+/// reflector has applied them to `store`), whose backlog can reach every object of a kind in the cluster (the pod
+/// labeler's pods): the objects wait in an [`Admission`] queue, per namespace and in turn,
+/// and kube is given [`Settings::concurrency`](super::Settings::concurrency) of them at a
+/// time, so that nothing kube holds grows with the backlog. Failed reconciles wait out their
+/// backoff and then their turn in the same queue. Reconciles return
+/// [`Action::await_change`]: a requeue they ask for would be kube's, not in turn.
+pub async fn run_admitted_controller<K, E, F, Fut>(
+    name: &'static str,
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    store: Store<K>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    E: std::error::Error + ErrorCategory + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    let concurrency = ctx.settings.concurrency;
+    let admission = Admission::new(usize::from(concurrency)).counting_waiters_in(waiting_gauge(&ctx, name));
+    let controller = Controller::for_stream(admission.admit(events, store.clone()), store)
+        .with_config(config().concurrency(concurrency));
+    // Admission already keeps kube to the window: the gate's permits are never short.
+    let gate = FairGate::new(usize::from(concurrency));
+    drive(name, controller, gate, Some(admission), ctx, shutdown, reconcile).await;
+}
+
+fn waiting_gauge(ctx: &Context, name: &'static str) -> Gauge<i64, AtomicI64> {
+    ctx.metrics.reconciles_waiting.get_or_create(&ControllerLabels { controller: name.into() }).clone()
+}
+
+/// What [`run_controller`] and [`run_admitted_controller`] share: runs `controller` with
+/// every reconcile behind `gate`, and reports ends and retries to `admission` if there is one.
+async fn drive<K, E, F, Fut>(
+    name: &'static str,
+    controller: Controller<K>,
+    gate: FairGate,
+    admission: Option<Admission<K>>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    E: std::error::Error + ErrorCategory + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
     let store = controller.store();
     spawn_readiness_watch(name, store.clone(), &ctx);
     let failures = Arc::new(FailureCounts::default());
-    let waiting =
-        ctx.metrics.reconciles_waiting.get_or_create(&ControllerLabels { controller: name.into() }).clone();
-    let gate = FairGate::new(usize::from(ctx.settings.concurrency)).counting_waiters_in(waiting);
     let stopping = CancellationToken::new();
     let controller = controller.graceful_shutdown_on(stopping.clone().cancelled_owned());
 
@@ -111,9 +170,11 @@ pub async fn run_controller<K, E, F, Fut>(
         reconcile: Arc::new(reconcile),
     };
     let policy_failures = failures.clone();
+    let policy_admission = admission.clone();
     let reconciler = move |obj: Arc<K>, ctx: Arc<Context>| reconciles.start(&obj, ctx);
     let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Context>| {
-        let key = ObjectRef::from_obj(obj.as_ref()).erase().to_string();
+        let object = ObjectRef::from_obj(obj.as_ref());
+        let key = object.clone().erase().to_string();
         let delay = retry_delay(error.is_permanent(), policy_failures.increment(&key), random_unit());
         warn!(
             controller = name,
@@ -123,10 +184,19 @@ pub async fn run_controller<K, E, F, Fut>(
             retry_in_ms = delay.as_millis() as u64,
             "reconcile failed: {error}"
         );
-        Action::requeue(delay)
+        match &policy_admission {
+            Some(admission) => {
+                admission.retry_after(&object, delay);
+                Action::await_change()
+            }
+            None => Action::requeue(delay),
+        }
     };
 
     let running = controller.run(reconciler, error_policy, ctx).for_each(|result| {
+        if let (Some(admission), Some(object)) = (&admission, reconciled_object::<K, E>(&result)) {
+            admission.finished(&object);
+        }
         // An object that left the cache will not be retried: forget its failures.
         if let Err(ControllerError::ObjectNotFound(object)) = &result {
             failures.reset(&object.to_string());
@@ -144,6 +214,25 @@ pub async fn run_controller<K, E, F, Fut>(
         running.await;
     }
     debug!(controller = name, "controller stopped");
+}
+
+/// The object a result of kube's runner is the end of a reconcile of, if it is one.
+fn reconciled_object<K, E>(
+    result: &Result<(ObjectRef<K>, Action), ControllerError<E, watcher::Error>>,
+) -> Option<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let erased = match result {
+        Ok((object, _)) => return Some(object.clone()),
+        Err(ControllerError::ReconcilerFailed(_, object) | ControllerError::ObjectNotFound(object)) => object,
+        Err(_) => return None,
+    };
+    let object = ObjectRef::new(&erased.name);
+    Some(match &erased.namespace {
+        Some(namespace) => object.within(namespace),
+        None => object,
+    })
 }
 
 /// What every reconcile of one controller shares.
@@ -219,10 +308,8 @@ where
 
 /// Reconciler failures are logged by the error policy, where the retry delay is known; this
 /// logs what only the result stream sees.
-fn log_outcome<K, E>(
-    name: &str,
-    result: Result<(ObjectRef<K>, Action), ControllerError<E, kube::runtime::watcher::Error>>,
-) where
+fn log_outcome<K, E>(name: &str, result: Result<(ObjectRef<K>, Action), ControllerError<E, watcher::Error>>)
+where
     K: Resource,
     E: std::error::Error,
 {

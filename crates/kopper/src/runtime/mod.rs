@@ -1,6 +1,7 @@
 //! The shared runtime every controller stands on.
 
 pub mod admin;
+pub mod admission;
 pub mod api_requests;
 pub mod cache;
 pub mod client;

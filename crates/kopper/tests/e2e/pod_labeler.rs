@@ -1,9 +1,16 @@
 //! End-to-end behaviour of the pod labeler (seed 001) on kubesim.
 
-use crate::common::{Cluster, Operator, create_pod, eventually, label_of, pod, wait_for_label};
+use std::time::Duration;
+
+use crate::common::{
+    Cluster, Operator, create_pod, eventually, eventually_within, label_of, pod, wait_for_label,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
@@ -184,5 +191,62 @@ async fn pods_that_need_no_change_are_not_written() {
     wait_for_label(&cluster, "later", LABEL, Some("later")).await;
 
     assert_eq!(cluster.sim.counters().get("patch", "pods"), 1, "only the pod that asked was written");
+    operator.stop().await.unwrap();
+}
+
+/// One namespace's burst does not hold up another namespace's pod: with a backlog of 1,000 of
+/// team-a's pods asking for the label and one reconcile at a time, team-b's pod created
+/// meanwhile is labelled while most of team-a's still wait, because namespaces take their
+/// turns (kube's own queue would serve it after all of team-a's). And none of the backlog is
+/// lost on the way.
+#[tokio::test]
+async fn a_burst_of_one_namespace_s_pods_does_not_hold_up_another_namespace_s() {
+    const BURST: usize = 1_000;
+    let cluster = Cluster::start().await;
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    for name in ["team-a", "team-b"] {
+        let metadata = ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() };
+        namespaces
+            .create(&PostParams::default(), &Namespace { metadata, ..Namespace::default() })
+            .await
+            .unwrap();
+    }
+    let team_a = cluster.pods("team-a");
+    futures::stream::iter(0..BURST)
+        .for_each_concurrent(16, |n| {
+            let team_a = team_a.clone();
+            async move { create_pod(&team_a, &pod(&format!("burst-{n}"), &[(ANNOTATION, "true")], &[])).await }
+        })
+        .await;
+    let operator = Operator::start(cluster.run_args(&["--controllers", "pod-labeler", "--concurrency", "1"]));
+    // One page of at most `limit` unlabelled pods: cheap enough to ask every few milliseconds.
+    let unlabelled = |limit: u32| {
+        let team_a = team_a.clone();
+        async move {
+            let params = ListParams::default().labels(&format!("!{LABEL}")).limit(limit);
+            team_a.list(&params).await.unwrap().items.len()
+        }
+    };
+    eventually("team-a's backlog under way", || async {
+        label_of(&team_a, "burst-0", LABEL).await.or(label_of(
+            &team_a,
+            &format!("burst-{}", BURST - 1),
+            LABEL,
+        )
+        .await)
+    })
+    .await;
+
+    let team_b = cluster.pods("team-b");
+    create_pod(&team_b, &pod("web", &[(ANNOTATION, "true")], &[])).await;
+    eventually("team-b's pod labelled", || async { label_of(&team_b, "web", LABEL).await }).await;
+    let waiting = unlabelled(BURST as u32).await;
+    assert!(waiting > BURST / 2, "team-b's pod waited for {} of team-a's", BURST - waiting);
+
+    // One at a time on a loaded machine: more than the usual deadline.
+    eventually_within(Duration::from_secs(90), "team-a's backlog labelled", || async {
+        (unlabelled(1).await == 0).then_some(())
+    })
+    .await;
     operator.stop().await.unwrap();
 }

@@ -17,13 +17,14 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::debug;
 
+use crate::runtime::controller::run_admitted_controller;
 use crate::runtime::events::EventType;
-use crate::runtime::{Context, ErrorCategory, run_controller};
+use crate::runtime::{Context, ErrorCategory};
 use desired::{Keys, LabelChange, NameTooLongForLabel};
 use pending::{PodMeta, TrackedPod, keep_pending};
 
@@ -64,10 +65,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             let keys = Keys { annotation: &settings.pod_label_annotation, label: &settings.pod_name_label };
             std::future::ready(Ok(keep_pending(event, keys, |pod| held.get(pod))))
         })
-        .reflect(writer)
-        .applied_objects();
-    let controller = Controller::for_stream(pods, reader).with_config(crate::runtime::controller::config());
-    run_controller(NAME, controller, ctx, shutdown, reconcile).await;
+        .reflect(writer);
+    // Every pod of the cluster can ask for a label at once (a relist, a new rollout of every
+    // workload): they wait in the admission queue, not as started reconciles.
+    run_admitted_controller(NAME, pods, reader, ctx, shutdown, reconcile).await;
 }
 
 async fn reconcile(pod: Arc<TrackedPod>, ctx: Arc<Context>) -> Result<Action, Error> {

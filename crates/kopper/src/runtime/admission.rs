@@ -1,0 +1,523 @@
+//! Fair, bounded admission of a controller's objects into kube's runner.
+//!
+//! kube-runtime's runner keeps every reconcile it has started in a table and polls them all
+//! each time it is woken: by a reconcile ending, by any watch event. Started unbounded, a
+//! controller's whole backlog (75,000 pods asking for a label at Kubernetes' limits) sits in
+//! that table waiting for a [`FairGate`](super::fair_gate::FairGate) permit, and every wake
+//! costs a pass over all of it: the work per object grows with the backlog. Bounded by kube
+//! instead, the backlog waits in kube's queue, which serves it first come, first served, so
+//! one namespace's thousands of pods would hold up another namespace's first.
+//!
+//! So a controller's objects wait here before kube sees them: queued per namespace and served
+//! in turn, as the gate serves its permits ([`RoundRobin`]), each at most once however often
+//! it changes, and let through only while fewer than the window (the controller's
+//! `--concurrency`) are being reconciled. kube then never holds more than the window, and an
+//! object waiting costs a queue entry, not a started reconcile. A change to an object being
+//! reconciled queues it again when that reconcile ends, so the change is never lost and the
+//! object never runs twice at once. A failed reconcile comes back through the same queue once
+//! its backoff has passed, so retries take turns too.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context as TaskContext, Poll, Waker};
+use std::time::Duration;
+
+use futures::Stream;
+use futures::stream::{BoxStream, StreamExt};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio_util::time::DelayQueue;
+use tokio_util::time::delay_queue::Key as DelayKey;
+
+use super::fair_gate::{Lane, RoundRobin};
+
+/// Input events taken in one poll before the stream yields to other tasks: a relist of
+/// 150,000 objects is queued in slices, not in one go.
+const INPUT_SLICE: usize = 1024;
+
+/// Which objects wait for a turn, in which order, and which are being reconciled: the
+/// decisions of admission, without its I/O. `T` names one object; its lane is its namespace.
+#[derive(Debug)]
+pub struct AdmissionQueue<T> {
+    window: usize,
+    waiting: RoundRobin<Lane, T>,
+    /// What `waiting` holds, so an object is queued once however often it changes.
+    queued: HashSet<T>,
+    /// Let through and not finished yet; `true` once the object changed meanwhile.
+    admitted: HashMap<T, bool>,
+}
+
+impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
+    /// A queue letting `window` objects through at a time (at least one).
+    pub fn new(window: usize) -> Self {
+        Self {
+            window: window.max(1),
+            waiting: RoundRobin::default(),
+            queued: HashSet::new(),
+            admitted: HashMap::new(),
+        }
+    }
+
+    /// `object` in `lane` changed: it waits for its turn, unless it already does, or is
+    /// being reconciled (then it queues again when that ends).
+    pub fn offer(&mut self, lane: Lane, object: T) {
+        if let Some(changed) = self.admitted.get_mut(&object) {
+            *changed = true;
+        } else if self.queued.insert(object.clone()) {
+            self.waiting.push(lane, object);
+        }
+    }
+
+    /// The next object whose turn it is, if fewer than the window are being reconciled. The
+    /// caller reports its end with [`finish`](Self::finish).
+    pub fn admit(&mut self) -> Option<T> {
+        if self.admitted.len() >= self.window {
+            return None;
+        }
+        let object = self.waiting.pop()?;
+        self.queued.remove(&object);
+        self.admitted.insert(object.clone(), false);
+        Some(object)
+    }
+
+    /// `object`'s reconcile ended: its place goes to the next in turn, and it queues again
+    /// (at the back of its lane) if it changed meanwhile. Unknown objects are ignored.
+    pub fn finish<Q>(&mut self, lane: Lane, object: &Q)
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: Eq + std::hash::Hash + ?Sized,
+    {
+        if let Some((object, true)) = self.admitted.remove_entry(object) {
+            self.offer(lane, object);
+        }
+    }
+
+    /// Objects waiting for their turn.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Objects let through and not finished.
+    pub fn admitted(&self) -> usize {
+        self.admitted.len()
+    }
+}
+
+/// One object, as admission keys it: shared between the queue and its index.
+type Object<K> = Arc<ObjectRef<K>>;
+
+/// A controller's admission: the handle its runner reports ends and retries to, and the
+/// source of the stream of objects kube is given ([`Admission::admit`]). Cheap to clone.
+pub struct Admission<K: Resource<DynamicType = ()> + 'static> {
+    shared: Arc<Mutex<Shared<K>>>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Clone for Admission<K> {
+    fn clone(&self) -> Self {
+        Self { shared: self.shared.clone() }
+    }
+}
+
+struct Shared<K: Resource<DynamicType = ()> + 'static> {
+    queue: AdmissionQueue<Object<K>>,
+    /// Failed objects waiting out their backoff, each once.
+    retries: DelayQueue<Object<K>>,
+    retry_keys: HashMap<Object<K>, DelayKey>,
+    /// The admitted stream's task, woken when a place frees or a retry is added.
+    waker: Option<Waker>,
+    /// Set to how many objects wait for their turn, whenever that changes.
+    waiting_gauge: Gauge<i64, AtomicI64>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Shared<K> {
+    fn offer(&mut self, object: Object<K>) {
+        self.queue.offer(object.namespace.clone(), object);
+        self.publish_waiting();
+    }
+
+    /// A change supersedes a retry: the object is reconciled now instead.
+    fn cancel_retry(&mut self, object: &Object<K>) {
+        if let Some(key) = self.retry_keys.remove(object) {
+            self.retries.remove(&key);
+        }
+    }
+
+    fn publish_waiting(&self) {
+        self.waiting_gauge.set(i64::try_from(self.queue.waiting()).unwrap_or(i64::MAX));
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Admission<K> {
+    /// An admission letting `window` objects through at a time.
+    pub fn new(window: usize) -> Self {
+        let shared = Shared {
+            queue: AdmissionQueue::new(window),
+            retries: DelayQueue::new(),
+            retry_keys: HashMap::new(),
+            waker: None,
+            waiting_gauge: Gauge::default(),
+        };
+        Self { shared: Arc::new(Mutex::new(shared)) }
+    }
+
+    /// The same admission, keeping `gauge` at the number of objects waiting (a metric).
+    pub fn counting_waiters_in(self, gauge: Gauge<i64, AtomicI64>) -> Self {
+        self.lock().waiting_gauge = gauge;
+        self
+    }
+
+    /// The stream to give kube: the objects of `events` (a controller's watch events, once
+    /// its reflector has applied them to `store`) queued per namespace and let through in
+    /// turn, read again from `store` when their turn comes (an object gone from it by then
+    /// is let go). The objects of a list are queued once it is complete: the reflector
+    /// holds them back from the store until then. Ends when `events` does.
+    pub fn admit<S, E>(
+        &self,
+        events: S,
+        store: Store<K>,
+    ) -> impl Stream<Item = Result<K, E>> + Send + use<K, S, E>
+    where
+        S: Stream<Item = Result<Event<K>, E>> + Send + 'static,
+        K: Clone + Send + Sync + 'static,
+        E: Send + 'static,
+    {
+        Admitted { admission: self.clone(), events: events.boxed(), store, listed: Vec::new(), ended: false }
+    }
+
+    /// `object`'s reconcile ended (whatever its result): the next object's turn may come.
+    pub fn finished(&self, object: &ObjectRef<K>) {
+        let mut shared = self.lock();
+        shared.queue.finish(object.namespace.clone(), object);
+        shared.publish_waiting();
+        wake(shared);
+    }
+
+    /// `object` is to be reconciled again after `delay` (its backoff), through the queue.
+    /// An earlier retry already planned is kept.
+    pub fn retry_after(&self, object: &ObjectRef<K>, delay: Duration) {
+        let mut shared = self.lock();
+        let Shared { retries, retry_keys, .. } = &mut *shared;
+        let deadline = tokio::time::Instant::now() + delay;
+        match retry_keys.entry(Arc::new(object.clone())) {
+            Entry::Occupied(planned) => {
+                if deadline < retries.deadline(planned.get()) {
+                    retries.reset_at(planned.get(), deadline);
+                }
+            }
+            Entry::Vacant(unplanned) => {
+                let key = retries.insert_at(unplanned.key().clone(), deadline);
+                unplanned.insert(key);
+            }
+        }
+        wake(shared);
+    }
+
+    /// Objects waiting for their turn.
+    pub fn waiting(&self) -> usize {
+        self.lock().queue.waiting()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared<K>> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Wakes the admitted stream after releasing the lock, so that it does not wake into it.
+fn wake<K: Resource<DynamicType = ()> + 'static>(mut shared: MutexGuard<'_, Shared<K>>) {
+    let waker = shared.waker.take();
+    drop(shared);
+    if let Some(waker) = waker {
+        waker.wake();
+    }
+}
+
+/// The stream [`Admission::admit`] returns.
+struct Admitted<K: Resource<DynamicType = ()> + 'static, E> {
+    admission: Admission<K>,
+    events: BoxStream<'static, Result<Event<K>, E>>,
+    store: Store<K>,
+    /// The objects of a list under way, queued when it is complete.
+    listed: Vec<Object<K>>,
+    ended: bool,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static, E> Admitted<K, E> {
+    fn hear(&mut self, event: Event<K>) {
+        match event {
+            Event::Init => self.listed.clear(),
+            Event::InitApply(object) => self.listed.push(Arc::new(ObjectRef::from_obj(&object))),
+            Event::InitDone => {
+                let mut shared = self.admission.lock();
+                for object in self.listed.drain(..) {
+                    shared.cancel_retry(&object);
+                    shared.offer(object);
+                }
+                self.listed.shrink_to_fit();
+            }
+            Event::Apply(object) => {
+                let object = Arc::new(ObjectRef::from_obj(&object));
+                let mut shared = self.admission.lock();
+                shared.cancel_retry(&object);
+                shared.offer(object);
+            }
+            // The store has let it go; so does the queue, when its turn comes.
+            Event::Delete(_) => {}
+        }
+    }
+}
+
+impl<K, E> Stream for Admitted<K, E>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    type Item = Result<K, E>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        let mut more_input = true;
+        for _ in 0..INPUT_SLICE {
+            match this.events.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(event))) => this.hear(event),
+                Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(error))),
+                Poll::Ready(None) => {
+                    this.ended = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    more_input = false;
+                    break;
+                }
+            }
+        }
+        let mut shared = this.admission.lock();
+        while let Poll::Ready(Some(due)) = shared.retries.poll_expired(cx) {
+            let object = due.into_inner();
+            shared.retry_keys.remove(&object);
+            shared.offer(object);
+        }
+        while let Some(object) = shared.queue.admit() {
+            shared.publish_waiting();
+            match this.store.get(&object) {
+                Some(latest) => return Poll::Ready(Some(Ok(latest.as_ref().clone()))),
+                // Deleted while it waited, or no longer kept (no work left): let it go.
+                None => shared.queue.finish(object.namespace.clone(), &object),
+            }
+        }
+        if more_input {
+            // The slice is used up, not the input: come back after other tasks had a turn.
+            cx.waker().wake_by_ref();
+        } else if !shared.waker.as_ref().is_some_and(|waker| waker.will_wake(cx.waker())) {
+            shared.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector;
+
+    fn lane(name: &str) -> Lane {
+        Some(name.to_owned())
+    }
+
+    fn admit_all(queue: &mut AdmissionQueue<&'static str>) -> Vec<&'static str> {
+        std::iter::from_fn(|| queue.admit()).collect()
+    }
+
+    #[test]
+    fn namespaces_take_turns_whatever_order_their_objects_came_in() {
+        let mut queue = AdmissionQueue::new(10);
+        for object in ["a1", "a2", "a3", "a4"] {
+            queue.offer(lane("a"), object);
+        }
+        queue.offer(lane("b"), "b1");
+        queue.offer(lane("c"), "c1");
+        assert_eq!(admit_all(&mut queue), ["a1", "b1", "c1", "a2", "a3", "a4"]);
+    }
+
+    #[test]
+    fn no_more_than_the_window_is_let_through_until_one_finishes() {
+        let mut queue = AdmissionQueue::new(2);
+        for object in ["a1", "a2", "a3"] {
+            queue.offer(lane("a"), object);
+        }
+        assert_eq!(admit_all(&mut queue), ["a1", "a2"]);
+        assert_eq!((queue.admitted(), queue.waiting()), (2, 1));
+        queue.finish(lane("a"), &"a1");
+        assert_eq!(admit_all(&mut queue), ["a3"]);
+    }
+
+    #[test]
+    fn an_object_that_changes_while_it_waits_waits_once() {
+        let mut queue = AdmissionQueue::new(10);
+        for _ in 0..3 {
+            queue.offer(lane("a"), "a1");
+        }
+        assert_eq!(queue.waiting(), 1);
+        assert_eq!(admit_all(&mut queue), ["a1"]);
+    }
+
+    #[test]
+    fn a_change_during_a_reconcile_queues_the_object_again_when_it_ends() {
+        let mut queue = AdmissionQueue::new(10);
+        queue.offer(lane("a"), "a1");
+        assert_eq!(admit_all(&mut queue), ["a1"]);
+        queue.offer(lane("a"), "a1");
+        assert_eq!(admit_all(&mut queue), Vec::<&str>::new(), "never twice at once");
+        queue.finish(lane("a"), &"a1");
+        assert_eq!(admit_all(&mut queue), ["a1"]);
+        queue.finish(lane("a"), &"a1");
+        assert_eq!((queue.admitted(), queue.waiting()), (0, 0), "unchanged since: done");
+    }
+
+    #[test]
+    fn ends_of_objects_never_let_through_change_nothing() {
+        let mut queue = AdmissionQueue::new(1);
+        queue.offer(lane("a"), "a1");
+        queue.offer(lane("a"), "a2");
+        assert_eq!(admit_all(&mut queue), ["a1"]);
+        queue.finish(lane("a"), &"a2");
+        queue.finish(lane("b"), &"b9");
+        assert_eq!((queue.admitted(), queue.waiting()), (1, 1));
+    }
+
+    /// A store holding `names` in namespace `namespace`, and the objects as a stream would
+    /// bring them.
+    fn config_maps(
+        store: &mut reflector::store::Writer<ConfigMap>,
+        namespace: &str,
+        names: &[&str],
+    ) -> Vec<ConfigMap> {
+        names
+            .iter()
+            .map(|name| {
+                let mut object = ConfigMap::default();
+                object.metadata.name = Some((*name).into());
+                object.metadata.namespace = Some(namespace.into());
+                store.apply_watcher_event(&Event::Apply(object.clone()));
+                object
+            })
+            .collect()
+    }
+
+    /// A watch that brought `objects` one by one, and then nothing.
+    fn applied(objects: Vec<ConfigMap>) -> impl Stream<Item = Result<Event<ConfigMap>, ()>> {
+        futures::stream::iter(objects)
+            .map(|object| Ok(Event::Apply(object)))
+            .chain(futures::stream::pending())
+    }
+
+    fn names<E>(objects: &[Result<ConfigMap, E>]) -> Vec<String> {
+        objects.iter().map(|object| object.as_ref().ok().unwrap().metadata.name.clone().unwrap()).collect()
+    }
+
+    /// What the stream lets through now, without waiting.
+    fn ready<E, S: Stream<Item = Result<ConfigMap, E>> + Unpin>(stream: &mut S) -> Vec<Result<ConfigMap, E>> {
+        let mut cx = TaskContext::from_waker(Waker::noop());
+        std::iter::from_fn(|| match stream.poll_next_unpin(&mut cx) {
+            Poll::Ready(item) => item,
+            Poll::Pending => None,
+        })
+        .collect()
+    }
+
+    #[tokio::test]
+    async fn kube_is_given_a_window_of_objects_in_turn_and_the_next_as_each_ends() {
+        let (store, mut writer) = reflector::store();
+        let mut objects = config_maps(&mut writer, "a", &["a1", "a2", "a3"]);
+        objects.extend(config_maps(&mut writer, "b", &["b1"]));
+        let admission = Admission::<ConfigMap>::new(2);
+        let mut admitted = Box::pin(admission.admit(applied(objects), store));
+
+        assert_eq!(names(&ready(&mut admitted)), ["a1", "b1"]);
+        assert_eq!(admission.waiting(), 2);
+        admission.finished(&ObjectRef::new("b1").within("b"));
+        assert_eq!(names(&ready(&mut admitted)), ["a2"]);
+    }
+
+    #[tokio::test]
+    async fn an_object_gone_from_the_store_while_it_waited_is_let_go() {
+        let (store, mut writer) = reflector::store();
+        let objects = config_maps(&mut writer, "a", &["a1", "a2"]);
+        let admission = Admission::<ConfigMap>::new(1);
+        let mut admitted = Box::pin(admission.admit(applied(objects.clone()), store));
+        assert_eq!(names(&ready(&mut admitted)), ["a1"]);
+        writer.apply_watcher_event(&Event::Delete(objects[1].clone()));
+        admission.finished(&ObjectRef::new("a1").within("a"));
+        assert!(ready(&mut admitted).is_empty());
+        assert_eq!((admission.waiting(), admission.lock().queue.admitted()), (0, 0), "nothing held for it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_object_comes_back_through_the_queue_after_its_backoff() {
+        let (store, mut writer) = reflector::store();
+        let objects = config_maps(&mut writer, "a", &["a1"]);
+        let admission = Admission::<ConfigMap>::new(1);
+        let mut admitted = Box::pin(admission.admit(applied(objects), store));
+        assert_eq!(names(&ready(&mut admitted)), ["a1"]);
+        let a1 = ObjectRef::new("a1").within("a");
+        admission.retry_after(&a1, Duration::from_secs(5));
+        admission.retry_after(&a1, Duration::from_secs(60));
+        admission.finished(&a1);
+        assert!(ready(&mut admitted).is_empty(), "not before its backoff");
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(names(&ready(&mut admitted)), ["a1"], "the earlier retry holds");
+        admission.finished(&a1);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(ready(&mut admitted).is_empty(), "and only once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_supersedes_a_planned_retry() {
+        let (store, mut writer) = reflector::store();
+        let objects = config_maps(&mut writer, "a", &["a1"]);
+        let (changes, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, ()>>();
+        let admission = Admission::<ConfigMap>::new(1);
+        let mut admitted = Box::pin(admission.admit(input, store));
+        changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
+        assert_eq!(names(&ready(&mut admitted)), ["a1"]);
+        let a1 = ObjectRef::new("a1").within("a");
+        admission.retry_after(&a1, Duration::from_secs(5));
+        admission.finished(&a1);
+        changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
+        assert_eq!(names(&ready(&mut admitted)), ["a1"], "the change is reconciled at once");
+        admission.finished(&a1);
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(ready(&mut admitted).is_empty(), "the retry it superseded does not run");
+    }
+
+    /// A reflector keeps a list's objects from its store until the list is complete (a
+    /// relist keeps the old ones meanwhile): they are not let go as gone before then.
+    #[tokio::test]
+    async fn the_objects_of_a_list_are_let_through_once_the_store_has_them() {
+        use kube::runtime::WatchStreamExt;
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let (events, input) =
+            futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, kube::runtime::watcher::Error>>();
+        let admission = Admission::<ConfigMap>::new(10);
+        let mut admitted = Box::pin(admission.admit(input.reflect(writer), store));
+        let unstored = |name: &str, namespace: &str| {
+            let mut object = ConfigMap::default();
+            object.metadata.name = Some(name.into());
+            object.metadata.namespace = Some(namespace.into());
+            object
+        };
+        events.unbounded_send(Ok(Event::Init)).unwrap();
+        events.unbounded_send(Ok(Event::InitApply(unstored("a1", "a")))).unwrap();
+        events.unbounded_send(Ok(Event::InitApply(unstored("b1", "b")))).unwrap();
+        assert!(ready(&mut admitted).is_empty(), "not before the list is complete");
+        events.unbounded_send(Ok(Event::InitDone)).unwrap();
+        assert_eq!(names(&ready(&mut admitted)), ["a1", "b1"]);
+    }
+}
