@@ -14,6 +14,12 @@ use tokio::sync::broadcast;
 
 use crate::registry::{Registry, StorageKey};
 
+/// Changes a watch may fall behind its resource type's feed before it is closed (the client
+/// resumes from its last resource version, as after any dropped watch). Counted per type,
+/// as kube-apiserver's watch cache judges a watcher by its own resource's events: a flood
+/// of pods does not close a slow namespace watch.
+pub const WATCH_FEED_CAPACITY: usize = 65_536;
+
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 pub type ObjKey = (String, String);
 
@@ -93,7 +99,12 @@ pub struct State {
     /// The resource version no history reaches back past (a restart or a compaction).
     compacted: u64,
     pub registry: Registry,
+    /// Every change, for the controllers that react to any kind (kube-controller-manager's).
     changes: broadcast::Sender<Arc<Change>>,
+    /// Each watched storage resource's changes, for its watches; made by the first watch of
+    /// a resource and dropped with its last.
+    feeds: HashMap<StorageKey, broadcast::Sender<Arc<Change>>>,
+    feed_capacity: usize,
 }
 
 impl State {
@@ -108,6 +119,8 @@ impl State {
             compacted: 1,
             registry: Registry::with_builtins(),
             changes,
+            feeds: HashMap::new(),
+            feed_capacity: WATCH_FEED_CAPACITY,
         }
     }
 
@@ -256,6 +269,12 @@ impl State {
         let change = Arc::new(change);
         let history = self.histories.entry(change.storage.clone()).or_default();
         history.push(change.clone(), self.history_limit);
+        if let Some(feed) = self.feeds.get(&change.storage)
+            && feed.send(change.clone()).is_err()
+        {
+            // Its last watch has ended.
+            self.feeds.remove(&change.storage);
+        }
         // No receivers is fine: nobody is watching.
         let _ = self.changes.send(change);
     }
@@ -271,8 +290,15 @@ impl State {
         Some(history.map(|h| h.since(since)).unwrap_or_default())
     }
 
+    /// Every change from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
         self.changes.subscribe()
+    }
+
+    /// The changes of `storage` from now on, as a watch of it sees them.
+    pub fn subscribe_to(&mut self, storage: &StorageKey) -> broadcast::Receiver<Arc<Change>> {
+        let capacity = self.feed_capacity;
+        self.feeds.entry(storage.clone()).or_insert_with(|| broadcast::channel(capacity).0).subscribe()
     }
 
     /// Shrinks each storage resource's history at run time (tests use it to force `410 Gone`).
@@ -407,6 +433,25 @@ mod tests {
         s.compact();
         assert!(s.changes_since(&cm(), first).is_none(), "a compaction reaches every history");
         assert!(s.changes_since(&secrets, s.resource_version()).is_some());
+    }
+
+    #[test]
+    fn a_watch_falls_behind_only_its_own_resource_s_changes() {
+        let mut s = state(10);
+        s.feed_capacity = 4;
+        let secrets = StorageKey { group: String::new(), resource: "secrets".into() };
+        let mut config_maps = s.subscribe_to(&cm());
+        let mut secret_watch = s.subscribe_to(&secrets);
+        for n in 0..10 {
+            let rv = s.next_resource_version();
+            s.put(&secrets, ("a".into(), format!("s{n}")), &json!({"metadata": {"name": "s"}}), rv);
+        }
+        put(&mut s, "a", "x");
+        assert_eq!(config_maps.try_recv().unwrap().key, ("a".to_owned(), "x".to_owned()));
+        assert!(matches!(secret_watch.try_recv(), Err(broadcast::error::TryRecvError::Lagged(_))));
+        drop((config_maps, secret_watch));
+        put(&mut s, "a", "y");
+        assert!(!s.feeds.contains_key(&cm()), "a feed goes with its last watch");
     }
 
     #[test]

@@ -165,14 +165,15 @@ pub async fn serve(
     // (kube-apiserver 1.32's watch cache does neither; only lists wait, then refuse it): it
     // stays quiet until changes pass that version.
     let (first, changes) = {
-        let state = sim.lock();
+        let mut state = sim.lock();
+        let changes = state.subscribe_to(&target.rt.storage);
         let verbatim = !opts.metadata_only
             && opts.table.is_none()
             && target.rt.view == crate::registry::View::Native
             && state.registry.by_storage(&target.rt.storage).len() == 1;
         let watcher = Watcher { target, opts, verbatim };
         let first = initial_frames(&state, &watcher);
-        (first.map(|frames| (frames, watcher)), state.subscribe())
+        (first.map(|frames| (frames, watcher)), changes)
     };
     let (tx, rx) = mpsc::channel(256);
     match first {
@@ -255,8 +256,9 @@ async fn pump(
                     Some(kind) => watcher.encode(kind, &change.object),
                     None => continue,
                 },
-                // A watcher too slow for the feed is closed; the client resumes from its
-                // last resource version, as after any dropped watch.
+                // A watcher too slow for its resource's feed is closed
+                // (store::WATCH_FEED_CAPACITY); the client resumes from its last resource
+                // version, as after any dropped watch.
                 Err(_) => return,
             },
         };
@@ -270,8 +272,9 @@ async fn pump(
     }
 }
 
-/// The current resource version, if this watch has seen every change up to it. Checked
-/// under the store lock: changes are sent while it is held, so none can slip in between.
+/// The current resource version, if this watch has seen every change of its resource up to
+/// it. Checked under the store lock: changes are sent while it is held, so none can slip in
+/// between.
 fn quiet_resource_version(sim: &Sim, changes: &broadcast::Receiver<Arc<Change>>) -> Option<u64> {
     let state = sim.lock();
     changes.is_empty().then(|| state.resource_version())
