@@ -33,11 +33,13 @@ use kube::runtime::watcher::Event;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as DelayKey;
+use tracing::warn;
 
 use super::fair_gate::{Lane, RoundRobin};
 
-/// Input events taken in one poll before the stream yields to other tasks: a relist of
-/// 150,000 objects is queued in slices, not in one go.
+/// Watch events taken in one poll before the stream yields to other tasks, so that a relist's
+/// 150,000 events do not hold the thread in one go (its objects are queued together once it
+/// is complete).
 const INPUT_SLICE: usize = 1024;
 
 /// Which objects wait for a turn, in which order, and which are being reconciled: the
@@ -79,27 +81,46 @@ impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
         if self.admitted.len() >= self.window {
             return None;
         }
-        let object = self.waiting.pop()?;
-        self.queued.remove(&object);
+        let queued = &mut self.queued;
+        let object = self.waiting.pop_live(|object| queued.remove(object))?;
         self.admitted.insert(object.clone(), false);
         Some(object)
     }
 
     /// `object`'s reconcile ended: its place goes to the next in turn, and it queues again
-    /// (at the back of its lane) if it changed meanwhile. Unknown objects are ignored.
-    pub fn finish<Q>(&mut self, lane: Lane, object: &Q)
+    /// (at the back of its lane) if it changed meanwhile: then `true`. Unknown objects are
+    /// ignored.
+    pub fn finish<Q>(&mut self, lane: Lane, object: &Q) -> bool
     where
         T: std::borrow::Borrow<Q>,
         Q: Eq + std::hash::Hash + ?Sized,
     {
-        if let Some((object, true)) = self.admitted.remove_entry(object) {
-            self.offer(lane, object);
+        match self.admitted.remove_entry(object) {
+            Some((object, true)) => {
+                self.offer(lane, object);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `object` is gone (deleted, or nothing left to do for it): it no longer waits. Its
+    /// entry in its lane is dropped when that lane's turn reaches it, without spending the
+    /// turn; a reconcile of it under way ends as usual.
+    pub fn withdraw<Q>(&mut self, object: &Q)
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: Eq + std::hash::Hash + ?Sized,
+    {
+        self.queued.remove(object);
+        if let Some(changed) = self.admitted.get_mut(object) {
+            *changed = false;
         }
     }
 
     /// Objects waiting for their turn.
     pub fn waiting(&self) -> usize {
-        self.waiting.len()
+        self.queued.len()
     }
 
     /// Objects let through and not finished.
@@ -114,12 +135,19 @@ type Object<K> = Arc<ObjectRef<K>>;
 /// A controller's admission: the handle its runner reports ends and retries to, and the
 /// source of the stream of objects kube is given ([`Admission::admit`]). Cheap to clone.
 pub struct Admission<K: Resource<DynamicType = ()> + 'static> {
+    controller: &'static str,
     shared: Arc<Mutex<Shared<K>>>,
+    /// Told of each object admission lets go of, so that what is kept per object elsewhere
+    /// (its failure count) goes with it.
+    let_go: LetGo<K>,
 }
+
+/// What [`Admission::letting_go_with`] is given.
+type LetGo<K> = Arc<dyn Fn(&ObjectRef<K>) + Send + Sync>;
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Admission<K> {
     fn clone(&self) -> Self {
-        Self { shared: self.shared.clone() }
+        Self { controller: self.controller, shared: self.shared.clone(), let_go: self.let_go.clone() }
     }
 }
 
@@ -141,7 +169,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Shared<K> {
     }
 
     /// A change supersedes a retry: the object is reconciled now instead.
-    fn cancel_retry(&mut self, object: &Object<K>) {
+    fn cancel_retry(&mut self, object: &ObjectRef<K>) {
         if let Some(key) = self.retry_keys.remove(object) {
             self.retries.remove(&key);
         }
@@ -153,8 +181,8 @@ impl<K: Resource<DynamicType = ()> + 'static> Shared<K> {
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Admission<K> {
-    /// An admission letting `window` objects through at a time.
-    pub fn new(window: usize) -> Self {
+    /// Controller `controller`'s admission, letting `window` objects through at a time.
+    pub fn new(controller: &'static str, window: usize) -> Self {
         let shared = Shared {
             queue: AdmissionQueue::new(window),
             retries: DelayQueue::new(),
@@ -162,7 +190,14 @@ impl<K: Resource<DynamicType = ()> + 'static> Admission<K> {
             waker: None,
             waiting_gauge: Gauge::default(),
         };
-        Self { shared: Arc::new(Mutex::new(shared)) }
+        Self { controller, shared: Arc::new(Mutex::new(shared)), let_go: Arc::new(|_| {}) }
+    }
+
+    /// The same admission, calling `let_go` with each object it lets go of: deleted, or left
+    /// the store (nothing to do for it) before its turn or its retry came.
+    pub fn letting_go_with(mut self, let_go: impl Fn(&ObjectRef<K>) + Send + Sync + 'static) -> Self {
+        self.let_go = Arc::new(let_go);
+        self
     }
 
     /// The same admission, keeping `gauge` at the number of objects waiting (a metric).
@@ -184,15 +219,19 @@ impl<K: Resource<DynamicType = ()> + 'static> Admission<K> {
     where
         S: Stream<Item = Result<Event<K>, E>> + Send + 'static,
         K: Clone + Send + Sync + 'static,
-        E: Send + 'static,
+        E: std::fmt::Display + Send + 'static,
     {
         Admitted { admission: self.clone(), events: events.boxed(), store, listed: Vec::new(), ended: false }
     }
 
-    /// `object`'s reconcile ended (whatever its result): the next object's turn may come.
+    /// `object`'s reconcile ended (whatever its result): the next object's turn may come. If
+    /// it changed meanwhile it queues again, and a retry its failure planned is dropped: the
+    /// new reconcile plans its own if it fails too.
     pub fn finished(&self, object: &ObjectRef<K>) {
         let mut shared = self.lock();
-        shared.queue.finish(object.namespace.clone(), object);
+        if shared.queue.finish(object.namespace.clone(), object) {
+            shared.cancel_retry(object);
+        }
         shared.publish_waiting();
         wake(shared);
     }
@@ -265,8 +304,16 @@ impl<K: Resource<DynamicType = ()> + 'static, E> Admitted<K, E> {
                 shared.cancel_retry(&object);
                 shared.offer(object);
             }
-            // The store has let it go; so does the queue, when its turn comes.
-            Event::Delete(_) => {}
+            Event::Delete(object) => {
+                let object = ObjectRef::from_obj(&object);
+                {
+                    let mut shared = self.admission.lock();
+                    shared.queue.withdraw(&object);
+                    shared.cancel_retry(&object);
+                    shared.publish_waiting();
+                }
+                (self.admission.let_go)(&object);
+            }
         }
     }
 }
@@ -274,6 +321,7 @@ impl<K: Resource<DynamicType = ()> + 'static, E> Admitted<K, E> {
 impl<K, E> Stream for Admitted<K, E>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
+    E: std::fmt::Display,
 {
     type Item = Result<K, E>;
 
@@ -286,7 +334,14 @@ where
         for _ in 0..INPUT_SLICE {
             match this.events.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(event))) => this.hear(event),
-                Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(error))),
+                // Kept from kube, which would stop reading this stream (and so admitting
+                // anything) for a backoff of its own; the watcher backs off already.
+                Poll::Ready(Some(Err(error))) => {
+                    warn!(
+                        controller = this.admission.controller,
+                        "watch failed, retrying with backoff: {error}"
+                    );
+                }
                 Poll::Ready(None) => {
                     this.ended = true;
                     return Poll::Ready(None);
@@ -303,13 +358,26 @@ where
             shared.retry_keys.remove(&object);
             shared.offer(object);
         }
+        let mut gone = Vec::new();
+        let mut next = None;
         while let Some(object) = shared.queue.admit() {
-            shared.publish_waiting();
             match this.store.get(&object) {
-                Some(latest) => return Poll::Ready(Some(Ok(latest.as_ref().clone()))),
+                Some(latest) => {
+                    next = Some(latest);
+                    break;
+                }
                 // Deleted while it waited, or no longer kept (no work left): let it go.
-                None => shared.queue.finish(object.namespace.clone(), &object),
+                None => {
+                    shared.queue.finish(object.namespace.clone(), &object);
+                    gone.push(object);
+                }
             }
+        }
+        shared.publish_waiting();
+        if let Some(latest) = next {
+            drop(shared);
+            let_go_of(&this.admission, gone);
+            return Poll::Ready(Some(Ok(latest.as_ref().clone())));
         }
         if more_input {
             // The slice is used up, not the input: come back after other tasks had a turn.
@@ -317,7 +385,15 @@ where
         } else if !shared.waker.as_ref().is_some_and(|waker| waker.will_wake(cx.waker())) {
             shared.waker = Some(cx.waker().clone());
         }
+        drop(shared);
+        let_go_of(&this.admission, gone);
         Poll::Pending
+    }
+}
+
+fn let_go_of<K: Resource<DynamicType = ()> + 'static>(admission: &Admission<K>, gone: Vec<Object<K>>) {
+    for object in gone {
+        (admission.let_go)(&object);
     }
 }
 
@@ -412,7 +488,7 @@ mod tests {
     }
 
     /// A watch that brought `objects` one by one, and then nothing.
-    fn applied(objects: Vec<ConfigMap>) -> impl Stream<Item = Result<Event<ConfigMap>, ()>> {
+    fn applied(objects: Vec<ConfigMap>) -> impl Stream<Item = Result<Event<ConfigMap>, String>> {
         futures::stream::iter(objects)
             .map(|object| Ok(Event::Apply(object)))
             .chain(futures::stream::pending())
@@ -437,7 +513,7 @@ mod tests {
         let (store, mut writer) = reflector::store();
         let mut objects = config_maps(&mut writer, "a", &["a1", "a2", "a3"]);
         objects.extend(config_maps(&mut writer, "b", &["b1"]));
-        let admission = Admission::<ConfigMap>::new(2);
+        let admission = Admission::<ConfigMap>::new("test", 2);
         let mut admitted = Box::pin(admission.admit(applied(objects), store));
 
         assert_eq!(names(&ready(&mut admitted)), ["a1", "b1"]);
@@ -450,7 +526,7 @@ mod tests {
     async fn an_object_gone_from_the_store_while_it_waited_is_let_go() {
         let (store, mut writer) = reflector::store();
         let objects = config_maps(&mut writer, "a", &["a1", "a2"]);
-        let admission = Admission::<ConfigMap>::new(1);
+        let admission = Admission::<ConfigMap>::new("test", 1);
         let mut admitted = Box::pin(admission.admit(applied(objects.clone()), store));
         assert_eq!(names(&ready(&mut admitted)), ["a1"]);
         writer.apply_watcher_event(&Event::Delete(objects[1].clone()));
@@ -463,7 +539,7 @@ mod tests {
     async fn a_failed_object_comes_back_through_the_queue_after_its_backoff() {
         let (store, mut writer) = reflector::store();
         let objects = config_maps(&mut writer, "a", &["a1"]);
-        let admission = Admission::<ConfigMap>::new(1);
+        let admission = Admission::<ConfigMap>::new("test", 1);
         let mut admitted = Box::pin(admission.admit(applied(objects), store));
         assert_eq!(names(&ready(&mut admitted)), ["a1"]);
         let a1 = ObjectRef::new("a1").within("a");
@@ -482,8 +558,8 @@ mod tests {
     async fn a_change_supersedes_a_planned_retry() {
         let (store, mut writer) = reflector::store();
         let objects = config_maps(&mut writer, "a", &["a1"]);
-        let (changes, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, ()>>();
-        let admission = Admission::<ConfigMap>::new(1);
+        let (changes, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, String>>();
+        let admission = Admission::<ConfigMap>::new("test", 1);
         let mut admitted = Box::pin(admission.admit(input, store));
         changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
         assert_eq!(names(&ready(&mut admitted)), ["a1"]);
@@ -505,7 +581,7 @@ mod tests {
         let (store, writer) = reflector::store::<ConfigMap>();
         let (events, input) =
             futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, kube::runtime::watcher::Error>>();
-        let admission = Admission::<ConfigMap>::new(10);
+        let admission = Admission::<ConfigMap>::new("test", 10);
         let mut admitted = Box::pin(admission.admit(input.reflect(writer), store));
         let unstored = |name: &str, namespace: &str| {
             let mut object = ConfigMap::default();
@@ -519,5 +595,90 @@ mod tests {
         assert!(ready(&mut admitted).is_empty(), "not before the list is complete");
         events.unbounded_send(Ok(Event::InitDone)).unwrap();
         assert_eq!(names(&ready(&mut admitted)), ["a1", "b1"]);
+    }
+
+    #[test]
+    fn an_object_withdrawn_while_it_waits_neither_counts_nor_takes_a_turn() {
+        let mut queue = AdmissionQueue::new(10);
+        for object in ["a1", "a2", "a3"] {
+            queue.offer(lane("a"), object);
+        }
+        queue.offer(lane("b"), "b1");
+        queue.withdraw(&"a1");
+        queue.withdraw(&"a2");
+        assert_eq!(queue.waiting(), 2);
+        assert_eq!(admit_all(&mut queue), ["a3", "b1"]);
+    }
+
+    #[test]
+    fn an_object_withdrawn_during_its_reconcile_is_not_queued_again() {
+        let mut queue = AdmissionQueue::new(10);
+        queue.offer(lane("a"), "a1");
+        assert_eq!(admit_all(&mut queue), ["a1"]);
+        queue.offer(lane("a"), "a1");
+        queue.withdraw(&"a1");
+        assert!(!queue.finish(lane("a"), &"a1"));
+        assert_eq!((queue.admitted(), queue.waiting()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_watch_error_does_not_stop_objects_being_let_through() {
+        let (store, mut writer) = reflector::store();
+        let objects = config_maps(&mut writer, "a", &["a1", "a2"]);
+        let (events, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, String>>();
+        let admission = Admission::<ConfigMap>::new("test", 1);
+        let mut admitted = Box::pin(admission.admit(input, store));
+        events.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
+        events.unbounded_send(Err("the watch failed".into())).unwrap();
+        events.unbounded_send(Ok(Event::Apply(objects[1].clone()))).unwrap();
+        assert_eq!(names(&ready(&mut admitted)), ["a1"], "kube is not handed the error");
+        admission.finished(&ObjectRef::new("a1").within("a"));
+        assert_eq!(names(&ready(&mut admitted)), ["a2"]);
+    }
+
+    #[tokio::test]
+    async fn objects_deleted_or_gone_before_their_turn_are_let_go_and_reported() {
+        let (store, mut writer) = reflector::store();
+        let objects = config_maps(&mut writer, "a", &["a1", "a2", "a3"]);
+        let (events, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, String>>();
+        let let_go = Arc::new(Mutex::new(Vec::new()));
+        let seen = let_go.clone();
+        let admission = Admission::<ConfigMap>::new("test", 1)
+            .letting_go_with(move |object| seen.lock().unwrap().push(object.name.clone()));
+        let mut admitted = Box::pin(admission.admit(input, store));
+        for object in &objects {
+            events.unbounded_send(Ok(Event::Apply(object.clone()))).unwrap();
+        }
+        assert_eq!(names(&ready(&mut admitted)), ["a1"]);
+        // a2 is deleted; a3 leaves the store without a Delete event reaching admission.
+        writer.apply_watcher_event(&Event::Delete(objects[1].clone()));
+        events.unbounded_send(Ok(Event::Delete(objects[1].clone()))).unwrap();
+        writer.apply_watcher_event(&Event::Delete(objects[2].clone()));
+        assert!(ready(&mut admitted).is_empty());
+        assert_eq!(admission.waiting(), 1, "a2 no longer waits");
+        admission.finished(&ObjectRef::new("a1").within("a"));
+        assert!(ready(&mut admitted).is_empty());
+        assert_eq!(*let_go.lock().unwrap(), ["a2", "a3"]);
+        assert_eq!((admission.waiting(), admission.lock().queue.admitted()), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_planned_by_a_failure_gives_way_to_a_change_made_during_it() {
+        let (store, mut writer) = reflector::store();
+        let objects = config_maps(&mut writer, "a", &["a1"]);
+        let (changes, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, String>>();
+        let admission = Admission::<ConfigMap>::new("test", 1);
+        let mut admitted = Box::pin(admission.admit(input, store));
+        changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
+        assert_eq!(names(&ready(&mut admitted)), ["a1"]);
+        changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
+        assert!(ready(&mut admitted).is_empty(), "never twice at once");
+        let a1 = ObjectRef::new("a1").within("a");
+        admission.retry_after(&a1, Duration::from_secs(5));
+        admission.finished(&a1);
+        assert_eq!(names(&ready(&mut admitted)), ["a1"], "the change is reconciled at once");
+        admission.finished(&a1);
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(ready(&mut admitted).is_empty(), "the retry it superseded does not run");
     }
 }

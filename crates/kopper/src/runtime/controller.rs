@@ -104,16 +104,18 @@ pub async fn run_controller<K, E, F, Fut>(
 {
     let waiting = waiting_gauge(&ctx, name);
     let gate = FairGate::new(usize::from(ctx.settings.concurrency)).counting_waiters_in(waiting);
-    drive(name, controller, gate, None, ctx, shutdown, reconcile).await;
+    let turns = Turns { gate, admission: None, failures: Arc::default() };
+    drive(name, controller, turns, ctx, shutdown, reconcile).await;
 }
 
 /// [`run_controller`] for a controller driven by one watch of its objects (`events`, once its
-/// reflector has applied them to `store`), whose backlog can reach every object of a kind in the cluster (the pod
-/// labeler's pods): the objects wait in an [`Admission`] queue, per namespace and in turn,
-/// and kube is given [`Settings::concurrency`](super::Settings::concurrency) of them at a
-/// time, so that nothing kube holds grows with the backlog. Failed reconciles wait out their
-/// backoff and then their turn in the same queue. Reconciles return
-/// [`Action::await_change`]: a requeue they ask for would be kube's, not in turn.
+/// reflector has applied them to `store`), whose backlog can reach every object of a kind in
+/// the cluster (the pod labeler's pods): the objects wait in an [`Admission`] queue, per
+/// namespace and in turn, and kube is given
+/// [`Settings::concurrency`](super::Settings::concurrency) of them at a time, so that nothing
+/// kube holds grows with the backlog. Failed reconciles wait out their backoff and then their
+/// turn in the same queue. Reconciles return [`Action::await_change`]: a requeue they ask for
+/// would be kube's, out of turn (it is logged as a warning).
 pub async fn run_admitted_controller<K, E, F, Fut>(
     name: &'static str,
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
@@ -128,25 +130,41 @@ pub async fn run_admitted_controller<K, E, F, Fut>(
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
     let concurrency = ctx.settings.concurrency;
-    let admission = Admission::new(usize::from(concurrency)).counting_waiters_in(waiting_gauge(&ctx, name));
+    let failures = Arc::new(FailureCounts::default());
+    let forget = failures.clone();
+    // An object let go before kube saw it again (deleted, or no work left) is never
+    // reported to `drive` as gone: its failures are forgotten here.
+    let admission = Admission::new(name, usize::from(concurrency))
+        .counting_waiters_in(waiting_gauge(&ctx, name))
+        .letting_go_with(move |object| forget.reset(&object.clone().erase().to_string()));
     let controller = Controller::for_stream(admission.admit(events, store.clone()), store)
         .with_config(config().concurrency(concurrency));
     // Admission already keeps kube to the window: the gate's permits are never short.
     let gate = FairGate::new(usize::from(concurrency));
-    drive(name, controller, gate, Some(admission), ctx, shutdown, reconcile).await;
+    let turns = Turns { gate, admission: Some(admission), failures };
+    drive(name, controller, turns, ctx, shutdown, reconcile).await;
 }
 
 fn waiting_gauge(ctx: &Context, name: &'static str) -> Gauge<i64, AtomicI64> {
     ctx.metrics.reconciles_waiting.get_or_create(&ControllerLabels { controller: name.into() }).clone()
 }
 
-/// What [`run_controller`] and [`run_admitted_controller`] share: runs `controller` with
-/// every reconcile behind `gate`, and reports ends and retries to `admission` if there is one.
+/// How a controller's reconciles take turns, and their failures per object.
+struct Turns<K: Resource<DynamicType = ()> + 'static> {
+    /// Every reconcile waits here for a permit.
+    gate: FairGate,
+    /// Where objects wait before kube sees them, for [`run_admitted_controller`]; it is
+    /// told of each reconcile's end and plans retries.
+    admission: Option<Admission<K>>,
+    failures: Arc<FailureCounts>,
+}
+
+/// What [`run_controller`] and [`run_admitted_controller`] share: runs `controller` with its
+/// reconciles taking `turns`.
 async fn drive<K, E, F, Fut>(
     name: &'static str,
     controller: Controller<K>,
-    gate: FairGate,
-    admission: Option<Admission<K>>,
+    turns: Turns<K>,
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     reconcile: F,
@@ -158,7 +176,7 @@ async fn drive<K, E, F, Fut>(
 {
     let store = controller.store();
     spawn_readiness_watch(name, store.clone(), &ctx);
-    let failures = Arc::new(FailureCounts::default());
+    let Turns { gate, admission, failures } = turns;
     let stopping = CancellationToken::new();
     let controller = controller.graceful_shutdown_on(stopping.clone().cancelled_owned());
 
@@ -196,6 +214,11 @@ async fn drive<K, E, F, Fut>(
     let running = controller.run(reconciler, error_policy, ctx).for_each(|result| {
         if let (Some(admission), Some(object)) = (&admission, reconciled_object::<K, E>(&result)) {
             admission.finished(&object);
+            if let Ok((_, action)) = &result
+                && *action != Action::await_change()
+            {
+                warn!(controller = name, %object, "a requeue asked by an admitted reconcile skips its turn");
+            }
         }
         // An object that left the cache will not be retried: forget its failures.
         if let Err(ControllerError::ObjectNotFound(object)) = &result {

@@ -68,6 +68,32 @@ impl<K: Clone + Eq + Hash, T> RoundRobin<K, T> {
         item
     }
 
+    /// [`pop`](Self::pop), dropping the items `live` rejects on the way: those at the front
+    /// of the lane whose turn it is go without spending its turn, and a lane left with none
+    /// passes the turn on.
+    pub fn pop_live(&mut self, mut live: impl FnMut(&T) -> bool) -> Option<T> {
+        while let Some(key) = self.turns.pop_front() {
+            let Some(queue) = self.queues.get_mut(&key) else { continue };
+            let mut found = None;
+            while let Some(item) = queue.pop_front() {
+                self.len -= 1;
+                if live(&item) {
+                    found = Some(item);
+                    break;
+                }
+            }
+            if queue.is_empty() {
+                self.queues.remove(&key);
+            } else {
+                self.turns.push_back(key);
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -213,6 +239,22 @@ mod tests {
 
     fn lane(name: &str) -> Lane {
         Some(name.to_owned())
+    }
+
+    #[test]
+    fn items_dropped_on_the_way_spend_no_turn() {
+        let mut queue = RoundRobin::default();
+        for item in ["a-dead-1", "a-dead-2", "a1"] {
+            queue.push(lane("a"), item);
+        }
+        queue.push(lane("b"), "b-dead");
+        queue.push(lane("c"), "c1");
+        let live = |item: &&str| !item.contains("dead");
+        assert_eq!(queue.pop_live(live), Some("a1"));
+        assert_eq!(queue.pop_live(live), Some("c1"), "b had nothing live: its turn passes on");
+        assert_eq!(queue.pop_live(live), None);
+        assert!(queue.is_empty());
+        assert_eq!(queue.len(), 0);
     }
 
     #[test]
