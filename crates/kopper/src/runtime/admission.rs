@@ -508,6 +508,37 @@ mod tests {
         .collect()
     }
 
+    /// A watch the test feeds into an admission, over a store holding config maps of
+    /// namespace "a".
+    struct Fed {
+        admitted: Pin<Box<dyn Stream<Item = Result<ConfigMap, String>> + Send>>,
+        events: futures::channel::mpsc::UnboundedSender<Result<Event<ConfigMap>, String>>,
+        objects: Vec<ConfigMap>,
+        writer: reflector::store::Writer<ConfigMap>,
+    }
+
+    impl Fed {
+        fn new(admission: &Admission<ConfigMap>, names: &[&str]) -> Self {
+            let (store, mut writer) = reflector::store();
+            let objects = config_maps(&mut writer, "a", names);
+            let (events, input) = futures::channel::mpsc::unbounded();
+            Self { admitted: Box::pin(admission.admit(input, store)), events, objects, writer }
+        }
+
+        fn send(&self, event: Result<Event<ConfigMap>, String>) {
+            self.events.unbounded_send(event).unwrap();
+        }
+
+        fn apply(&self, index: usize) {
+            self.send(Ok(Event::Apply(self.objects[index].clone())));
+        }
+
+        /// The names of what the stream lets through now.
+        fn ready(&mut self) -> Vec<String> {
+            names(&ready(&mut self.admitted))
+        }
+    }
+
     #[tokio::test]
     async fn kube_is_given_a_window_of_objects_in_turn_and_the_next_as_each_ends() {
         let (store, mut writer) = reflector::store();
@@ -556,21 +587,18 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_change_supersedes_a_planned_retry() {
-        let (store, mut writer) = reflector::store();
-        let objects = config_maps(&mut writer, "a", &["a1"]);
-        let (changes, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, String>>();
         let admission = Admission::<ConfigMap>::new("test", 1);
-        let mut admitted = Box::pin(admission.admit(input, store));
-        changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
-        assert_eq!(names(&ready(&mut admitted)), ["a1"]);
+        let mut fed = Fed::new(&admission, &["a1"]);
+        fed.apply(0);
+        assert_eq!(fed.ready(), ["a1"]);
         let a1 = ObjectRef::new("a1").within("a");
         admission.retry_after(&a1, Duration::from_secs(5));
         admission.finished(&a1);
-        changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
-        assert_eq!(names(&ready(&mut admitted)), ["a1"], "the change is reconciled at once");
+        fed.apply(0);
+        assert_eq!(fed.ready(), ["a1"], "the change is reconciled at once");
         admission.finished(&a1);
         tokio::time::advance(Duration::from_secs(6)).await;
-        assert!(ready(&mut admitted).is_empty(), "the retry it superseded does not run");
+        assert!(fed.ready().is_empty(), "the retry it superseded does not run");
     }
 
     /// A reflector keeps a list's objects from its store until the list is complete (a
@@ -623,62 +651,52 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_error_does_not_stop_objects_being_let_through() {
-        let (store, mut writer) = reflector::store();
-        let objects = config_maps(&mut writer, "a", &["a1", "a2"]);
-        let (events, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, String>>();
         let admission = Admission::<ConfigMap>::new("test", 1);
-        let mut admitted = Box::pin(admission.admit(input, store));
-        events.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
-        events.unbounded_send(Err("the watch failed".into())).unwrap();
-        events.unbounded_send(Ok(Event::Apply(objects[1].clone()))).unwrap();
-        assert_eq!(names(&ready(&mut admitted)), ["a1"], "kube is not handed the error");
+        let mut fed = Fed::new(&admission, &["a1", "a2"]);
+        fed.apply(0);
+        fed.send(Err("the watch failed".into()));
+        fed.apply(1);
+        assert_eq!(fed.ready(), ["a1"], "kube is not handed the error");
         admission.finished(&ObjectRef::new("a1").within("a"));
-        assert_eq!(names(&ready(&mut admitted)), ["a2"]);
+        assert_eq!(fed.ready(), ["a2"]);
     }
 
     #[tokio::test]
     async fn objects_deleted_or_gone_before_their_turn_are_let_go_and_reported() {
-        let (store, mut writer) = reflector::store();
-        let objects = config_maps(&mut writer, "a", &["a1", "a2", "a3"]);
-        let (events, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, String>>();
         let let_go = Arc::new(Mutex::new(Vec::new()));
         let seen = let_go.clone();
         let admission = Admission::<ConfigMap>::new("test", 1)
             .letting_go_with(move |object| seen.lock().unwrap().push(object.name.clone()));
-        let mut admitted = Box::pin(admission.admit(input, store));
-        for object in &objects {
-            events.unbounded_send(Ok(Event::Apply(object.clone()))).unwrap();
-        }
-        assert_eq!(names(&ready(&mut admitted)), ["a1"]);
+        let mut fed = Fed::new(&admission, &["a1", "a2", "a3"]);
+        (0..3).for_each(|index| fed.apply(index));
+        assert_eq!(fed.ready(), ["a1"]);
         // a2 is deleted; a3 leaves the store without a Delete event reaching admission.
-        writer.apply_watcher_event(&Event::Delete(objects[1].clone()));
-        events.unbounded_send(Ok(Event::Delete(objects[1].clone()))).unwrap();
-        writer.apply_watcher_event(&Event::Delete(objects[2].clone()));
-        assert!(ready(&mut admitted).is_empty());
+        let (a2, a3) = (fed.objects[1].clone(), fed.objects[2].clone());
+        fed.writer.apply_watcher_event(&Event::Delete(a2.clone()));
+        fed.send(Ok(Event::Delete(a2)));
+        fed.writer.apply_watcher_event(&Event::Delete(a3));
+        assert!(fed.ready().is_empty());
         assert_eq!(admission.waiting(), 1, "a2 no longer waits");
         admission.finished(&ObjectRef::new("a1").within("a"));
-        assert!(ready(&mut admitted).is_empty());
+        assert!(fed.ready().is_empty());
         assert_eq!(*let_go.lock().unwrap(), ["a2", "a3"]);
         assert_eq!((admission.waiting(), admission.lock().queue.admitted()), (0, 0));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_retry_planned_by_a_failure_gives_way_to_a_change_made_during_it() {
-        let (store, mut writer) = reflector::store();
-        let objects = config_maps(&mut writer, "a", &["a1"]);
-        let (changes, input) = futures::channel::mpsc::unbounded::<Result<Event<ConfigMap>, String>>();
         let admission = Admission::<ConfigMap>::new("test", 1);
-        let mut admitted = Box::pin(admission.admit(input, store));
-        changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
-        assert_eq!(names(&ready(&mut admitted)), ["a1"]);
-        changes.unbounded_send(Ok(Event::Apply(objects[0].clone()))).unwrap();
-        assert!(ready(&mut admitted).is_empty(), "never twice at once");
+        let mut fed = Fed::new(&admission, &["a1"]);
+        fed.apply(0);
+        assert_eq!(fed.ready(), ["a1"]);
+        fed.apply(0);
+        assert!(fed.ready().is_empty(), "never twice at once");
         let a1 = ObjectRef::new("a1").within("a");
         admission.retry_after(&a1, Duration::from_secs(5));
         admission.finished(&a1);
-        assert_eq!(names(&ready(&mut admitted)), ["a1"], "the change is reconciled at once");
+        assert_eq!(fed.ready(), ["a1"], "the change is reconciled at once");
         admission.finished(&a1);
         tokio::time::advance(Duration::from_secs(6)).await;
-        assert!(ready(&mut admitted).is_empty(), "the retry it superseded does not run");
+        assert!(fed.ready().is_empty(), "the retry it superseded does not run");
     }
 }
