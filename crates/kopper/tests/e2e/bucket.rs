@@ -546,7 +546,9 @@ async fn an_api_server_restart_is_survived_and_a_lost_store_loses_no_data() {
     install(&cluster).await;
     create_bucket(&cluster, "after", json!({})).await;
     // A new uid: a new bucket name, but the same user name, which the old uid's tags hold.
-    wait_for_reason(&cluster, "after", "UserNameTaken").await;
+    // kopper's Bucket watch failed through two restarts and while the kind was not served,
+    // so it may wait out a watch backoff of up to a minute (30 s, jittered) before it lists.
+    wait_for_reason_within(&cluster, "after", "UserNameTaken", Duration::from_secs(90)).await;
     let name = after.bucket_name.unwrap();
     assert!(!s3.bucket_is_empty(&name).await.unwrap(), "the bucket and its data are kept");
     let user = after.user_name.unwrap();
