@@ -168,6 +168,19 @@ impl<K: Resource<DynamicType = ()> + 'static> Shared<K> {
         self.publish_waiting();
     }
 
+    /// `object` changed: reconciled at its turn, instead of any retry planned for it.
+    fn changed(&mut self, object: Object<K>) {
+        self.cancel_retry(&object);
+        self.offer(object);
+    }
+
+    /// `object` is gone: it no longer waits, nor is it retried.
+    fn withdraw(&mut self, object: &ObjectRef<K>) {
+        self.queue.withdraw(object);
+        self.cancel_retry(object);
+        self.publish_waiting();
+    }
+
     /// A change supersedes a retry: the object is reconciled now instead.
     fn cancel_retry(&mut self, object: &ObjectRef<K>) {
         if let Some(key) = self.retry_keys.remove(object) {
@@ -292,26 +305,14 @@ impl<K: Resource<DynamicType = ()> + 'static, E> Admitted<K, E> {
             Event::InitApply(object) => self.listed.push(Arc::new(ObjectRef::from_obj(&object))),
             Event::InitDone => {
                 let mut shared = self.admission.lock();
-                for object in self.listed.drain(..) {
-                    shared.cancel_retry(&object);
-                    shared.offer(object);
-                }
+                self.listed.drain(..).for_each(|object| shared.changed(object));
+                drop(shared);
                 self.listed.shrink_to_fit();
             }
-            Event::Apply(object) => {
-                let object = Arc::new(ObjectRef::from_obj(&object));
-                let mut shared = self.admission.lock();
-                shared.cancel_retry(&object);
-                shared.offer(object);
-            }
+            Event::Apply(object) => self.admission.lock().changed(Arc::new(ObjectRef::from_obj(&object))),
             Event::Delete(object) => {
                 let object = ObjectRef::from_obj(&object);
-                {
-                    let mut shared = self.admission.lock();
-                    shared.queue.withdraw(&object);
-                    shared.cancel_retry(&object);
-                    shared.publish_waiting();
-                }
+                self.admission.lock().withdraw(&object);
                 (self.admission.let_go)(&object);
             }
         }
