@@ -136,7 +136,7 @@ pub async fn run_admitted_controller<K, E, F, Fut>(
     // reported to `drive` as gone: its failures are forgotten here.
     let admission = Admission::new(name, usize::from(concurrency))
         .counting_waiters_in(waiting_gauge(&ctx, name))
-        .letting_go_with(move |object| forget.reset(&object.clone().erase().to_string()));
+        .letting_go_with(move |object| forget.reset(&failure_key(object)));
     let controller = Controller::for_stream(admission.admit(events, store.clone()), store)
         .with_config(config().concurrency(concurrency));
     // Admission already keeps kube to the window: the gate's permits are never short.
@@ -192,7 +192,7 @@ async fn drive<K, E, F, Fut>(
     let reconciler = move |obj: Arc<K>, ctx: Arc<Context>| reconciles.start(&obj, ctx);
     let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Context>| {
         let object = ObjectRef::from_obj(obj.as_ref());
-        let key = object.clone().erase().to_string();
+        let key = failure_key(&object);
         let delay = retry_delay(error.is_permanent(), policy_failures.increment(&key), random_unit());
         warn!(
             controller = name,
@@ -319,7 +319,7 @@ where
             record_cache_size(&ctx, name, &store);
             match &result {
                 Ok(_) => {
-                    failures.reset(&object.erase().to_string());
+                    failures.reset(&failure_key(&object));
                     ctx.metrics.succeeded(name);
                 }
                 Err(error) => ctx.metrics.failed(name, error.category()),
@@ -409,6 +409,12 @@ fn random_unit() -> f64 {
 /// reconciles successfully.
 #[derive(Default)]
 struct FailureCounts(Mutex<HashMap<String, u32>>);
+
+/// An object's key in [`FailureCounts`] and in logs: `kind.version.group/namespace/name`, as
+/// kube's results name an object they no longer type.
+fn failure_key<K: Resource<DynamicType = ()>>(object: &ObjectRef<K>) -> String {
+    object.clone().erase().to_string()
+}
 
 impl FailureCounts {
     fn increment(&self, key: &str) -> u32 {
