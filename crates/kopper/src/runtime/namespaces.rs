@@ -154,8 +154,17 @@ async fn keep(
 
 /// Drops what no controller reads from a namespace before it is stored.
 fn trim(namespace: &mut NamespaceMeta) {
-    namespace.managed_fields_mut().clear();
-    namespace.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
+    // Emptied vectors and maps keep their allocations: each goes whole (the managed fields'
+    // buffer alone weighed more than the namespace's name, uid and version together).
+    namespace.metadata.managed_fields = None;
+    if let Some(annotations) = namespace.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+        if annotations.is_empty() {
+            namespace.metadata.annotations = None;
+        }
+    }
+    // "meta.k8s.io/v1 PartialObjectMetadata" on every namespace: the kind is the type's.
+    namespace.types = None;
 }
 
 /// One subscriber's view: the shared store, and the changes since it subscribed.
@@ -227,6 +236,30 @@ mod tests {
             NamespaceEvent::Changed { after: Some(after), .. } => after.metadata.name.as_deref(),
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_cached_namespace_keeps_what_controllers_read_and_no_empty_allocation() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut namespace = NamespaceMeta {
+            types: Some(kube::core::TypeMeta::resource::<NamespaceMeta>()),
+            ..NamespaceMeta::default()
+        };
+        namespace.metadata.name = Some("team-1".into());
+        namespace.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
+        namespace.metadata.annotations = Some([(LAST_APPLIED_ANNOTATION.to_owned(), "{}".to_owned())].into());
+        namespace.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        trim(&mut namespace);
+        assert_eq!(namespace.metadata.managed_fields, None, "no emptied vector keeps its buffer");
+        assert_eq!(namespace.metadata.annotations, None, "no emptied map is kept");
+        assert_eq!(namespace.types, None);
+        assert_eq!(namespace.name_any(), "team-1");
+        assert_eq!(namespace.labels().get("team").map(String::as_str), Some("a"));
+
+        let consent = "kopper.dev/accept-replication-from";
+        namespace.metadata.annotations = Some([(consent.to_owned(), "team-2".to_owned())].into());
+        trim(&mut namespace);
+        assert_eq!(namespace.annotations().get(consent).map(String::as_str), Some("team-2"));
     }
 
     #[tokio::test]
