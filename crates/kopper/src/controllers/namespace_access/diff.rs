@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use super::desired::{
     Desired, DesiredBinding, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL, Problem, ProblemKind,
 };
-use super::seen::{BindingState, Bindings, SeenBinding};
+use super::seen::{BindingState, Bindings, NameDigest, SeenBinding};
 
 /// One write against the API server.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,9 +131,10 @@ pub fn creates_from_index(
             Some(_) => return None,
         }
     }
+    let wanted: Vec<NameDigest> = desired.bindings.keys().map(|name| NameDigest::of(name)).collect();
     let unwanted = index.in_namespace(namespace).any(|(name, seen)| {
-        !desired.bindings.contains_key(name)
-            && !desired.held_policies.contains(seen.policy())
+        !wanted.contains(&name)
+            && !desired.held_policies.iter().any(|held| seen.serves(held))
             && !seen.is_terminating()
     });
     (!unwanted).then_some(creates)
