@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
+use kube::Api;
 use tokio::sync::broadcast;
 
 use super::Metrics;
@@ -209,6 +209,8 @@ impl NamespaceFeed {
 
 #[cfg(test)]
 mod tests {
+    use kube::ResourceExt;
+
     use super::*;
 
     /// A feed on a cache with no watch behind it, whose broadcast keeps `backlog` changes.
