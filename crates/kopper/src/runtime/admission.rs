@@ -137,9 +137,6 @@ type Object<K> = Arc<ObjectRef<K>>;
 pub struct Admission<K: Resource<DynamicType = ()> + 'static> {
     controller: &'static str,
     shared: Arc<Mutex<Shared<K>>>,
-    /// Told of each object admission lets go of, so that what is kept per object elsewhere
-    /// (its failure count) goes with it.
-    let_go: LetGo<K>,
 }
 
 /// What [`Admission::letting_go_with`] is given.
@@ -147,7 +144,7 @@ type LetGo<K> = Arc<dyn Fn(&ObjectRef<K>) + Send + Sync>;
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Admission<K> {
     fn clone(&self) -> Self {
-        Self { controller: self.controller, shared: self.shared.clone(), let_go: self.let_go.clone() }
+        Self { controller: self.controller, shared: self.shared.clone() }
     }
 }
 
@@ -160,6 +157,9 @@ struct Shared<K: Resource<DynamicType = ()> + 'static> {
     waker: Option<Waker>,
     /// Set to how many objects wait for their turn, whenever that changes.
     waiting_gauge: Gauge<i64, AtomicI64>,
+    /// Told of each object admission lets go of, so that what is kept per object elsewhere
+    /// (its failure count) goes with it.
+    let_go: LetGo<K>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Shared<K> {
@@ -202,15 +202,51 @@ impl<K: Resource<DynamicType = ()> + 'static> Admission<K> {
             retry_keys: HashMap::new(),
             waker: None,
             waiting_gauge: Gauge::default(),
+            let_go: Arc::new(|_| {}),
         };
-        Self { controller, shared: Arc::new(Mutex::new(shared)), let_go: Arc::new(|_| {}) }
+        Self { controller, shared: Arc::new(Mutex::new(shared)) }
     }
 
-    /// The same admission, calling `let_go` with each object it lets go of: deleted, or left
-    /// the store (nothing to do for it) before its turn or its retry came.
-    pub fn letting_go_with(mut self, let_go: impl Fn(&ObjectRef<K>) + Send + Sync + 'static) -> Self {
-        self.let_go = Arc::new(let_go);
+    /// The same admission (every handle of it), calling `let_go` with each object it lets go
+    /// of: deleted, or left the store (nothing to do for it) before its turn or its retry came.
+    pub fn letting_go_with(self, let_go: impl Fn(&ObjectRef<K>) + Send + Sync + 'static) -> Self {
+        self.lock().let_go = Arc::new(let_go);
         self
+    }
+
+    /// `object` is to be reconciled: it waits for its turn, as a change a watch brought
+    /// would. For a controller whose objects are offered by its own triggers
+    /// ([`Admission::offered`]) rather than by one watch.
+    pub fn offer(&self, object: ObjectRef<K>) {
+        self.offer_all([object]);
+    }
+
+    /// [`offer`](Admission::offer) for each of `objects`.
+    pub fn offer_all(&self, objects: impl IntoIterator<Item = ObjectRef<K>>) {
+        let mut shared = self.lock();
+        objects.into_iter().for_each(|object| shared.changed(Arc::new(object)));
+        wake(shared);
+    }
+
+    /// `object` is gone (deleted): it no longer waits, nor is it retried, and it is let go.
+    pub fn withdraw(&self, object: &ObjectRef<K>) {
+        let let_go = {
+            let mut shared = self.lock();
+            shared.withdraw(object);
+            shared.let_go.clone()
+        };
+        let_go(object);
+    }
+
+    /// The stream to give kube for a controller whose objects are [offered](Admission::offer)
+    /// rather than brought by a watch: each read from `store` when its turn comes (an object
+    /// not in it by then is let go). Never ends: kube's shutdown stops it.
+    pub fn offered<E>(&self, store: Store<K>) -> impl Stream<Item = Result<K, E>> + Send + use<K, E>
+    where
+        K: Clone + Send + Sync + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        self.admit(futures::stream::pending::<Result<Event<K>, E>>(), store)
     }
 
     /// The same admission, keeping `gauge` at the number of objects waiting (a metric).
@@ -310,11 +346,7 @@ impl<K: Resource<DynamicType = ()> + 'static, E> Admitted<K, E> {
                 self.listed.shrink_to_fit();
             }
             Event::Apply(object) => self.admission.lock().changed(Arc::new(ObjectRef::from_obj(&object))),
-            Event::Delete(object) => {
-                let object = ObjectRef::from_obj(&object);
-                self.admission.lock().withdraw(&object);
-                (self.admission.let_go)(&object);
-            }
+            Event::Delete(object) => self.admission.withdraw(&ObjectRef::from_obj(&object)),
         }
     }
 }
@@ -393,8 +425,12 @@ where
 }
 
 fn let_go_of<K: Resource<DynamicType = ()> + 'static>(admission: &Admission<K>, gone: Vec<Object<K>>) {
+    if gone.is_empty() {
+        return;
+    }
+    let let_go = admission.lock().let_go.clone();
     for object in gone {
-        (admission.let_go)(&object);
+        let_go(&object);
     }
 }
 
@@ -682,6 +718,39 @@ mod tests {
         assert!(fed.ready().is_empty());
         assert_eq!(*let_go.lock().unwrap(), ["a2", "a3"]);
         assert_eq!((admission.waiting(), admission.lock().queue.admitted()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn offered_objects_wait_once_each_and_kube_holds_no_more_than_the_window() {
+        let (store, mut writer) = reflector::store();
+        let objects = config_maps(&mut writer, "a", &["n1", "n2", "n3", "n4"]);
+        let let_go = Arc::new(Mutex::new(Vec::new()));
+        let seen = let_go.clone();
+        let admission = Admission::<ConfigMap>::new("test", 2)
+            .letting_go_with(move |object| seen.lock().unwrap().push(object.name.clone()));
+        let mut admitted = Box::pin(admission.offered::<String>(store));
+        assert!(ready(&mut admitted).is_empty(), "nothing offered, nothing let through");
+
+        // A policy change and a resync each offer every object: each waits once.
+        let every = || {
+            objects
+                .iter()
+                .map(|object| ObjectRef::new(object.metadata.name.as_deref().unwrap_or_default()).within("a"))
+        };
+        admission.offer_all(every());
+        admission.offer_all(every());
+        assert_eq!(admission.waiting(), 4);
+        assert_eq!(names(&ready(&mut admitted)), ["n1", "n2"], "the window, and no more");
+
+        // n3 is deleted; an object offered by name but not in the store is let go at its turn.
+        admission.withdraw(&ObjectRef::new("n3").within("a"));
+        admission.offer(ObjectRef::new("never-stored").within("a"));
+        admission.finished(&ObjectRef::new("n1").within("a"));
+        assert_eq!(names(&ready(&mut admitted)), ["n4"]);
+        admission.finished(&ObjectRef::new("n2").within("a"));
+        assert!(ready(&mut admitted).is_empty());
+        assert_eq!(*let_go.lock().unwrap(), ["n3", "never-stored"]);
+        assert_eq!((admission.waiting(), admission.lock().queue.admitted()), (0, 1));
     }
 
     #[tokio::test(start_paused = true)]

@@ -129,16 +129,67 @@ pub async fn run_admitted_controller<K, E, F, Fut>(
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
+    let admission = admission_for(name, &ctx);
+    let admitted = admission.admit(events, store.clone());
+    drive_admitted(name, admission, admitted, store, ctx, shutdown, reconcile).await;
+}
+
+/// An [`Admission`] queue for controller `name`, letting
+/// [`Settings::concurrency`](super::Settings::concurrency) objects through at a time, for
+/// [`run_offered_controller`]: its gauge is `kopper_reconciles_waiting`.
+pub fn admission_for<K: Resource<DynamicType = ()> + 'static>(
+    name: &'static str,
+    ctx: &Context,
+) -> Admission<K> {
+    Admission::new(name, usize::from(ctx.settings.concurrency)).counting_waiters_in(waiting_gauge(ctx, name))
+}
+
+/// [`run_admitted_controller`] for a controller whose objects several triggers of its own
+/// [offer](Admission::offer) to `admission` (made by [`admission_for`]), reading them from
+/// `store` when their turn comes: NamespaceAccess's namespaces, woken by namespace changes,
+/// by RoleBinding changes and by policy changes (every namespace at once). A reconcile that
+/// wants another pass later asks `admission` ([`Admission::retry_after`]) and returns
+/// [`Action::await_change`].
+pub async fn run_offered_controller<K, E, F, Fut>(
+    name: &'static str,
+    admission: Admission<K>,
+    store: Store<K>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    E: std::error::Error + ErrorCategory + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    let admitted = admission.offered(store.clone());
+    drive_admitted(name, admission, admitted, store, ctx, shutdown, reconcile).await;
+}
+
+/// What [`run_admitted_controller`] and [`run_offered_controller`] share: kube runs what
+/// `admitted` lets through, as many at a time as `admission`'s window.
+async fn drive_admitted<K, E, F, Fut>(
+    name: &'static str,
+    admission: Admission<K>,
+    admitted: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    store: Store<K>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    E: std::error::Error + ErrorCategory + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
     let concurrency = ctx.settings.concurrency;
     let failures = Arc::new(FailureCounts::default());
     let forget = failures.clone();
     // An object let go before kube saw it again (deleted, or no work left) is never
     // reported to `drive` as gone: its failures are forgotten here.
-    let admission = Admission::new(name, usize::from(concurrency))
-        .counting_waiters_in(waiting_gauge(&ctx, name))
-        .letting_go_with(move |object| forget.reset(&failure_key(object)));
-    let controller = Controller::for_stream(admission.admit(events, store.clone()), store)
-        .with_config(config().concurrency(concurrency));
+    let admission = admission.letting_go_with(move |object| forget.reset(&failure_key(object)));
+    let controller = Controller::for_stream(admitted, store).with_config(config().concurrency(concurrency));
     // Admission already keeps kube to the window: the gate's permits are never short.
     let gate = FairGate::new(usize::from(concurrency));
     let turns = Turns { gate, admission: Some(admission), failures };

@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::Api;
 use tokio::sync::broadcast;
 
 use super::Metrics;

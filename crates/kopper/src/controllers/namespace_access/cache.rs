@@ -5,13 +5,16 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::{Future, Stream, StreamExt};
-use kube::runtime::reflector::{self, Store};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use crate::runtime::Metrics;
+use crate::runtime::admission::Admission;
 use crate::runtime::cache::{CacheStopped, FirstList, Trigger};
 use crate::runtime::metrics::CacheLabels;
 use crate::runtime::namespaces::{NamespaceEvent, NamespaceFeed, NamespaceMeta};
@@ -100,30 +103,61 @@ pub fn spec_changed<K: Resource>() -> impl FnMut(&watcher::Event<K>) -> bool + S
     }
 }
 
-/// The namespaces the binding controller is to reconcile, from `feed`: each namespace whose
-/// name, labels or deletion changed (what its bindings depend on). A resync fires
-/// `resync` instead, for the controller's `reconcile_all_on`, which reads the store rather
-/// than having every namespace copied into the stream.
-pub fn namespace_changes(
-    feed: NamespaceFeed,
-    resync: Trigger,
-) -> impl Stream<Item = Result<NamespaceMeta, watcher::Error>> + Send + 'static {
-    futures::stream::unfold((feed, resync), |(mut feed, resync)| async move {
-        let changed = match feed.next().await {
-            NamespaceEvent::Resync => {
-                resync.fire();
-                None
-            }
-            NamespaceEvent::Changed { before, after: Some(after) } => {
-                let same =
-                    before.is_some_and(|before| bindings_depend_on(&before) == bindings_depend_on(&after));
-                (!same).then(|| Ok(NamespaceMeta::clone(&after)))
-            }
-            NamespaceEvent::Changed { after: None, .. } => None,
-        };
-        Some((changed, (feed, resync)))
-    })
-    .filter_map(std::future::ready)
+/// Offers the binding controller each namespace to judge (again), until its owner stops
+/// awaiting this:
+/// - from `feed`, each namespace whose name, labels or deletion changed (what its bindings
+///   depend on), and every namespace when the feed resyncs; a deleted namespace is withdrawn;
+/// - every namespace on each of `policy_changes`;
+/// - the namespace of each RoleBinding kopper did not make that changed (`foreign`: it may
+///   free or take a name a policy wants), and each namespace the index of kopper's own
+///   bindings shows a change in (`index`).
+///
+/// A namespace is offered by name alone: it waits in the admission queue as a name, and is
+/// read from the store when its turn comes.
+pub async fn offer_namespaces(
+    admission: Admission<NamespaceMeta>,
+    mut feed: NamespaceFeed,
+    foreign: impl Stream<Item = Result<PartialObjectMeta<RoleBinding>, watcher::Error>>,
+    index: impl Stream<Item = Box<str>>,
+    policy_changes: impl Stream<Item = ()>,
+) {
+    let store = feed.store();
+    let offer_all =
+        || admission.offer_all(store.state().iter().map(|namespace| by_name(&namespace.name_any())));
+    let (mut foreign, mut index, mut policy_changes) =
+        (std::pin::pin!(foreign), std::pin::pin!(index), std::pin::pin!(policy_changes));
+    loop {
+        tokio::select! {
+            event = feed.next() => match event {
+                NamespaceEvent::Resync => offer_all(),
+                NamespaceEvent::Changed { before, after: Some(after) } => {
+                    let same = before
+                        .is_some_and(|before| bindings_depend_on(&before) == bindings_depend_on(&after));
+                    if !same {
+                        admission.offer(by_name(&after.name_any()));
+                    }
+                }
+                NamespaceEvent::Changed { before: Some(before), after: None } => {
+                    admission.withdraw(&by_name(&before.name_any()));
+                }
+                NamespaceEvent::Changed { before: None, after: None } => {}
+            },
+            Some(binding) = foreign.next() => match binding {
+                Ok(binding) => {
+                    if let Some(namespace) = binding.namespace() {
+                        admission.offer(by_name(&namespace));
+                    }
+                }
+                Err(error) => tracing::warn!(kind = "RoleBinding", %error, "watch failed; retrying with backoff"),
+            },
+            Some(namespace) = index.next() => admission.offer(by_name(&namespace)),
+            Some(()) = policy_changes.next() => offer_all(),
+        }
+    }
+}
+
+fn by_name(namespace: &str) -> ObjectRef<NamespaceMeta> {
+    ObjectRef::new(namespace)
 }
 
 /// What a namespace's bindings depend on: its labels and whether it is being deleted.

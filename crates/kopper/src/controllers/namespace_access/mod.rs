@@ -45,8 +45,9 @@ use kube::runtime::watcher::Event;
 use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 
+use crate::runtime::admission::Admission;
 use crate::runtime::cache::Trigger;
-use crate::runtime::controller::run_controller;
+use crate::runtime::controller::{run_controller, run_offered_controller};
 use crate::runtime::namespaces::NamespaceMeta;
 use crate::runtime::watch;
 use crate::runtime::{Context, ErrorCategory};
@@ -119,6 +120,8 @@ struct Shared {
     own_writes: Arc<OwnWrites>,
     /// Namespaces to judge again, for the binding controller.
     index_wakes: Arc<IndexWakes>,
+    /// Where namespaces wait for the binding controller, and are retried.
+    admission: Admission<NamespaceMeta>,
 }
 
 /// kopper's own writes whose watch events have not come back, per namespace: such an event
@@ -256,6 +259,7 @@ pub async fn run(
         } => ready?,
         () = shutdown.clone() => return Ok(()),
     }
+    let admission = crate::runtime::controller::admission_for(BINDING_CONTROLLER, &ctx);
     let shared = Arc::new(Shared {
         policies: policies.store.clone(),
         namespaces: status_feed.store(),
@@ -266,11 +270,10 @@ pub async fn run(
         protected: ctx.settings.destinations.protected.clone(),
         own_writes,
         index_wakes: index_wakes.clone(),
+        admission: admission.clone(),
     });
 
     let namespace_reader = binding_feed.store();
-    let (resync_namespaces, namespace_resyncs) = Trigger::new();
-    let namespace_events = cache::namespace_changes(binding_feed, resync_namespaces);
     // The change of a RoleBinding kopper did not make wakes its namespace (it may free or
     // take a name a policy wants); names are all that is read. kopper's own reach the
     // controller through the index, once it holds them.
@@ -280,16 +283,15 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
-    let binding_controller = Controller::for_stream(namespace_events, namespace_reader)
-        .with_config(crate::runtime::controller::cluster_scoped_config(&ctx.settings))
-        .watches_stream(binding_events, |binding| {
-            binding.namespace().map(|namespace| ObjectRef::<NamespaceMeta>::new(&namespace))
-        })
-        .reconcile_on(futures::StreamExt::map(index_wakes.stream(), |namespace| {
-            ObjectRef::<NamespaceMeta>::new(&namespace)
-        }))
-        .reconcile_all_on(policy_changes)
-        .reconcile_all_on(namespace_resyncs);
+    // Namespaces wait in an admission queue, not in kube's: a policy change offers every
+    // namespace at once, and kube's queue keeps the room its largest backlog took.
+    let offering = cache::offer_namespaces(
+        admission.clone(),
+        binding_feed,
+        binding_events,
+        index_wakes.stream(),
+        policy_changes,
+    );
     let (policy_reader, policy_writer) = kube::runtime::reflector::store();
     let policy_events =
         watch::watcher(Api::<GuardedPolicy>::all(client), crate::runtime::trim::tenant_objects_watch())
@@ -313,9 +315,16 @@ pub async fn run(
                 () = shutdown.clone() => {}
             }
         },
-        run_controller(
+        async {
+            tokio::select! {
+                () = offering => {}
+                () = shutdown.clone() => {}
+            }
+        },
+        run_offered_controller(
             BINDING_CONTROLLER,
-            binding_controller,
+            admission,
+            namespace_reader,
             ctx.clone(),
             shutdown.clone(),
             move |namespace, ctx| { reconcile_namespace(namespace, ctx, for_bindings.clone()) }
@@ -357,8 +366,12 @@ async fn reconcile_namespace(
     shared.record_found(&name, conflicts.into_iter().chain(applied.refused).collect());
     match applied.retry {
         Some(error) => Err(error.into()),
-        None if refused_any => Ok(Action::requeue(REFUSED_RETRY)),
-        None => Ok(Action::await_change()),
+        None => {
+            if refused_any {
+                shared.admission.retry_after(&ObjectRef::from_obj(namespace.as_ref()), REFUSED_RETRY);
+            }
+            Ok(Action::await_change())
+        }
     }
 }
 
