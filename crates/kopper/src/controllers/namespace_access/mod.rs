@@ -2,12 +2,13 @@
 //!
 //! Two controllers share three caches (policies, RoleBindings, and the namespaces kopper's
 //! controllers share, [`crate::runtime::namespaces`]):
-//! - the binding controller reconciles each Namespace against every policy. It is woken by
-//!   namespace changes, by any change of a RoleBinding kopper did not make in the namespace
-//!   and by any change the index of kopper's own bindings shows there (so edits and deletes
-//!   are undone, judged from that index when it can tell, else from a fresh read; the two
-//!   watches select complementary labels, so each binding's events come once), and by any
-//!   policy spec change (which wakes every namespace);
+//! - the binding controller reconciles each Namespace against every policy. Namespaces wait
+//!   for it in an admission queue ([`crate::runtime::admission`]), by name and each once,
+//!   offered by namespace changes, by any change of a RoleBinding kopper did not make in the
+//!   namespace and by any change the index of kopper's own bindings shows there (so edits and
+//!   deletes are undone, judged from that index when it can tell, else from a fresh read; the
+//!   two watches select complementary labels, so each binding's events come once), and by
+//!   any policy spec change (which offers every namespace);
 //! - the status controller reconciles each NamespaceAccess, computing its status from the
 //!   caches and writing it only when it differs, so its own writes never start a loop.
 
