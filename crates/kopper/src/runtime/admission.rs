@@ -10,10 +10,9 @@
 //!
 //! So a controller's objects wait here before kube sees them: queued per namespace and served
 //! in turn, as the gate serves its permits ([`RoundRobin`]), each at most once however often
-//! it changes, and let through only while fewer than the window (twice the controller's
-//! `--concurrency`: kube runs half, the rest are due next) are being reconciled or due. kube
-//! then never holds more than the window, and an object waiting costs a queue entry, not a
-//! started reconcile. A change to an object being
+//! it changes, and let through only while fewer than the window (the controller's
+//! `--concurrency`, and one more due next) are being reconciled or due. kube then never holds
+//! more than the window, and an object waiting costs a queue entry, not a started reconcile. A change to an object being
 //! reconciled queues it again when that reconcile ends, so the change is never lost and the
 //! object never runs twice at once. A failed reconcile comes back through the same queue once
 //! its backoff has passed, so retries take turns too.

@@ -59,9 +59,10 @@ pub fn config() -> Config {
 /// reconciles would all wait in one queue of the [`FairGate`], first come, first served, as
 /// kube's queue serves them; but kube's runner holds every reconcile it started and polls
 /// them all each time it is woken (a reconcile ending, any watch event), so thousands
-/// waiting there for a permit cost a pass over all of them per event: at 2,000 namespaces
-/// that pass took over a third of kopper's CPU while it bound them. Kept in kube's queue instead,
-/// they cost nothing until their turn. The gate then never makes anyone wait.
+/// waiting there for a permit would cost a pass over all of them per event. Kept in kube's
+/// queue instead, they cost nothing until their turn, and the gate never makes anyone wait.
+/// For a few objects (NamespaceAccess's policies); a controller of every namespace offers
+/// them through an admission queue ([`run_offered_controller`]).
 pub fn cluster_scoped_config(settings: &super::Settings) -> Config {
     config().concurrency(settings.concurrency)
 }
@@ -111,8 +112,9 @@ pub async fn run_controller<K, E, F, Fut>(
 /// [`run_controller`] for a controller driven by one watch of its objects (`events`, once its
 /// reflector has applied them to `store`), whose backlog can reach every object of a kind in
 /// the cluster (the pod labeler's pods): the objects wait in an [`Admission`] queue, per
-/// namespace and in turn, and kube is given [`ADMITTED_PER_SLOT`] of them per
-/// [`Settings::concurrency`](super::Settings::concurrency) slot at a time, so that nothing
+/// namespace and in turn, and kube is given
+/// [`Settings::concurrency`](super::Settings::concurrency) of them at a time and
+/// [`ADMITTED_AHEAD`] more, so that nothing
 /// kube holds grows with the backlog. Failed reconciles wait out their backoff and then their
 /// turn in the same queue. Reconciles return [`Action::await_change`]: a requeue they ask for
 /// would be kube's, out of turn (it is logged as a warning).
@@ -134,22 +136,24 @@ pub async fn run_admitted_controller<K, E, F, Fut>(
     drive_admitted(name, admission, admitted, store, ctx, shutdown, reconcile).await;
 }
 
-/// Objects admission lets through to kube per reconcile kube may run at once: one running and
-/// one due next. kube's queue rounds each due time up to the next millisecond and is woken by
-/// its timer then, so an object handed over only as a slot freed would wait that long idle;
-/// with one more already due per slot, a freed slot starts the next at once. Measured with
-/// `cargo bench -p kopper --bench scale`: with one per slot, namespaces that needed no write
-/// went through 2,000 a second.
-const ADMITTED_PER_SLOT: usize = 2;
+/// Objects admission lets through to kube beyond the reconciles kube may run at once: one,
+/// due next. kube's queue rounds each due time up to the next millisecond and is woken by its
+/// timer then, so an object handed over only as a slot freed would wait that long idle; with
+/// one already due, a freed slot starts it at once. No more than one: kube holds the objects
+/// due while its slots are full in a hash set and takes them in hash order, so with several
+/// one namespace's could keep overtaking another's. Measured with `cargo bench -p kopper
+/// --bench scale`: with none, namespaces that needed no write went through 2,000 a second.
+const ADMITTED_AHEAD: usize = 1;
 
-/// An [`Admission`] queue for controller `name`, letting [`ADMITTED_PER_SLOT`] objects per
-/// [`Settings::concurrency`](super::Settings::concurrency) slot through at a time, for
-/// [`run_offered_controller`]: its gauge is `kopper_reconciles_waiting`.
+/// An [`Admission`] queue for controller `name`, letting
+/// [`Settings::concurrency`](super::Settings::concurrency) objects and [`ADMITTED_AHEAD`]
+/// more through at a time, for [`run_admitted_controller`] and [`run_offered_controller`]:
+/// its gauge is `kopper_reconciles_waiting`.
 pub fn admission_for<K: Resource<DynamicType = ()> + 'static>(
     name: &'static str,
     ctx: &Context,
 ) -> Admission<K> {
-    let window = usize::from(ctx.settings.concurrency) * ADMITTED_PER_SLOT;
+    let window = usize::from(ctx.settings.concurrency) + ADMITTED_AHEAD;
     Admission::new(name, window).counting_waiters_in(waiting_gauge(ctx, name))
 }
 
@@ -213,14 +217,14 @@ fn waiting_gauge(ctx: &Context, name: &'static str) -> Gauge<i64, AtomicI64> {
 struct Turns<K: Resource<DynamicType = ()> + 'static> {
     /// Every reconcile waits here for a permit.
     gate: FairGate,
-    /// Where objects wait before kube sees them, for [`run_admitted_controller`]; it is
-    /// told of each reconcile's end and plans retries.
+    /// Where objects wait before kube sees them, for [`run_admitted_controller`] and
+    /// [`run_offered_controller`]; it is told of each reconcile's end and plans retries.
     admission: Option<Admission<K>>,
     failures: Arc<FailureCounts>,
 }
 
-/// What [`run_controller`] and [`run_admitted_controller`] share: runs `controller` with its
-/// reconciles taking `turns`.
+/// What [`run_controller`], [`run_admitted_controller`] and [`run_offered_controller`] share:
+/// runs `controller` with its reconciles taking `turns`.
 async fn drive<K, E, F, Fut>(
     name: &'static str,
     controller: Controller<K>,

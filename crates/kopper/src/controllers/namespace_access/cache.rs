@@ -124,8 +124,10 @@ pub async fn offer_namespaces(
     let store = feed.store();
     let offer_all =
         || admission.offer_all(store.state().iter().map(|namespace| by_name(&namespace.name_any())));
+    // Fused: a stream that ended (the policies' trigger goes with its cache at shutdown) is
+    // never polled again.
     let (mut foreign, mut index, mut policy_changes) =
-        (std::pin::pin!(foreign), std::pin::pin!(index), std::pin::pin!(policy_changes));
+        (std::pin::pin!(foreign.fuse()), std::pin::pin!(index.fuse()), std::pin::pin!(policy_changes.fuse()));
     loop {
         tokio::select! {
             event = feed.next() => match event {

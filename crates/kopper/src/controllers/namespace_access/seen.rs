@@ -3,9 +3,10 @@
 //! its role and subjects), 64 bytes instead of the whole object.
 //!
 //! Only bindings labelled as kopper's are watched, so this index grows with what the
-//! policies ask for, never with the RoleBindings tenants make. The binding controller judges
-//! a namespace from it when it can (every wanted binding up to date or missing), and each
-//! change it shows wakes that namespace ([`IndexWakes`]). Whether a binding someone else
+//! policies ask for, and with the bindings someone who may write RoleBindings labels as
+//! kopper's (64 bytes each). The binding controller judges a namespace from it when it can
+//! (every wanted binding up to date or missing), and each change it shows wakes that
+//! namespace ([`IndexWakes`]). Whether a binding someone else
 //! made holds a name a policy wants is found when a create meets it (409): the binding
 //! controller then reads the namespace's bindings fresh and reports it to the status
 //! controller as a problem.
@@ -154,7 +155,7 @@ pub enum BindingState {
 }
 
 /// The digest of a binding's name, as the index keys it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NameDigest(u64);
 
 impl NameDigest {
@@ -166,12 +167,98 @@ impl NameDigest {
 /// Each managed binding, by namespace and then by the digest of its name: one namespace's
 /// are found without a pass over the cluster's, so the binding controller can judge a
 /// namespace from this index alone, and each namespace's name is held once, not once per
-/// binding. A namespace's bindings are a few (one per policy binding that selects it): a
-/// vector sorted by name digest, exactly as long as needed, weighs less than a map.
+/// binding.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Bindings {
-    by_namespace: HashMap<Box<str>, Vec<(NameDigest, SeenBinding)>>,
+    by_namespace: HashMap<Box<str>, InNamespace>,
     count: usize,
+}
+
+/// Namespaces with more bindings than this keep them in a map.
+const FEW: usize = 16;
+
+/// One namespace's managed bindings. Most namespaces hold a few (one per policy binding that
+/// selects them): a vector sorted by name digest, exactly as long as needed, weighs less than
+/// a map. Anyone who may write RoleBindings in a namespace may label thousands as kopper's,
+/// so past [`FEW`] they go in a map, where each change costs the same however many there are.
+#[derive(Clone, Debug)]
+enum InNamespace {
+    Few(Vec<(NameDigest, SeenBinding)>),
+    Many(HashMap<NameDigest, SeenBinding>),
+}
+
+impl InNamespace {
+    fn get(&self, name: NameDigest) -> Option<&SeenBinding> {
+        match self {
+            Self::Few(few) => few.binary_search_by_key(&name, |(name, _)| *name).ok().map(|at| &few[at].1),
+            Self::Many(many) => many.get(&name),
+        }
+    }
+
+    fn insert(&mut self, name: NameDigest, seen: SeenBinding) -> Option<SeenBinding> {
+        let few = match self {
+            Self::Many(many) => return many.insert(name, seen),
+            Self::Few(few) => few,
+        };
+        match few.binary_search_by_key(&name, |(name, _)| *name) {
+            Ok(at) => Some(std::mem::replace(&mut few[at].1, seen)),
+            Err(_) if few.len() >= FEW => {
+                let mut many: HashMap<_, _> = std::mem::take(few).into_iter().collect();
+                many.insert(name, seen);
+                *self = Self::Many(many);
+                None
+            }
+            Err(at) => {
+                few.reserve_exact(1);
+                few.insert(at, (name, seen));
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, name: NameDigest) -> Option<SeenBinding> {
+        match self {
+            Self::Few(few) => {
+                let at = few.binary_search_by_key(&name, |(name, _)| *name).ok()?;
+                let (_, removed) = few.remove(at);
+                few.shrink_to_fit();
+                Some(removed)
+            }
+            Self::Many(many) => {
+                let removed = many.remove(&name)?;
+                // Back to a vector well below the bound, so one binding coming and going
+                // at the bound does not convert it each time.
+                if many.len() < FEW / 2 {
+                    let mut few: Vec<_> = std::mem::take(many).into_iter().collect();
+                    few.sort_unstable_by_key(|(name, _)| *name);
+                    *self = Self::Few(few);
+                }
+                Some(removed)
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Few(few) => few.len(),
+            Self::Many(many) => many.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (NameDigest, &SeenBinding)> {
+        let (few, many) = match self {
+            Self::Few(few) => (Some(few.iter().map(|(name, seen)| (*name, seen))), None),
+            Self::Many(many) => (None, Some(many.iter().map(|(name, seen)| (*name, seen)))),
+        };
+        few.into_iter().flatten().chain(many.into_iter().flatten())
+    }
+}
+
+/// The same bindings, however they are held.
+impl PartialEq for InNamespace {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(name, seen)| other.get(name) == Some(seen))
+    }
 }
 
 impl Bindings {
@@ -180,9 +267,7 @@ impl Bindings {
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<&SeenBinding> {
-        let names = self.by_namespace.get(namespace)?;
-        let at = names.binary_search_by_key(&NameDigest::of(name), |(name, _)| *name).ok()?;
-        Some(&names[at].1)
+        self.by_namespace.get(namespace)?.get(NameDigest::of(name))
     }
 
     /// The managed bindings of one namespace, with their names' digests.
@@ -190,36 +275,27 @@ impl Bindings {
         &'a self,
         namespace: &str,
     ) -> impl Iterator<Item = (NameDigest, &'a SeenBinding)> + 'a {
-        let names = self.by_namespace.get(namespace);
-        names.into_iter().flatten().map(|(name, seen)| (*name, seen))
+        self.by_namespace.get(namespace).into_iter().flat_map(InNamespace::iter)
     }
 
     /// Records `seen` under `namespace`/`name`; what it held before.
     pub fn insert(&mut self, namespace: &str, name: &str, seen: SeenBinding) -> Option<SeenBinding> {
         let names = match self.by_namespace.get_mut(namespace) {
             Some(names) => names,
-            None => self.by_namespace.entry(namespace.into()).or_default(),
+            None => self.by_namespace.entry(namespace.into()).or_insert(InNamespace::Few(Vec::new())),
         };
-        let name = NameDigest::of(name);
-        match names.binary_search_by_key(&name, |(name, _)| *name) {
-            Ok(at) => Some(std::mem::replace(&mut names[at].1, seen)),
-            Err(at) => {
-                names.reserve_exact(1);
-                names.insert(at, (name, seen));
-                self.count += 1;
-                None
-            }
+        let previous = names.insert(NameDigest::of(name), seen);
+        if previous.is_none() {
+            self.count += 1;
         }
+        previous
     }
 
     pub fn remove(&mut self, namespace: &str, name: &str) -> Option<SeenBinding> {
         let names = self.by_namespace.get_mut(namespace)?;
-        let at = names.binary_search_by_key(&NameDigest::of(name), |(name, _)| *name).ok()?;
-        let (_, removed) = names.remove(at);
-        if names.is_empty() {
+        let removed = names.remove(NameDigest::of(name))?;
+        if names.len() == 0 {
             self.by_namespace.remove(namespace);
-        } else {
-            names.shrink_to_fit();
         }
         self.count -= 1;
         Some(removed)
@@ -522,6 +598,30 @@ mod tests {
             forwards.is_empty() && forwards.by_namespace.is_empty(),
             "an empty namespace leaves no entry"
         );
+    }
+
+    #[test]
+    fn a_namespace_with_many_bindings_keeps_them_in_a_map_and_back() {
+        let seen = SeenBinding::of(&applied()).unwrap();
+        let names: Vec<String> = (0..100).map(|n| format!("b-{n}")).collect();
+        let mut forwards = Bindings::new();
+        let mut backwards = Bindings::new();
+        names.iter().for_each(|name| assert_eq!(forwards.insert("team-1", name, seen.clone()), None));
+        names.iter().rev().for_each(|name| assert_eq!(backwards.insert("team-1", name, seen.clone()), None));
+        assert!(matches!(forwards.by_namespace["team-1"], InNamespace::Many(_)));
+        assert_eq!(forwards, backwards);
+        assert_eq!((forwards.len(), forwards.in_namespace("team-1").count()), (100, 100));
+        assert!(names.iter().all(|name| forwards.get("team-1", name) == Some(&seen)));
+
+        for name in &names[..95] {
+            assert_eq!(forwards.remove("team-1", name), Some(seen.clone()));
+        }
+        assert!(matches!(forwards.by_namespace["team-1"], InNamespace::Few(_)), "back to a vector");
+        let mut few = Bindings::new();
+        names[95..].iter().rev().for_each(|name| _ = few.insert("team-1", name, seen.clone()));
+        assert_eq!(forwards, few, "the same bindings, whichever way they are held");
+        assert!(names[95..].iter().all(|name| forwards.get("team-1", name) == Some(&seen)));
+        assert_eq!(forwards.get("team-1", &names[0]), None);
     }
 
     #[tokio::test]
