@@ -208,13 +208,10 @@ impl NamespaceFeed {
 }
 
 #[cfg(test)]
-mod tests {
-    use kube::ResourceExt;
-
-    use super::*;
-
-    /// A feed on a cache with no watch behind it, whose broadcast keeps `backlog` changes.
-    fn feed(backlog: usize, synced: bool) -> (NamespaceFeed, broadcast::Sender<NamespaceEvent>) {
+impl NamespaceFeed {
+    /// A feed on an empty cache with no watch behind it, whose broadcast keeps `backlog`
+    /// changes, and the sender of those changes. Must be called within a Tokio runtime.
+    pub(crate) fn detached(backlog: usize, synced: bool) -> (Self, broadcast::Sender<NamespaceEvent>) {
         let (store, _writer) = reflector::store();
         let first_list = FirstList::default();
         if synced {
@@ -224,7 +221,18 @@ mod tests {
         let running =
             Arc::new(Running { store, first_list, events: events.clone(), task: tokio::spawn(async {}) });
         let resync_first = running.first_list.is_ready();
-        (NamespaceFeed { running, receiver, resync_first }, events)
+        (Self { running, receiver, resync_first }, events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::ResourceExt;
+
+    use super::*;
+
+    fn feed(backlog: usize, synced: bool) -> (NamespaceFeed, broadcast::Sender<NamespaceEvent>) {
+        NamespaceFeed::detached(backlog, synced)
     }
 
     fn changed(name: &str) -> NamespaceEvent {

@@ -196,6 +196,37 @@ mod tests {
         policy
     }
 
+    #[tokio::test]
+    async fn a_trigger_that_ended_at_shutdown_is_not_polled_again_and_changes_still_come() {
+        use std::time::Duration;
+        let (feed, _events) = NamespaceFeed::detached(4, true);
+        let admission = Admission::<NamespaceMeta>::new("test", 4);
+        let (foreign, bindings) = futures::channel::mpsc::unbounded();
+        // Like the policies' trigger, an unfold: polled again once it has ended, it panics.
+        let policy_changes =
+            futures::stream::unfold(1, |left| async move { (left > 0).then_some(((), left - 1)) });
+        let offering = tokio::spawn(offer_namespaces(
+            admission.clone(),
+            feed,
+            bindings,
+            futures::stream::pending(),
+            policy_changes,
+        ));
+        let mut binding = PartialObjectMeta::<RoleBinding>::default();
+        binding.metadata.namespace = Some("team-1".into());
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+            foreign.unbounded_send(Ok(binding.clone())).unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while admission.waiting() == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(admission.waiting(), 1, "the namespace of a foreign binding's change is offered once");
+        assert!(!offering.is_finished(), "the offering goes on after its trigger ended");
+        offering.abort();
+    }
+
     #[test]
     fn status_writes_do_not_wake_the_namespaces() {
         let mut relevant = spec_changed::<NamespaceAccess>();
