@@ -12,9 +12,9 @@
 //! in turn, as the gate serves its permits ([`RoundRobin`]), each at most once however often
 //! it changes, and let through only while fewer than the window (the controller's
 //! `--concurrency`, and one more due next) are being reconciled or due. kube then never holds
-//! more than the window, and an object waiting costs a queue entry, not a started reconcile. A change to an object being
-//! reconciled queues it again when that reconcile ends, so the change is never lost and the
-//! object never runs twice at once. A failed reconcile comes back through the same queue once
+//! more than the window, and an object waiting costs a queue entry, not a started reconcile.
+//! A change to an object being reconciled queues it again when that reconcile ends, so the
+//! change is never lost and the object never runs twice at once. A failed reconcile comes back through the same queue once
 //! its backoff has passed, so retries take turns too.
 
 use std::collections::hash_map::Entry;

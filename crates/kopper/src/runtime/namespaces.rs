@@ -231,10 +231,6 @@ mod tests {
 
     use super::*;
 
-    fn feed(backlog: usize, synced: bool) -> (NamespaceFeed, broadcast::Sender<NamespaceEvent>) {
-        NamespaceFeed::detached(backlog, synced)
-    }
-
     fn changed(name: &str) -> NamespaceEvent {
         let mut namespace = NamespaceMeta::default();
         namespace.metadata.name = Some(name.to_owned());
@@ -274,7 +270,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_that_falls_behind_is_told_to_look_at_everything_again() {
-        let (mut feed, events) = feed(2, false);
+        let (mut feed, events) = NamespaceFeed::detached(2, false);
         for name in ["a", "b", "c"] {
             events.send(changed(name)).unwrap();
         }
@@ -285,11 +281,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_that_came_after_the_first_list_starts_with_a_resync() {
-        let (mut late, events) = feed(4, true);
+        let (mut late, events) = NamespaceFeed::detached(4, true);
         events.send(changed("a")).unwrap();
         assert!(matches!(late.next().await, NamespaceEvent::Resync));
         assert_eq!(name_of(&late.next().await), Some("a"));
-        let (mut early, events) = feed(4, false);
+        let (mut early, events) = NamespaceFeed::detached(4, false);
         events.send(changed("a")).unwrap();
         assert_eq!(name_of(&early.next().await), Some("a"), "the first list's own resync comes in order");
     }

@@ -85,12 +85,13 @@ async fn perform(
     field_manager: &str,
     action: Action,
 ) -> Result<Option<String>, kube::Error> {
+    let namespace = api_namespace(api);
     let written = match action {
-        Action::Create(desired) => create(client, api_namespace(api), field_manager, &desired).await?,
-        Action::Update(desired) => apply(client, api_namespace(api), field_manager, &desired).await?,
+        Action::Create(desired) => create(client, namespace, field_manager, &desired).await?,
+        Action::Update(desired) => apply(client, namespace, field_manager, &desired).await?,
         Action::Replace { desired, uid } => {
             delete(api, &desired.binding.name, uid).await?;
-            create(client, api_namespace(api), field_manager, &desired).await?
+            create(client, namespace, field_manager, &desired).await?
         }
         Action::Delete { name, uid } => return delete(api, &name, uid).await.map(|()| None),
     };
@@ -99,7 +100,8 @@ async fn perform(
 
 /// What kopper reads of the object the API server answers a write with: its resource version.
 /// The answer is the whole binding, managed fields included; decoding it into this type skips
-/// the rest without building it (a third of the CPU a create cost kopper, at 50,000 creates).
+/// the rest without building it (decoding whole RoleBindings, answers and watch events, took
+/// a tenth of kopper's CPU while it bound 10,000 namespaces).
 #[derive(serde::Deserialize)]
 struct Written {
     #[serde(default)]
