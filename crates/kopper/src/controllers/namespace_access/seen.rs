@@ -10,15 +10,19 @@
 //! wants is found when a create meets it (409): the binding controller then reads the
 //! namespace's bindings fresh and reports it to the status controller as a problem.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 
 use futures::{Future, StreamExt};
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
+use serde::Deserialize;
 
 use super::desired::{DesiredBinding, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL};
 use super::policy::RBAC_API_GROUP;
@@ -67,15 +71,20 @@ impl Owners {
 impl SeenBinding {
     /// What kopper judges `binding` by; `None` when kopper does not manage it.
     pub fn of(binding: &RoleBinding) -> Option<Self> {
-        let labels = binding.labels();
+        Self::of_parts(&binding.metadata, &binding.role_ref, binding.subjects.as_deref().unwrap_or_default())
+    }
+
+    fn of_parts(metadata: &ObjectMeta, role: &RoleRef, subjects: &[Subject]) -> Option<Self> {
+        let labels = metadata.labels.as_ref()?;
         let managed = labels.get(MANAGED_BY_LABEL).is_some_and(|value| value == MANAGED_BY_VALUE);
         let policy = labels.get(POLICY_LABEL).filter(|_| managed)?;
+        let owners = metadata.owner_references.as_deref().unwrap_or_default();
         Some(Self {
             policy: digest(policy.as_str()),
-            terminating: binding.metadata.deletion_timestamp.is_some(),
-            owners: Owners::of(binding.owner_references().iter().map(|owner| digest(owner.uid.as_str()))),
-            role: role_digest(&binding.role_ref),
-            subjects: subjects_digest(binding.subjects.as_deref().unwrap_or_default()),
+            terminating: metadata.deletion_timestamp.is_some(),
+            owners: Owners::of(owners.iter().map(|owner| digest(owner.uid.as_str()))),
+            role: role_digest(role),
+            subjects: subjects_digest(subjects),
         })
     }
 
@@ -136,6 +145,81 @@ fn subjects_digest(subjects: &[Subject]) -> u64 {
         })
         .collect();
     digest(&normalized)
+}
+
+/// A RoleBinding as the index's watch decodes it: the metadata [`SeenBinding`] and the echo
+/// check read, its role and its subjects. The rest of its metadata is skipped while parsing,
+/// never built: above all its managed fields, a JSON tree per field manager, which the watch
+/// would otherwise build for every binding kopper writes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexedBinding {
+    #[serde(deserialize_with = "read_metadata")]
+    metadata: ObjectMeta,
+    role_ref: RoleRef,
+    #[serde(default)]
+    subjects: Vec<Subject>,
+}
+
+/// The metadata fields an [`IndexedBinding`] keeps; serde skips every other one unread.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KeptMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+    deletion_timestamp: Option<Time>,
+}
+
+fn read_metadata<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    let kept = KeptMetadata::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: kept.name,
+        namespace: kept.namespace,
+        resource_version: kept.resource_version,
+        labels: kept.labels,
+        owner_references: kept.owner_references,
+        deletion_timestamp: kept.deletion_timestamp,
+        ..ObjectMeta::default()
+    })
+}
+
+impl IndexedBinding {
+    /// What kopper judges this binding by; `None` when kopper does not manage it.
+    pub fn seen(&self) -> Option<SeenBinding> {
+        SeenBinding::of_parts(&self.metadata, &self.role_ref, &self.subjects)
+    }
+}
+
+impl Resource for IndexedBinding {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        RoleBinding::kind(&())
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        RoleBinding::group(&())
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        RoleBinding::version(&())
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        RoleBinding::plural(&())
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
 }
 
 /// How an existing binding compares with the one a policy wants.
@@ -376,7 +460,7 @@ impl BindingIndex {
         client: kube::Client,
         wake: Trigger,
         changed: Arc<IndexWakes>,
-        is_echo: impl Fn(&Event<RoleBinding>) -> bool + Send + 'static,
+        is_echo: impl Fn(&Event<IndexedBinding>) -> bool + Send + 'static,
         (metrics, controller): (Arc<Metrics>, &'static str),
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> (Self, tokio::task::JoinHandle<()>) {
@@ -384,7 +468,7 @@ impl BindingIndex {
         let ready = FirstList::default();
         let first_list = ready.clone();
         let config = crate::runtime::trim::tenant_objects_watch().labels(&managed_by_kopper());
-        let events = crate::runtime::watch::watcher(Api::<RoleBinding>::all(client), config)
+        let events = crate::runtime::watch::watcher(Api::<IndexedBinding>::all(client), config)
             .default_backoff()
             .take_until(shutdown);
         let index = bindings.clone();
@@ -455,7 +539,7 @@ pub fn managed_by_kopper() -> String {
 fn apply(
     shared: &RwLock<Bindings>,
     relisted: &mut Bindings,
-    event: Event<RoleBinding>,
+    event: Event<IndexedBinding>,
 ) -> (Change, Vec<Box<str>>) {
     let index = || shared.write().unwrap_or_else(PoisonError::into_inner);
     let changed_in = |namespace: &str, changed: bool| {
@@ -468,7 +552,7 @@ fn apply(
         }
         watcher::Event::InitApply(binding) => {
             if let (Some(namespace), Some(seen)) =
-                (binding.metadata.namespace.as_deref(), SeenBinding::of(&binding))
+                (binding.metadata.namespace.as_deref(), binding.seen())
             {
                 relisted.insert(namespace, &binding.name_any(), seen);
             }
@@ -485,7 +569,7 @@ fn apply(
                 return (Change::None, Vec::new());
             };
             let name = binding.name_any();
-            match SeenBinding::of(&binding) {
+            match binding.seen() {
                 Some(seen) => {
                     let unchanged = index().insert(namespace, &name, seen.clone()).as_ref() == Some(&seen);
                     changed_in(namespace, !unchanged)
@@ -644,13 +728,50 @@ mod tests {
         assert_eq!(stream.next().await.unwrap(), Box::from("team-1"), "a later change is taken again");
     }
 
+    /// `binding` as the index's watch decodes it.
+    fn indexed(binding: &RoleBinding) -> IndexedBinding {
+        serde_json::from_value(serde_json::to_value(binding).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_watch_keeps_what_judging_and_echoes_read_and_parses_no_managed_fields() {
+        let mut binding = applied();
+        binding.metadata.resource_version = Some("42".into());
+        binding.metadata.uid = Some("b-uid".into());
+        let mut json = serde_json::to_value(&binding).unwrap();
+        json["metadata"]["managedFields"] = serde_json::json!([{
+            "manager": "kopper", "operation": "Apply", "apiVersion": "rbac.authorization.k8s.io/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}
+        }]);
+        json["metadata"]["creationTimestamp"] = "2026-11-30T00:00:00Z".into();
+        let decoded: IndexedBinding = serde_json::from_value(json).unwrap();
+
+        assert_eq!(decoded.seen(), SeenBinding::of(&binding), "judged as the whole binding is");
+        assert_eq!(decoded.seen().unwrap().state_for(&wanted()), BindingState::UpToDate);
+        assert_eq!(
+            (decoded.name_any(), decoded.namespace(), decoded.resource_version()),
+            (binding.name_any(), Some("team-1".to_owned()), Some("42".to_owned())),
+            "the echo check's name, namespace and version"
+        );
+        let skipped = &decoded.metadata;
+        assert!(skipped.managed_fields.is_none() && skipped.creation_timestamp.is_none() && skipped.uid.is_none());
+
+        let mut going = binding.clone();
+        going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(indexed(&going).seen().unwrap().is_terminating());
+        let mut no_subjects = serde_json::to_value(&binding).unwrap();
+        no_subjects.as_object_mut().unwrap().remove("subjects");
+        let decoded: IndexedBinding = serde_json::from_value(no_subjects).unwrap();
+        assert_eq!(decoded.seen().unwrap().state_for(&wanted()), BindingState::Stale);
+    }
+
     #[test]
     fn a_relist_replaces_the_index_and_only_real_changes_wake() {
         let index = RwLock::new(Bindings::new());
         let mut relisted = Bindings::new();
         let binding = applied();
         assert_eq!(apply(&index, &mut relisted, Event::Init).0, Change::None);
-        assert_eq!(apply(&index, &mut relisted, Event::InitApply(binding.clone())).0, Change::None);
+        assert_eq!(apply(&index, &mut relisted, Event::InitApply(indexed(&binding))).0, Change::None);
         assert_eq!(
             apply(&index, &mut relisted, Event::InitDone),
             (Change::ListDone, vec![Box::from("team-1")])
@@ -658,25 +779,25 @@ mod tests {
         assert_eq!(index.read().unwrap().len(), 1);
 
         assert_eq!(
-            apply(&index, &mut relisted, Event::Apply(binding.clone())),
+            apply(&index, &mut relisted, Event::Apply(indexed(&binding))),
             (Change::None, vec![]),
             "no change"
         );
         let mut edited = binding.clone();
         edited.subjects.as_mut().unwrap()[0].name = "intruders".into();
         assert_eq!(
-            apply(&index, &mut relisted, Event::Apply(edited)),
+            apply(&index, &mut relisted, Event::Apply(indexed(&edited))),
             (Change::Changed, vec![Box::from("team-1")]),
             "an edit names its namespace, to be judged again"
         );
         let mut unlabelled = binding.clone();
         unlabelled.metadata.labels = None;
-        assert_eq!(apply(&index, &mut relisted, Event::Apply(unlabelled)).0, Change::Changed);
+        assert_eq!(apply(&index, &mut relisted, Event::Apply(indexed(&unlabelled))).0, Change::Changed);
         assert!(index.read().unwrap().is_empty());
-        assert_eq!(apply(&index, &mut relisted, Event::Apply(binding.clone())).0, Change::Changed);
-        assert_eq!(apply(&index, &mut relisted, Event::Delete(binding)).0, Change::Changed);
+        assert_eq!(apply(&index, &mut relisted, Event::Apply(indexed(&binding))).0, Change::Changed);
+        assert_eq!(apply(&index, &mut relisted, Event::Delete(indexed(&binding))).0, Change::Changed);
 
-        apply(&index, &mut relisted, Event::Apply(applied()));
+        apply(&index, &mut relisted, Event::Apply(indexed(&applied())));
         apply(&index, &mut relisted, Event::Init);
         assert_eq!(
             apply(&index, &mut relisted, Event::InitDone),
