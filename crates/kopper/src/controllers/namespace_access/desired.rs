@@ -54,6 +54,42 @@ impl Policies {
     }
 }
 
+/// [`Policies`] compiled once per change of the policy cache rather than once per namespace
+/// pass: a start or a policy change passes over every namespace, each against the same
+/// policies. The cache replaces an object's `Arc` whenever it changes, and the objects
+/// compiled last are held here, so the same `Arc`s mean the same policies.
+#[derive(Default)]
+pub struct CompiledPolicies {
+    last: std::sync::Mutex<Option<Compiled>>,
+}
+
+struct Compiled {
+    from: Vec<Arc<CachedPolicy>>,
+    policies: Arc<Policies>,
+}
+
+/// A policy as the cache holds it: read, or what could not be read of it.
+type CachedPolicy = DeserializeGuard<NamespaceAccess>;
+
+impl CompiledPolicies {
+    /// `cached`, compiled; the same [`Policies`] as last time when the cache holds the same
+    /// objects.
+    pub fn of(&self, mut cached: Vec<Arc<CachedPolicy>>) -> Arc<Policies> {
+        cached.sort_unstable_by_key(Arc::as_ptr);
+        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(compiled) = last.as_ref() {
+            let same = compiled.from.len() == cached.len()
+                && compiled.from.iter().zip(&cached).all(|(before, now)| Arc::ptr_eq(before, now));
+            if same {
+                return compiled.policies.clone();
+            }
+        }
+        let policies = Arc::new(Policies::from_store(&cached));
+        *last = Some(Compiled { from: cached, policies: policies.clone() });
+        policies
+    }
+}
+
 /// A binding one policy should own in one namespace.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DesiredBinding {
@@ -402,5 +438,21 @@ bindings:
         let desired = desired_bindings(facts("team-1", &labels), &policies);
         assert!(desired.held_policies.contains("broken"));
         assert!(desired.bindings.contains_key("ad-kubernetes-team-1"));
+    }
+
+    #[test]
+    fn policies_are_compiled_again_only_when_the_cache_holds_other_objects() {
+        let compiled = CompiledPolicies::default();
+        let first = Arc::new(DeserializeGuard(Ok(policy("first", 1))));
+        let second = Arc::new(DeserializeGuard(Ok(policy("second", 2))));
+        let once = compiled.of(vec![first.clone(), second.clone()]);
+        assert_eq!(once.valid.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["first", "second"]);
+        assert!(Arc::ptr_eq(&once, &compiled.of(vec![second.clone(), first.clone()])), "in any order");
+
+        let changed = Arc::new(DeserializeGuard(Ok(policy("second", 3))));
+        let again = compiled.of(vec![first.clone(), changed]);
+        assert!(!Arc::ptr_eq(&once, &again), "a changed object is another Arc");
+        assert!(!Arc::ptr_eq(&again, &compiled.of(vec![first.clone()])), "one gone");
+        assert!(compiled.of(Vec::new()).valid.is_empty());
     }
 }

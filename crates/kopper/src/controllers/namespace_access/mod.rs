@@ -55,7 +55,7 @@ use crate::runtime::{Context, ErrorCategory};
 use crate::tenancy::ProtectedNamespaces;
 
 use self::cache::Cache;
-use self::desired::{Desired, Policies, Problem, desired_bindings};
+use self::desired::{CompiledPolicies, Desired, Policies, Problem, desired_bindings};
 use self::seen::{BindingIndex, IndexWakes};
 use self::status::{Observed, next_status, notices, report_for};
 use self::template::NamespaceFacts;
@@ -106,6 +106,8 @@ type GuardedPolicy = DeserializeGuard<NamespaceAccess>;
 
 struct Shared {
     policies: Store<GuardedPolicy>,
+    /// The policies as the binding controller last compiled them.
+    compiled: CompiledPolicies,
     namespaces: Store<NamespaceMeta>,
     bindings: BindingIndex,
     /// Bindings the API server refused and bindings someone else made under a wanted name,
@@ -263,6 +265,7 @@ pub async fn run(
     let admission = crate::runtime::controller::admission_for(BINDING_CONTROLLER, &ctx);
     let shared = Arc::new(Shared {
         policies: policies.store.clone(),
+        compiled: CompiledPolicies::default(),
         namespaces: status_feed.store(),
         bindings,
         found: Mutex::default(),
@@ -350,7 +353,7 @@ async fn reconcile_namespace(
         shared.record_found(&name, Vec::new());
         return Ok(Action::await_change());
     }
-    let policies = Policies::from_store(&shared.policies.state());
+    let policies = shared.compiled.of(shared.policies.state());
     let protected = shared.protected.contains(&name);
     let desired =
         desired_bindings(NamespaceFacts { name: &name, labels: namespace.labels(), protected }, &policies);

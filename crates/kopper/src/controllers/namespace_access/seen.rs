@@ -551,9 +551,7 @@ fn apply(
             (Change::None, Vec::new())
         }
         watcher::Event::InitApply(binding) => {
-            if let (Some(namespace), Some(seen)) =
-                (binding.metadata.namespace.as_deref(), binding.seen())
-            {
+            if let (Some(namespace), Some(seen)) = (binding.metadata.namespace.as_deref(), binding.seen()) {
                 relisted.insert(namespace, &binding.name_any(), seen);
             }
             (Change::None, Vec::new())
@@ -754,7 +752,9 @@ mod tests {
             "the echo check's name, namespace and version"
         );
         let skipped = &decoded.metadata;
-        assert!(skipped.managed_fields.is_none() && skipped.creation_timestamp.is_none() && skipped.uid.is_none());
+        assert!(
+            skipped.managed_fields.is_none() && skipped.creation_timestamp.is_none() && skipped.uid.is_none()
+        );
 
         let mut going = binding.clone();
         going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
