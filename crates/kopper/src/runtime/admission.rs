@@ -14,11 +14,17 @@
 //! `--concurrency`, and one more due next) are being reconciled or due. kube then never holds
 //! more than the window, and an object waiting costs a queue entry, not a started reconcile.
 //! A change to an object being reconciled queues it again when that reconcile ends, so the
-//! change is never lost and the object never runs twice at once. A failed reconcile comes back through the same queue once
-//! its backoff has passed, so retries take turns too.
+//! change is never lost and the object never runs twice at once. A failed reconcile comes
+//! back through the same queue once its backoff has passed, so retries take turns too.
+//!
+//! Objects queued by a pass over all of them (a watch's list at a start or a relist, every
+//! namespace on a policy change) wait behind the objects that changed, as in
+//! controller-runtime's priority queue: what a user just did is not held up by a sweep over
+//! a cluster that is mostly as it should be. One swept object goes through after every few
+//! changes, so the sweep still ends however many changes come.
 
+use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -47,43 +53,99 @@ const INPUT_SLICE: usize = 1024;
 #[derive(Debug)]
 pub struct AdmissionQueue<T> {
     window: usize,
-    waiting: RoundRobin<Lane, T>,
-    /// What `waiting` holds, so an object is queued once however often it changes.
-    queued: HashSet<T>,
+    /// Objects that changed, waiting for their turn.
+    changes: RoundRobin<Lane, T>,
+    /// Objects a sweep queued (a start, a relist, a policy change), waiting behind the
+    /// changes: after a restart at 10,000 namespaces, a namespace created meanwhile is bound
+    /// at once, not after the sweep over every other one.
+    sweeps: RoundRobin<Lane, T>,
+    /// Which objects wait, and as what: an object is queued once however often it changes. A
+    /// swept object that changes moves to `changes`; its entry in `sweeps` is dropped when
+    /// that lane's turn reaches it.
+    queued: HashMap<T, Queued>,
     /// Let through and not finished yet; `true` once the object changed meanwhile.
     admitted: HashMap<T, bool>,
+    /// Changes let through since the last swept object, so that a stream of changes never
+    /// holds a sweep up for good.
+    changes_in_a_row: usize,
 }
+
+/// Why an object waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queued {
+    Change,
+    Sweep,
+}
+
+/// While a sweep waits, one of its objects is let through after this many changes in a row.
+const CHANGES_PER_SWEPT: usize = 4;
 
 impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
     /// A queue letting `window` objects through at a time (at least one).
     pub fn new(window: usize) -> Self {
         Self {
             window: window.max(1),
-            waiting: RoundRobin::default(),
-            queued: HashSet::new(),
+            changes: RoundRobin::default(),
+            sweeps: RoundRobin::default(),
+            queued: HashMap::new(),
             admitted: HashMap::new(),
+            changes_in_a_row: 0,
         }
     }
 
-    /// `object` in `lane` changed: it waits for its turn, unless it already does, or is
-    /// being reconciled (then it queues again when that ends).
+    /// `object` in `lane` changed: it waits for its turn, ahead of every swept object,
+    /// unless it already waits as a change, or is being reconciled (then it queues again
+    /// when that ends).
     pub fn offer(&mut self, lane: Lane, object: T) {
         if let Some(changed) = self.admitted.get_mut(&object) {
             *changed = true;
-        } else if self.queued.insert(object.clone()) {
-            self.waiting.push(lane, object);
+        } else if self.queued.insert(object.clone(), Queued::Change) != Some(Queued::Change) {
+            self.changes.push(lane, object);
         }
     }
 
-    /// The next object whose turn it is, if fewer than the window are being reconciled. The
+    /// `object` in `lane` is to be reconciled as part of a pass over many (a start, a
+    /// relist, a policy change): it waits behind the objects that changed, unless it already
+    /// waits, or is being reconciled (then it queues again when that ends).
+    pub fn sweep(&mut self, lane: Lane, object: T) {
+        if let Some(changed) = self.admitted.get_mut(&object) {
+            *changed = true;
+        } else if let Entry::Vacant(unqueued) = self.queued.entry(object.clone()) {
+            unqueued.insert(Queued::Sweep);
+            self.sweeps.push(lane, object);
+        }
+    }
+
+    /// The next object whose turn it is, if fewer than the window are being reconciled:
+    /// changes first, and a swept object after every [`CHANGES_PER_SWEPT`] changes. The
     /// caller reports its end with [`finish`](Self::finish).
     pub fn admit(&mut self) -> Option<T> {
         if self.admitted.len() >= self.window {
             return None;
         }
-        let queued = &mut self.queued;
-        let object = self.waiting.pop_live(|object| queued.remove(object))?;
+        let object = if self.changes_in_a_row >= CHANGES_PER_SWEPT {
+            self.next(Queued::Sweep).or_else(|| self.next(Queued::Change))
+        } else {
+            self.next(Queued::Change).or_else(|| self.next(Queued::Sweep))
+        }?;
         self.admitted.insert(object.clone(), false);
+        Some(object)
+    }
+
+    /// The next object waiting as `why`; stale entries (withdrawn, or moved to the changes)
+    /// are dropped on the way.
+    fn next(&mut self, why: Queued) -> Option<T> {
+        let queued = &mut self.queued;
+        let lanes = match why {
+            Queued::Change => &mut self.changes,
+            Queued::Sweep => &mut self.sweeps,
+        };
+        let object =
+            lanes.pop_live(|object| queued.get(object) == Some(&why) && queued.remove(object).is_some())?;
+        self.changes_in_a_row = match why {
+            Queued::Change => self.changes_in_a_row.saturating_add(1),
+            Queued::Sweep => 0,
+        };
         Some(object)
     }
 
@@ -174,6 +236,14 @@ impl<K: Resource<DynamicType = ()> + 'static> Shared<K> {
         self.offer(object);
     }
 
+    /// `object` is part of a sweep: reconciled behind the changes, instead of any retry
+    /// planned for it.
+    fn swept(&mut self, object: Object<K>) {
+        self.cancel_retry(&object);
+        self.queue.sweep(object.namespace.clone(), object);
+        self.publish_waiting();
+    }
+
     /// `object` is gone: it no longer waits, nor is it retried.
     fn withdraw(&mut self, object: &ObjectRef<K>) {
         self.queue.withdraw(object);
@@ -214,17 +284,21 @@ impl<K: Resource<DynamicType = ()> + 'static> Admission<K> {
         self
     }
 
-    /// `object` is to be reconciled: it waits for its turn, as a change a watch brought
-    /// would. For a controller whose objects are offered by its own triggers
+    /// `object` changed and is to be reconciled: it waits for its turn, as a change a watch
+    /// brought would. For a controller whose objects are offered by its own triggers
     /// ([`Admission::offered`]) rather than by one watch.
     pub fn offer(&self, object: ObjectRef<K>) {
-        self.offer_all([object]);
+        let mut shared = self.lock();
+        shared.changed(Arc::new(object));
+        wake(shared);
     }
 
-    /// [`offer`](Admission::offer) for each of `objects`.
-    pub fn offer_all(&self, objects: impl IntoIterator<Item = ObjectRef<K>>) {
+    /// Each of `objects` is to be reconciled, in a pass over many (a start, a resync, a
+    /// policy change): they wait behind the [offered](Admission::offer) changes, as the
+    /// objects of a watch's list do.
+    pub fn sweep(&self, objects: impl IntoIterator<Item = ObjectRef<K>>) {
         let mut shared = self.lock();
-        objects.into_iter().for_each(|object| shared.changed(Arc::new(object)));
+        objects.into_iter().for_each(|object| shared.swept(Arc::new(object)));
         wake(shared);
     }
 
@@ -258,8 +332,9 @@ impl<K: Resource<DynamicType = ()> + 'static> Admission<K> {
     /// The stream to give kube: the objects of `events` (a controller's watch events, once
     /// its reflector has applied them to `store`) queued per namespace and let through in
     /// turn, read again from `store` when their turn comes (an object gone from it by then
-    /// is let go). The objects of a list are queued once it is complete: the reflector
-    /// holds them back from the store until then. Ends when `events` does.
+    /// is let go). The objects of a list are queued once it is complete, as a
+    /// [sweep](Admission::sweep): the reflector holds them back from the store until then.
+    /// Ends when `events` does.
     pub fn admit<S, E>(
         &self,
         events: S,
@@ -341,7 +416,7 @@ impl<K: Resource<DynamicType = ()> + 'static, E> Admitted<K, E> {
             Event::InitApply(object) => self.listed.push(Arc::new(ObjectRef::from_obj(&object))),
             Event::InitDone => {
                 let mut shared = self.admission.lock();
-                self.listed.drain(..).for_each(|object| shared.changed(object));
+                self.listed.drain(..).for_each(|object| shared.swept(object));
                 drop(shared);
                 self.listed.shrink_to_fit();
             }
@@ -479,6 +554,45 @@ mod tests {
         }
         assert_eq!(queue.waiting(), 1);
         assert_eq!(admit_all(&mut queue), ["a1"]);
+    }
+
+    #[test]
+    fn a_change_goes_ahead_of_a_sweep_and_a_swept_object_that_changes_moves_ahead_once() {
+        let mut queue = AdmissionQueue::new(100);
+        for object in ["s1", "s2", "s3"] {
+            queue.sweep(None, object);
+        }
+        queue.offer(None, "new");
+        queue.offer(None, "s3");
+        queue.sweep(None, "new");
+        queue.sweep(None, "s1");
+        assert_eq!(queue.waiting(), 4);
+        assert_eq!(admit_all(&mut queue), ["new", "s3", "s1", "s2"]);
+        assert_eq!(queue.waiting(), 0);
+    }
+
+    #[test]
+    fn a_stream_of_changes_lets_a_swept_object_through_every_few() {
+        let mut queue = AdmissionQueue::new(100);
+        queue.sweep(None, "s1");
+        queue.sweep(None, "s2");
+        let changes = ["c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9", "c10"];
+        changes.into_iter().for_each(|change| queue.offer(None, change));
+        let order = admit_all(&mut queue);
+        assert_eq!(order, ["c1", "c2", "c3", "c4", "s1", "c5", "c6", "c7", "c8", "s2", "c9", "c10"]);
+    }
+
+    #[test]
+    fn a_withdrawn_swept_object_swept_or_changed_again_waits_once() {
+        let mut queue = AdmissionQueue::new(100);
+        queue.sweep(None, "a");
+        queue.offer(None, "b");
+        queue.withdraw(&"a");
+        queue.withdraw(&"b");
+        assert_eq!(queue.waiting(), 0);
+        queue.offer(None, "a");
+        queue.sweep(None, "b");
+        assert_eq!(admit_all(&mut queue), ["a", "b"], "each once, however it was queued before");
     }
 
     #[test]
@@ -737,8 +851,8 @@ mod tests {
                 .iter()
                 .map(|object| ObjectRef::new(object.metadata.name.as_deref().unwrap_or_default()).within("a"))
         };
-        admission.offer_all(every());
-        admission.offer_all(every());
+        admission.sweep(every());
+        admission.sweep(every());
         assert_eq!(admission.waiting(), 4);
         assert_eq!(names(&ready(&mut admitted)), ["n1", "n2"], "the window, and no more");
 

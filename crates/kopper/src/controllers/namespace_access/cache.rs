@@ -106,8 +106,9 @@ pub fn spec_changed<K: Resource>() -> impl FnMut(&watcher::Event<K>) -> bool + S
 /// Offers the binding controller each namespace to judge (again), until its owner stops
 /// awaiting this:
 /// - from `feed`, each namespace whose name, labels or deletion changed (what its bindings
-///   depend on), and every namespace when the feed resyncs; a deleted namespace is withdrawn;
-/// - every namespace on each of `policy_changes`;
+///   depend on), and every namespace when the feed resyncs (a sweep, behind the changes);
+///   a deleted namespace is withdrawn;
+/// - every namespace on each of `policy_changes` (a sweep);
 /// - the namespace of each RoleBinding kopper did not make that changed (`foreign`: it may
 ///   free or take a name a policy wants), and each namespace the index of kopper's own
 ///   bindings shows a change in (`index`).
@@ -122,8 +123,7 @@ pub async fn offer_namespaces(
     policy_changes: impl Stream<Item = ()>,
 ) {
     let store = feed.store();
-    let offer_all =
-        || admission.offer_all(store.state().iter().map(|namespace| by_name(&namespace.name_any())));
+    let sweep = || admission.sweep(store.state().iter().map(|namespace| by_name(&namespace.name_any())));
     // Fused: a stream that ended (the policies' trigger goes with its cache at shutdown) is
     // never polled again.
     let (mut foreign, mut index, mut policy_changes) =
@@ -131,7 +131,7 @@ pub async fn offer_namespaces(
     loop {
         tokio::select! {
             event = feed.next() => match event {
-                NamespaceEvent::Resync => offer_all(),
+                NamespaceEvent::Resync => sweep(),
                 NamespaceEvent::Changed { before, after: Some(after) } => {
                     let same = before
                         .is_some_and(|before| bindings_depend_on(&before) == bindings_depend_on(&after));
@@ -153,7 +153,7 @@ pub async fn offer_namespaces(
                 Err(error) => tracing::warn!(kind = "RoleBinding", %error, "watch failed; retrying with backoff"),
             },
             Some(namespace) = index.next() => admission.offer(by_name(&namespace)),
-            Some(()) = policy_changes.next() => offer_all(),
+            Some(()) = policy_changes.next() => sweep(),
         }
     }
 }
