@@ -6,7 +6,8 @@
 //!
 //! 1. idle: kopper's resident memory on an empty cluster (the policies only);
 //! 2. namespaces: the namespaces created, then the floor (the same RoleBinding creates sent
-//!    straight from the bench, as many at a time as kopper sends), then kopper started:
+//!    straight from the bench, as many at a time as kopper sends, timed until the bench's
+//!    watch has seen them all, as kopper's are), then kopper started:
 //!    its time until every namespace has its 5 bindings, and its memory per namespace above
 //!    idle;
 //! 3. pods: the pods created, the floor (the same label patches from the bench), kopper
@@ -213,39 +214,67 @@ impl Kopper {
 
 /// When the bench's own watch first saw each object (`namespace/name`) matching a selector.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<HashMap<String, Instant>>>);
+struct Seen {
+    at: Arc<Mutex<HashMap<String, Instant>>>,
+    listed: Arc<std::sync::atomic::AtomicBool>,
+    task: Option<tokio::task::AbortHandle>,
+}
 
 impl Seen {
     fn watch<K>(api: Api<K>, selector: &str) -> Self
     where
         K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     {
-        let seen = Self::default();
-        let record = seen.clone();
+        let (at, listed) = (
+            Arc::<Mutex<HashMap<String, Instant>>>::default(),
+            Arc::<std::sync::atomic::AtomicBool>::default(),
+        );
+        let (record, list_done) = (at.clone(), listed.clone());
         let config = watcher::Config::default().labels(selector);
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher(api, config).default_backoff().applied_objects());
-            while let Some(object) = events.next().await {
-                if let Ok(object) = object {
-                    let key = format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any());
-                    record.0.lock().unwrap().entry(key).or_insert_with(Instant::now);
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                        let key = format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any());
+                        record.lock().unwrap().entry(key).or_insert_with(Instant::now);
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        list_done.store(true, std::sync::atomic::Ordering::SeqCst)
+                    }
+                    _ => {}
                 }
             }
         });
-        seen
+        Self { at, listed, task: Some(task.abort_handle()) }
+    }
+
+    /// Waits until the watch has listed what exists: whatever comes after is seen as it comes.
+    async fn wait_listed(&self) {
+        wait_until("the bench's watch listed", Duration::from_secs(60), || {
+            std::future::ready(self.listed.load(std::sync::atomic::Ordering::SeqCst))
+        })
+        .await;
+    }
+
+    /// Ends the watch, so that it costs kubesim and this process nothing more.
+    fn stop(self) {
+        if let Some(task) = self.task {
+            task.abort();
+        }
     }
 
     fn count(&self) -> usize {
-        self.0.lock().unwrap().len()
+        self.at.lock().unwrap().len()
     }
 
     fn at(&self, key: &str) -> Option<Instant> {
-        self.0.lock().unwrap().get(key).copied()
+        self.at.lock().unwrap().get(key).copied()
     }
 
     fn in_namespace(&self, namespace: &str) -> Vec<Instant> {
         let prefix = format!("{namespace}/");
-        self.0.lock().unwrap().iter().filter(|(k, _)| k.starts_with(&prefix)).map(|(_, at)| *at).collect()
+        self.at.lock().unwrap().iter().filter(|(k, _)| k.starts_with(&prefix)).map(|(_, at)| *at).collect()
     }
 
     async fn wait_for(&self, what: &str, count: usize) -> Instant {
@@ -315,8 +344,11 @@ fn floor_binding(namespace: &str, index: usize) -> RoleBinding {
 }
 
 /// The floor for the bindings: every namespace's 5 creates, a namespace per worker as kopper
-/// reconciles them; then the floor's bindings are deleted (not timed).
+/// reconciles them, until the bench's watch has seen them all (as kopper's are timed); then
+/// the floor's bindings are deleted (not timed).
 async fn binding_floor(client: &kube::Client, scale: &Scale) -> Duration {
+    let seen = Seen::watch(Api::<RoleBinding>::all(client.clone()), FLOOR_LABEL);
+    seen.wait_listed().await;
     let started = Instant::now();
     futures::stream::iter(0..scale.namespaces)
         .for_each_concurrent(CONCURRENCY, |n| {
@@ -329,7 +361,9 @@ async fn binding_floor(client: &kube::Client, scale: &Scale) -> Duration {
             }
         })
         .await;
+    seen.wait_for("every floor binding seen", scale.namespaces * POLICIES).await;
     let took = started.elapsed();
+    seen.stop();
     futures::stream::iter(0..scale.namespaces)
         .for_each_concurrent(8, |n| {
             let api: Api<RoleBinding> = Api::namespaced(client.clone(), &format!("team-{n}"));
@@ -342,8 +376,11 @@ async fn binding_floor(client: &kube::Client, scale: &Scale) -> Duration {
     took
 }
 
-/// The floor for the labels: the same merge patch kopper sends, on another label key.
+/// The floor for the labels: the same merge patch kopper sends, on another label key, until
+/// the bench's watch has seen every pod patched (as kopper's labels are timed).
 async fn label_floor(client: &kube::Client, scale: &Scale) -> Duration {
+    let seen = Seen::watch(Api::<PartialObjectMeta<Pod>>::all(client.clone()), FLOOR_LABEL);
+    seen.wait_listed().await;
     let started = Instant::now();
     futures::stream::iter((0..scale.pods).step_by(2))
         .for_each_concurrent(CONCURRENCY, |n| {
@@ -355,7 +392,10 @@ async fn label_floor(client: &kube::Client, scale: &Scale) -> Duration {
             }
         })
         .await;
-    started.elapsed()
+    seen.wait_for("every floor label seen", scale.asking()).await;
+    let took = started.elapsed();
+    seen.stop();
+    took
 }
 
 /// Average bytes per pod of the metadata as the API server sends it without managed fields,
@@ -510,6 +550,7 @@ async fn main() {
         per(sim_namespaces.saturating_sub(sim_before), namespaces)
     );
     let bindings = Seen::watch(Api::<RoleBinding>::all(client.clone()), MANAGED);
+    bindings.wait_listed().await;
     let bench_cpu = cpu_time("/proc/self/stat");
     let floor_bindings = binding_floor(&client, &scale).await;
     let floor_cpu = cpu_time("/proc/self/stat") - bench_cpu;
@@ -522,7 +563,7 @@ async fn main() {
     let requests = requests_since(&requests_before, &cluster.sim.counters().snapshot());
     let (kopper_cpu, sim_cpu) = (kopper.cpu(), cpu_time("/proc/self/stat") - sim_cpu_before);
     println!(
-        "convergence, bindings ({} creates): kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x; aim 1.5x; floor: the same writes from the bench, {CONCURRENCY} at a time)",
+        "convergence, bindings ({} creates): kopper {:>7.1} s, floor {:>7.1} s  ({:.2}x; aim 1.5x; floor: the same writes from the bench, {CONCURRENCY} at a time, until its watch saw them)",
         namespaces * POLICIES,
         bound_in.as_secs_f64(),
         floor_bindings.as_secs_f64(),
@@ -572,6 +613,7 @@ async fn main() {
     );
     let floor_labels = label_floor(&client, &scale).await;
     let labelled = Seen::watch(Api::<PartialObjectMeta<Pod>>::all(client.clone()), LABEL);
+    labelled.wait_listed().await;
     let started = Instant::now();
     let kopper = Kopper::start(&cluster);
     labelled.wait_for("every asking pod labelled", scale.asking()).await;
