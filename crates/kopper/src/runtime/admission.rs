@@ -9,7 +9,7 @@
 //! one namespace's thousands of pods would hold up another namespace's first.
 //!
 //! So a controller's objects wait here before kube sees them: queued per namespace and served
-//! in turn, as the gate serves its permits ([`RoundRobin`]), each at most once however often
+//! in turn, as the gate serves its permits ([`RoundRobin`](super::fair_gate::RoundRobin)), each at most once however often
 //! it changes, and let through only while fewer than the window (the controller's
 //! `--concurrency`, and one more due next) are being reconciled or due. kube then never holds
 //! more than the window, and an object waiting costs a queue entry, not a started reconcile.
@@ -17,14 +17,18 @@
 //! change is never lost and the object never runs twice at once. A failed reconcile comes
 //! back through the same queue once its backoff has passed, so retries take turns too.
 //!
-//! Objects queued by a pass over all of them (a watch's list at a start or a relist, every
-//! namespace on a policy change) wait behind the objects that changed, as in
-//! controller-runtime's priority queue: what a user just did is not held up by a sweep over
-//! a cluster that is mostly as it should be. One swept object goes through after every few
-//! changes, so the sweep still ends however many changes come.
+//! Objects queued by a pass over many (a watch's list at a start or a relist, every
+//! namespace on a policy change or a resync) wait in their lane behind the objects that
+//! changed, as in controller-runtime's priority queue: what a user just did is not held up
+//! by a sweep over a cluster that is mostly as it should be. Lanes still take turns, so one
+//! namespace's changes never go ahead of another namespace's swept objects. Within a lane,
+//! one swept object goes through after every few changes, and an object's change goes ahead
+//! of a sweep once while the sweep waits (after that it waits with the sweep), so the sweep
+//! ends however many changes come and whoever makes them. What changed while a watch was
+//! down, or while the namespace feed fell behind, comes back with the sweep that follows.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -41,7 +45,7 @@ use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as DelayKey;
 use tracing::warn;
 
-use super::fair_gate::{Lane, RoundRobin};
+use super::fair_gate::Lane;
 
 /// Watch events taken in one poll before the stream yields to other tasks, so that a relist's
 /// 150,000 events do not hold the thread in one go (its objects are queued together once it
@@ -53,21 +57,19 @@ const INPUT_SLICE: usize = 1024;
 #[derive(Debug)]
 pub struct AdmissionQueue<T> {
     window: usize,
-    /// Objects that changed, waiting for their turn.
-    changes: RoundRobin<Lane, T>,
-    /// Objects a sweep queued (a start, a relist, a policy change), waiting behind the
-    /// changes: after a restart at 10,000 namespaces, a namespace created meanwhile is bound
-    /// at once, not after the sweep over every other one.
-    sweeps: RoundRobin<Lane, T>,
+    waiting: Lanes<T>,
     /// Which objects wait, and as what: an object is queued once however often it changes. A
-    /// swept object that changes moves to `changes`; its entry in `sweeps` is dropped when
-    /// that lane's turn reaches it.
+    /// swept object that changes moves to its lane's changes; its entry among the lane's
+    /// swept objects is dropped when it comes up.
     queued: HashMap<T, Queued>,
+    /// How many of `queued` wait as swept objects.
+    swept: usize,
+    /// Objects whose change went ahead of the swept objects since none waited: a change of
+    /// one of them waits with the sweep, so that a few objects changing without end (a
+    /// tenant editing RoleBindings in a loop) cannot slow every sweep down to a crawl.
+    went_ahead: HashSet<T>,
     /// Let through and not finished yet; `true` once the object changed meanwhile.
     admitted: HashMap<T, bool>,
-    /// Changes let through since the last swept object, so that a stream of changes never
-    /// holds a sweep up for good.
-    changes_in_a_row: usize,
 }
 
 /// Why an object waits.
@@ -77,7 +79,8 @@ enum Queued {
     Sweep,
 }
 
-/// While a sweep waits, one of its objects is let through after this many changes in a row.
+/// While a lane has swept objects waiting, one of them goes through after this many of the
+/// lane's changes in a row.
 const CHANGES_PER_SWEPT: usize = 4;
 
 impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
@@ -85,67 +88,66 @@ impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
     pub fn new(window: usize) -> Self {
         Self {
             window: window.max(1),
-            changes: RoundRobin::default(),
-            sweeps: RoundRobin::default(),
+            waiting: Lanes::default(),
             queued: HashMap::new(),
+            swept: 0,
+            went_ahead: HashSet::new(),
             admitted: HashMap::new(),
-            changes_in_a_row: 0,
         }
     }
 
-    /// `object` in `lane` changed: it waits for its turn, ahead of every swept object,
-    /// unless it already waits as a change, or is being reconciled (then it queues again
-    /// when that ends).
+    /// `object` in `lane` changed: it waits for its turn, ahead of its lane's swept objects
+    /// (the first time it changes while a sweep waits; after that, with them), unless it
+    /// already waits as a change, or is being reconciled (then it queues again when that
+    /// ends).
     pub fn offer(&mut self, lane: Lane, object: T) {
         if let Some(changed) = self.admitted.get_mut(&object) {
             *changed = true;
-        } else if self.queued.insert(object.clone(), Queued::Change) != Some(Queued::Change) {
-            self.changes.push(lane, object);
+            return;
+        }
+        if self.swept == 0 {
+            self.went_ahead.clear();
+        } else if !self.went_ahead.insert(object.clone()) {
+            self.sweep(lane, object);
+            return;
+        }
+        match self.queued.insert(object.clone(), Queued::Change) {
+            Some(Queued::Change) => {}
+            before => {
+                self.swept -= usize::from(before == Some(Queued::Sweep));
+                self.waiting.push(lane, object, Queued::Change);
+            }
         }
     }
 
-    /// `object` in `lane` is to be reconciled as part of a pass over many (a start, a
-    /// relist, a policy change): it waits behind the objects that changed, unless it already
-    /// waits, or is being reconciled (then it queues again when that ends).
+    /// `object` in `lane` is to be reconciled in a pass over many (a start, a relist, a
+    /// policy change): it waits behind its lane's changes, unless it already waits, or is
+    /// being reconciled (then it queues again, as a change, when that ends).
     pub fn sweep(&mut self, lane: Lane, object: T) {
         if let Some(changed) = self.admitted.get_mut(&object) {
             *changed = true;
         } else if let Entry::Vacant(unqueued) = self.queued.entry(object.clone()) {
             unqueued.insert(Queued::Sweep);
-            self.sweeps.push(lane, object);
+            self.swept += 1;
+            self.waiting.push(lane, object, Queued::Sweep);
         }
     }
 
     /// The next object whose turn it is, if fewer than the window are being reconciled:
-    /// changes first, and a swept object after every [`CHANGES_PER_SWEPT`] changes. The
-    /// caller reports its end with [`finish`](Self::finish).
+    /// lanes take turns, and in each its changes go first, with one swept object after every
+    /// [`CHANGES_PER_SWEPT`] changes. The caller reports its end with
+    /// [`finish`](Self::finish).
     pub fn admit(&mut self) -> Option<T> {
         if self.admitted.len() >= self.window {
             return None;
         }
-        let object = if self.changes_in_a_row >= CHANGES_PER_SWEPT {
-            self.next(Queued::Sweep).or_else(|| self.next(Queued::Change))
-        } else {
-            self.next(Queued::Change).or_else(|| self.next(Queued::Sweep))
-        }?;
+        let (queued, swept) = (&mut self.queued, &mut self.swept);
+        let object = self.waiting.pop_live(|object, why| {
+            let live = queued.get(object) == Some(&why) && queued.remove(object).is_some();
+            *swept -= usize::from(live && why == Queued::Sweep);
+            live
+        })?;
         self.admitted.insert(object.clone(), false);
-        Some(object)
-    }
-
-    /// The next object waiting as `why`; stale entries (withdrawn, or moved to the changes)
-    /// are dropped on the way.
-    fn next(&mut self, why: Queued) -> Option<T> {
-        let queued = &mut self.queued;
-        let lanes = match why {
-            Queued::Change => &mut self.changes,
-            Queued::Sweep => &mut self.sweeps,
-        };
-        let object =
-            lanes.pop_live(|object| queued.get(object) == Some(&why) && queued.remove(object).is_some())?;
-        self.changes_in_a_row = match why {
-            Queued::Change => self.changes_in_a_row.saturating_add(1),
-            Queued::Sweep => 0,
-        };
         Some(object)
     }
 
@@ -174,7 +176,10 @@ impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
         T: std::borrow::Borrow<Q>,
         Q: Eq + std::hash::Hash + ?Sized,
     {
-        self.queued.remove(object);
+        if self.queued.remove(object) == Some(Queued::Sweep) {
+            self.swept -= 1;
+        }
+        self.went_ahead.remove(object);
         if let Some(changed) = self.admitted.get_mut(object) {
             *changed = false;
         }
@@ -188,6 +193,87 @@ impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
     /// Objects let through and not finished.
     pub fn admitted(&self) -> usize {
         self.admitted.len()
+    }
+}
+
+/// The objects waiting, per lane: lanes take turns, as [`RoundRobin`](super::fair_gate::RoundRobin) serves them, and
+/// within a lane its changes go before its swept objects.
+#[derive(Debug)]
+struct Lanes<T> {
+    /// Lanes with something queued, in the order their turns come.
+    turns: VecDeque<Lane>,
+    queues: HashMap<Lane, LaneQueue<T>>,
+}
+
+impl<T> Default for Lanes<T> {
+    fn default() -> Self {
+        Self { turns: VecDeque::new(), queues: HashMap::new() }
+    }
+}
+
+#[derive(Debug)]
+struct LaneQueue<T> {
+    changes: VecDeque<T>,
+    swept: VecDeque<T>,
+    /// Changes let through since the lane's last swept object.
+    changes_in_a_row: usize,
+}
+
+impl<T> Lanes<T> {
+    fn push(&mut self, lane: Lane, object: T, why: Queued) {
+        let queue = self.queues.entry(lane.clone()).or_insert_with(|| {
+            self.turns.push_back(lane);
+            LaneQueue { changes: VecDeque::new(), swept: VecDeque::new(), changes_in_a_row: 0 }
+        });
+        match why {
+            Queued::Change => queue.changes.push_back(object),
+            Queued::Sweep => queue.swept.push_back(object),
+        }
+    }
+
+    /// The next object of the lane whose turn it is, dropping on the way the entries `live`
+    /// rejects (withdrawn, or queued again as something else) without spending a turn; that
+    /// lane goes to the end of the round if it has more.
+    fn pop_live(&mut self, mut live: impl FnMut(&T, Queued) -> bool) -> Option<T> {
+        while let Some(lane) = self.turns.pop_front() {
+            let Some(queue) = self.queues.get_mut(&lane) else { continue };
+            let found = queue.pop_live(&mut live);
+            if queue.changes.is_empty() && queue.swept.is_empty() {
+                self.queues.remove(&lane);
+            } else {
+                self.turns.push_back(lane);
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+}
+
+impl<T> LaneQueue<T> {
+    fn pop_live(&mut self, live: &mut impl FnMut(&T, Queued) -> bool) -> Option<T> {
+        let order = if self.changes_in_a_row >= CHANGES_PER_SWEPT {
+            [Queued::Sweep, Queued::Change]
+        } else {
+            [Queued::Change, Queued::Sweep]
+        };
+        for why in order {
+            let entries = match why {
+                Queued::Change => &mut self.changes,
+                Queued::Sweep => &mut self.swept,
+            };
+            while let Some(object) = entries.pop_front() {
+                if live(&object, why) {
+                    self.changes_in_a_row = match why {
+                        Queued::Change => self.changes_in_a_row.saturating_add(1),
+                        Queued::Sweep => 0,
+                    };
+                    return Some(object);
+                }
+            }
+        }
+        None
     }
 }
 
@@ -583,6 +669,52 @@ mod tests {
     }
 
     #[test]
+    fn one_namespace_s_changes_never_go_ahead_of_another_namespace_s_sweep() {
+        let mut queue = AdmissionQueue::new(100);
+        queue.sweep(lane("b"), "b1");
+        queue.sweep(lane("b"), "b2");
+        for object in ["a1", "a2", "a3", "a4", "a5"] {
+            queue.offer(lane("a"), object);
+        }
+        assert_eq!(admit_all(&mut queue), ["b1", "a1", "b2", "a2", "a3", "a4", "a5"]);
+    }
+
+    #[test]
+    fn an_object_changing_without_end_goes_ahead_of_a_sweep_once_then_waits_with_it() {
+        let mut queue = AdmissionQueue::new(1);
+        for object in ["s1", "s2", "s3", "s4"] {
+            queue.sweep(None, object);
+        }
+        let mut order = Vec::new();
+        while let Some(object) = {
+            // A tenant edits RoleBindings in its namespace as fast as kopper passes over it.
+            queue.offer(None, "churn");
+            queue.admit()
+        } {
+            order.push(object);
+            queue.finish(None, &object);
+            if order.len() > 10 {
+                break;
+            }
+        }
+        assert_eq!(order[..6], ["churn", "s1", "s2", "s3", "s4", "churn"], "the sweep ends");
+        queue.sweep(None, "s5");
+        queue.offer(None, "churn");
+        assert_eq!(queue.admit(), Some("churn"), "in the next sweep, its change goes ahead once again");
+    }
+
+    #[test]
+    fn a_sweep_of_an_object_being_reconciled_queues_it_again_when_it_ends() {
+        let mut queue = AdmissionQueue::new(1);
+        queue.offer(None, "x");
+        assert_eq!(queue.admit(), Some("x"));
+        queue.sweep(None, "x");
+        assert_eq!(queue.waiting(), 0, "never twice at once");
+        assert!(queue.finish(None, &"x"));
+        assert_eq!(queue.admit(), Some("x"));
+    }
+
+    #[test]
     fn a_withdrawn_swept_object_swept_or_changed_again_waits_once() {
         let mut queue = AdmissionQueue::new(100);
         queue.sweep(None, "a");
@@ -774,6 +906,23 @@ mod tests {
         assert!(ready(&mut admitted).is_empty(), "not before the list is complete");
         events.unbounded_send(Ok(Event::InitDone)).unwrap();
         assert_eq!(names(&ready(&mut admitted)), ["a1", "b1"]);
+    }
+
+    #[tokio::test]
+    async fn a_change_the_watch_brings_after_a_list_goes_ahead_of_the_list_s_objects() {
+        let admission = Admission::<ConfigMap>::new("test", 1);
+        let mut fed = Fed::new(&admission, &["a1", "a2", "a3"]);
+        fed.send(Ok(Event::Init));
+        (0..3).for_each(|index| fed.send(Ok(Event::InitApply(fed.objects[index].clone()))));
+        fed.send(Ok(Event::InitDone));
+        let mut admitted = fed.ready();
+        fed.apply(2);
+        admitted.extend(fed.ready());
+        for name in ["a1", "a3", "a2"] {
+            admission.finished(&ObjectRef::new(name).within("a"));
+            admitted.extend(fed.ready());
+        }
+        assert_eq!(admitted, ["a1", "a3", "a2"], "a3 changed after the list: it goes first");
     }
 
     #[test]
