@@ -151,18 +151,29 @@ fn subjects_digest(subjects: &[Subject]) -> u64 {
 /// check read, its role and its subjects. The rest of its metadata is skipped while parsing,
 /// never built: above all its managed fields, a JSON tree per field manager, which the watch
 /// would otherwise build for every binding kopper writes.
+/// Fields missing or null are read as empty, as k8s-openapi reads them: one odd binding does
+/// not fail the list it comes in.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IndexedBinding {
-    #[serde(deserialize_with = "read_metadata")]
+    #[serde(default, deserialize_with = "read_metadata")]
     metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "null_as_default")]
     role_ref: RoleRef,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     subjects: Vec<Subject>,
 }
 
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// The metadata fields an [`IndexedBinding`] keeps; serde skips every other one unread.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct KeptMetadata {
     name: Option<String>,
@@ -174,7 +185,7 @@ struct KeptMetadata {
 }
 
 fn read_metadata<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
-    let kept = KeptMetadata::deserialize(deserializer)?;
+    let kept: KeptMetadata = null_as_default(deserializer)?;
     Ok(ObjectMeta {
         name: kept.name,
         namespace: kept.namespace,
@@ -759,10 +770,27 @@ mod tests {
         let mut going = binding.clone();
         going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert!(indexed(&going).seen().unwrap().is_terminating());
-        let mut no_subjects = serde_json::to_value(&binding).unwrap();
-        no_subjects.as_object_mut().unwrap().remove("subjects");
-        let decoded: IndexedBinding = serde_json::from_value(no_subjects).unwrap();
-        assert_eq!(decoded.seen().unwrap().state_for(&wanted()), BindingState::Stale);
+        for (field, value) in [("subjects", None), ("subjects", Some(serde_json::Value::Null))] {
+            let mut odd = serde_json::to_value(&binding).unwrap();
+            match &value {
+                Some(value) => odd[field] = value.clone(),
+                None => _ = odd.as_object_mut().unwrap().remove(field),
+            }
+            let decoded: IndexedBinding = serde_json::from_value(odd).unwrap();
+            assert_eq!(
+                decoded.seen().unwrap().state_for(&wanted()),
+                BindingState::Stale,
+                "{field}: {value:?}"
+            );
+        }
+        let odd: IndexedBinding =
+            serde_json::from_value(serde_json::json!({"metadata": null, "roleRef": null, "subjects": null}))
+                .unwrap();
+        assert_eq!(odd.seen(), None, "read as a binding that is not kopper's");
+        let mut no_role = serde_json::to_value(&binding).unwrap();
+        no_role["roleRef"] = serde_json::Value::Null;
+        let decoded: IndexedBinding = serde_json::from_value(no_role).unwrap();
+        assert_eq!(decoded.seen().unwrap().state_for(&wanted()), BindingState::WrongRole);
     }
 
     #[test]
