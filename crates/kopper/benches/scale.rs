@@ -345,10 +345,12 @@ fn floor_binding(namespace: &str, index: usize) -> RoleBinding {
 
 /// The floor for the bindings: every namespace's 5 creates, a namespace per worker as kopper
 /// reconciles them, until the bench's watch has seen them all (as kopper's are timed); then
-/// the floor's bindings are deleted (not timed).
-async fn binding_floor(client: &kube::Client, scale: &Scale) -> Duration {
+/// the floor's bindings are deleted (not timed). Its time, and the CPU time this process
+/// (kubesim and the bench) used for it.
+async fn binding_floor(client: &kube::Client, scale: &Scale) -> (Duration, Duration) {
     let seen = Seen::watch(Api::<RoleBinding>::all(client.clone()), FLOOR_LABEL);
     seen.wait_listed().await;
+    let cpu_before = cpu_time("/proc/self/stat");
     let started = Instant::now();
     futures::stream::iter(0..scale.namespaces)
         .for_each_concurrent(CONCURRENCY, |n| {
@@ -362,7 +364,7 @@ async fn binding_floor(client: &kube::Client, scale: &Scale) -> Duration {
         })
         .await;
     seen.wait_for("every floor binding seen", scale.namespaces * POLICIES).await;
-    let took = started.elapsed();
+    let took = (started.elapsed(), cpu_time("/proc/self/stat") - cpu_before);
     seen.stop();
     futures::stream::iter(0..scale.namespaces)
         .for_each_concurrent(8, |n| {
@@ -551,9 +553,7 @@ async fn main() {
     );
     let bindings = Seen::watch(Api::<RoleBinding>::all(client.clone()), MANAGED);
     bindings.wait_listed().await;
-    let bench_cpu = cpu_time("/proc/self/stat");
-    let floor_bindings = binding_floor(&client, &scale).await;
-    let floor_cpu = cpu_time("/proc/self/stat") - bench_cpu;
+    let (floor_bindings, floor_cpu) = binding_floor(&client, &scale).await;
     let requests_before = cluster.sim.counters().snapshot();
     let sim_cpu_before = cpu_time("/proc/self/stat");
     let started = Instant::now();
