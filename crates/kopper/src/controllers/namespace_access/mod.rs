@@ -125,6 +125,30 @@ struct Shared {
     index_wakes: Arc<IndexWakes>,
     /// Where namespaces wait for the binding controller, and are retried.
     admission: Admission<NamespaceMeta>,
+    /// Every policy's outcome as last computed, and from what.
+    last_reports: Mutex<Option<(StatusInputs, Reports)>>,
+}
+
+/// Every policy's outcome, by name.
+type Reports = Arc<BTreeMap<String, status::Outcome>>;
+
+/// What the policies' outcomes are computed from. The `Arc`s are held, so the same pointers
+/// mean the same objects.
+struct StatusInputs {
+    policies: Arc<Policies>,
+    namespaces: Vec<Arc<NamespaceMeta>>,
+    bindings: u64,
+    found: Vec<Problem>,
+}
+
+impl StatusInputs {
+    fn same_as(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.policies, &other.policies)
+            && self.bindings == other.bindings
+            && self.found == other.found
+            && self.namespaces.len() == other.namespaces.len()
+            && self.namespaces.iter().zip(&other.namespaces).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
 }
 
 /// kopper's own writes whose watch events have not come back, per namespace: such an event
@@ -266,6 +290,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         policies: policies.store.clone(),
         compiled: CompiledPolicies::default(),
+        last_reports: Mutex::default(),
         namespaces: status_feed.store(),
         bindings,
         found: Mutex::default(),
@@ -523,28 +548,69 @@ impl Shared {
     }
 
     fn status_of(&self, policy: &NamespaceAccess) -> NamespaceAccessStatus {
-        // The controller's copy of this policy may be newer than the cache's.
-        let mut policies = self.policies.state();
-        policies.retain(|cached| cached.uid() != policy.uid());
-        policies.push(Arc::new(DeserializeGuard(Ok(policy.clone()))));
-        let policies = Policies::from_store(&policies);
-        let namespaces = self.namespaces.state();
-        let bindings = self.bindings.read();
-        let found: Vec<Problem> = {
-            let mut all = self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            // Namespaces deleted since their last pass leave nothing behind.
-            all.retain(|namespace, _| self.namespaces.get(&ObjectRef::new(namespace)).is_some());
-            all.values().flatten().cloned().collect()
+        let name = policy.name_any();
+        let cached = self.policies.state();
+        let as_cached = cached.iter().any(|other| {
+            other.uid() == policy.uid() && other.resource_version() == policy.resource_version()
+        });
+        let outcome = if as_cached {
+            let reports = self.reports(self.compiled.of(cached));
+            reports.get(&name).cloned().unwrap_or_else(|| Ok(status::Report::default()))
+        } else {
+            // The controller's copy of this policy is newer than the cache's.
+            let mut policies = cached;
+            policies.retain(|other| other.uid() != policy.uid());
+            policies.push(Arc::new(DeserializeGuard(Ok(policy.clone()))));
+            let policies = Policies::from_store(&policies);
+            let (namespaces, found) = (self.namespaces.state(), self.found_problems());
+            let bindings = self.bindings.read();
+            let observed = Observed {
+                policies: &policies,
+                namespaces: &namespaces,
+                bindings: &bindings,
+                found: &found,
+                protected: &self.protected,
+            };
+            report_for(&name, &observed)
         };
+        next_status(policy.status.as_ref(), policy.metadata.generation, &outcome, Timestamp::now())
+    }
+
+    /// Every policy's outcome, computed again only when what it is computed from changed: a
+    /// change wakes every policy's status at once, and each would make the same pass over
+    /// every namespace.
+    fn reports(&self, policies: Arc<Policies>) -> Reports {
+        let bindings = self.bindings.read();
+        let inputs = StatusInputs {
+            policies,
+            namespaces: self.namespaces.state(),
+            bindings: bindings.version(),
+            found: self.found_problems(),
+        };
+        let mut last = self.last_reports.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((computed_from, reports)) = last.as_ref()
+            && computed_from.same_as(&inputs)
+        {
+            return reports.clone();
+        }
         let observed = Observed {
-            policies: &policies,
-            namespaces: &namespaces,
+            policies: &inputs.policies,
+            namespaces: &inputs.namespaces,
             bindings: &bindings,
-            found: &found,
+            found: &inputs.found,
             protected: &self.protected,
         };
-        let outcome = report_for(&policy.name_any(), &observed);
-        next_status(policy.status.as_ref(), policy.metadata.generation, &outcome, Timestamp::now())
+        let reports = Arc::new(status::reports(&observed));
+        *last = Some((inputs, reports.clone()));
+        reports
+    }
+
+    /// What the binding controller found, in the namespaces that still exist.
+    fn found_problems(&self) -> Vec<Problem> {
+        let mut all = self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Namespaces deleted since their last pass leave nothing behind.
+        all.retain(|namespace, _| self.namespaces.get(&ObjectRef::new(namespace)).is_some());
+        all.values().flatten().cloned().collect()
     }
 
     fn count_conflicts(&self, policy: &str, count: i32, ctx: &Context) {

@@ -262,10 +262,20 @@ impl NameDigest {
 /// are found without a pass over the cluster's, so the binding controller can judge a
 /// namespace from this index alone, and each namespace's name is held once, not once per
 /// binding.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Bindings {
     by_namespace: HashMap<Box<str>, InNamespace>,
     count: usize,
+    /// Counts every change, so that what was computed from the index can tell it is still
+    /// current.
+    version: u64,
+}
+
+/// The same bindings, whatever changes led there.
+impl PartialEq for Bindings {
+    fn eq(&self, other: &Self) -> bool {
+        self.count == other.count && self.by_namespace == other.by_namespace
+    }
 }
 
 /// Namespaces with more bindings than this keep them in a map.
@@ -382,6 +392,7 @@ impl Bindings {
         if previous.is_none() {
             self.count += 1;
         }
+        self.version += 1;
         previous
     }
 
@@ -392,11 +403,17 @@ impl Bindings {
             self.by_namespace.remove(namespace);
         }
         self.count -= 1;
+        self.version += 1;
         Some(removed)
     }
 
     pub fn len(&self) -> usize {
         self.count
+    }
+
+    /// A number that differs after any change to the index, a relist's included.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The namespaces whose bindings differ between this index and `other`.
@@ -570,7 +587,9 @@ fn apply(
         watcher::Event::InitDone => {
             let mut index = index();
             let changed = index.namespaces_differing_from(relisted);
+            let version = index.version + relisted.version + 1;
             *index = std::mem::take(relisted);
+            index.version = version;
             (Change::ListDone, changed)
         }
         watcher::Event::Apply(binding) => {

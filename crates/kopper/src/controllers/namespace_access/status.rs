@@ -1,6 +1,6 @@
 //! A policy's status, derived from the caches alone, and the Events its changes deserve.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -45,15 +45,21 @@ pub struct Report {
 /// Either the policy's spec is broken, or how far it got.
 pub type Outcome = Result<Report, Vec<FieldError>>;
 
+/// One policy's outcome.
 pub fn report_for(policy: &str, observed: &Observed<'_>) -> Outcome {
-    if let Some(errors) = observed.policies.invalid.get(policy) {
-        return Err(errors.clone());
+    reports(observed).remove(policy).unwrap_or_else(|| Ok(Report::default()))
+}
+
+/// Every policy's outcome, from one pass over the namespaces: each namespace's wanted
+/// bindings are rendered once for all the policies that select it. Policies with no entry
+/// select nothing and ask for nothing.
+pub fn reports(observed: &Observed<'_>) -> BTreeMap<String, Outcome> {
+    let mut reports: BTreeMap<String, Outcome> =
+        observed.policies.invalid.iter().map(|(name, errors)| (name.clone(), Err(errors.clone()))).collect();
+    for compiled in &observed.policies.valid {
+        reports.entry(compiled.name.clone()).or_insert_with(|| Ok(Report::default()));
     }
-    let Some(compiled) = observed.policies.valid.iter().find(|candidate| candidate.name == policy) else {
-        return Ok(Report::default());
-    };
-    let mut report = Report::default();
-    let mut matched = BTreeSet::new();
+    let mut matched: BTreeSet<(&str, String)> = BTreeSet::new();
     for namespace in observed.namespaces.iter().filter(|ns| ns.metadata.deletion_timestamp.is_none()) {
         let name = namespace.name_any();
         let facts = NamespaceFacts {
@@ -61,37 +67,53 @@ pub fn report_for(policy: &str, observed: &Observed<'_>) -> Outcome {
             labels: namespace.labels(),
             protected: observed.protected.contains(&name),
         };
-        if !compiled.selects(facts) {
+        let selecting: Vec<&str> = observed
+            .policies
+            .valid
+            .iter()
+            .filter(|compiled| compiled.selects(facts))
+            .map(|compiled| compiled.name.as_str())
+            .collect();
+        if selecting.is_empty() {
             continue;
         }
-        report.matched_namespaces += 1;
-        matched.insert(name.clone());
         let desired = desired_bindings(facts, observed.policies);
-        for problem in desired.problems.into_iter().filter(|problem| problem.policy == policy) {
-            if problem.kind.is_conflict() {
-                report.conflicts.push(problem);
-            } else {
-                report.invalid.push(problem);
+        for policy in selecting {
+            let Some(Ok(report)) = reports.get_mut(policy) else { continue };
+            report.matched_namespaces += 1;
+            matched.insert((policy, name.clone()));
+            for problem in desired.problems.iter().filter(|problem| problem.policy == policy) {
+                if problem.kind.is_conflict() {
+                    report.conflicts.push(problem.clone());
+                } else {
+                    report.invalid.push(problem.clone());
+                }
             }
-        }
-        for wanted in desired.bindings.values().filter(|wanted| wanted.policy == policy) {
-            report.desired += 1;
-            let existing = observed.bindings.get(&name, &wanted.binding.name);
-            if existing.is_some_and(|seen| seen.state_for(wanted) == BindingState::UpToDate) {
-                report.ready += 1;
+            for wanted in desired.bindings.values().filter(|wanted| wanted.policy == policy) {
+                report.desired += 1;
+                let existing = observed.bindings.get(&name, &wanted.binding.name);
+                if existing.is_some_and(|seen| seen.state_for(wanted) == BindingState::UpToDate) {
+                    report.ready += 1;
+                }
             }
         }
     }
     // What was found in namespaces the policy no longer selects is history.
-    for problem in observed.found.iter().filter(|p| p.policy == policy && matched.contains(&p.namespace)) {
+    for problem in observed.found {
+        if !matched.contains(&(problem.policy.as_str(), problem.namespace.clone())) {
+            continue;
+        }
+        let Some(Ok(report)) = reports.get_mut(&problem.policy) else { continue };
         match problem.kind {
             ProblemKind::Refused => report.refused.push(problem.clone()),
             _ => report.conflicts.push(problem.clone()),
         }
     }
-    report.conflicts.sort();
-    report.invalid.sort();
-    Ok(report)
+    for report in reports.values_mut().filter_map(|outcome| outcome.as_mut().ok()) {
+        report.conflicts.sort();
+        report.invalid.sort();
+    }
+    reports
 }
 
 /// The status to write. Keeps `lastTransitionTime` while `Ready` keeps its value, so an
@@ -339,6 +361,38 @@ mod tests {
         assert!(status.conflicts[0].message.contains("first"));
         let winner = next_status(None, Some(1), &world.report("first"), now());
         assert_eq!(ready_reason(&winner), ("True", "BindingsReady"));
+    }
+
+    #[test]
+    fn one_pass_reports_each_policy_with_its_own_counts_and_conflicts() {
+        let broken = policy_yaml(
+            "broken",
+            r#"
+bindings:
+- name: "x-{nope}"
+  roleRef: {kind: ClusterRole, name: edit}
+  subjects: [{kind: Group, name: g}]
+"#,
+        );
+        let mut world = World::new(&[&policy("first", 1), &policy("second", 2), &broken], &["a", "b"]);
+        world.converge();
+        world.bindings.remove("b", "ad-kubernetes-b");
+        let observed = Observed {
+            policies: &world.policies,
+            namespaces: &world.namespaces,
+            bindings: &world.bindings,
+            found: &world.found,
+            protected: &crate::tenancy::ProtectedNamespaces::default(),
+        };
+        let all = reports(&observed);
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["broken", "first", "second"]);
+        assert!(all["broken"].is_err());
+        let first = all["first"].as_ref().unwrap();
+        assert_eq!((first.matched_namespaces, first.desired, first.ready), (2, 2, 1));
+        let second = all["second"].as_ref().unwrap();
+        assert_eq!((second.matched_namespaces, second.desired, second.conflicts.len()), (2, 0, 2));
+        assert!(second.conflicts.iter().all(|conflict| conflict.kind == ProblemKind::ClaimedByOtherPolicy));
+        assert_eq!(report_for("nobody", &observed), Ok(Report::default()), "a policy kopper does not know");
     }
 
     #[test]
