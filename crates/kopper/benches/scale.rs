@@ -66,6 +66,8 @@ const ANNOTATION: &str = "kopper.dev/add-pod-name-label";
 const LABEL: &str = "kopper.dev/pod-name";
 const MANAGED: &str = "app.kubernetes.io/managed-by=kopper";
 const FLOOR_LABEL: &str = "bench.kopper.dev/floor";
+/// The floor writes under a field manager of its own, as kopper does.
+const FLOOR_FIELD_MANAGER: &str = "kopper-bench-floor";
 /// How long after the first memory reading the settled one is taken: past kopper's 10 s
 /// period of giving glibc's free memory back.
 const SETTLE: Duration = Duration::from_secs(11);
@@ -301,14 +303,17 @@ fn policy(index: usize) -> serde_json::Value {
     })
 }
 
-async fn install_policies(client: &kube::Client) {
+/// Creates the policies; their uids, which the floor's bindings name as their owner.
+async fn install_policies(client: &kube::Client) -> Vec<String> {
     let gvk = kube::api::GroupVersionKind::gvk("kopper.dev", "v1alpha1", "NamespaceAccess");
     let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "namespaceaccesses");
     let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut uids = Vec::new();
     for index in 0..POLICIES {
         let policy = serde_json::from_value(policy(index)).unwrap();
-        api.create(&PostParams::default(), &policy).await.unwrap();
+        uids.push(api.create(&PostParams::default(), &policy).await.unwrap().uid().unwrap());
     }
+    uids
 }
 
 async fn create_namespaces(client: &kube::Client, names: impl Iterator<Item = String>) {
@@ -335,14 +340,22 @@ async fn create_pods(client: &kube::Client, scale: &Scale) {
         .await;
 }
 
-/// A RoleBinding as a policy's binding is written, under another name.
-fn floor_binding(namespace: &str, index: usize) -> RoleBinding {
+/// A RoleBinding as a policy's binding is written (its labels, role, subjects and owner, the
+/// policy `policy_uid` names), under another name and label.
+fn floor_binding(namespace: &str, index: usize, policy_uid: &str) -> RoleBinding {
     serde_json::from_value(json!({
         "metadata": {
             "name": format!("floor-{index}-{namespace}"),
             "labels": {FLOOR_LABEL: "true", "kopper.dev/namespace-access": format!("policy-{index}")},
+            "ownerReferences": [{
+                "apiVersion": "kopper.dev/v1alpha1", "kind": "NamespaceAccess",
+                "name": format!("policy-{index}"), "uid": policy_uid, "controller": true,
+            }],
         },
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "name": if index.is_multiple_of(2) { "edit" } else { "view" },
+        },
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": format!("group-{index}-{namespace}")}],
     }))
     .unwrap()
@@ -352,7 +365,7 @@ fn floor_binding(namespace: &str, index: usize) -> RoleBinding {
 /// reconciles them, until the bench's watch has seen them all (as kopper's are timed); then
 /// the floor's bindings are deleted (not timed). Its time, and the CPU time this process
 /// (kubesim and the bench) used for it.
-async fn binding_floor(client: &kube::Client, scale: &Scale) -> (Duration, Duration) {
+async fn binding_floor(client: &kube::Client, scale: &Scale, policy_uids: &[String]) -> (Duration, Duration) {
     let seen = Seen::watch(Api::<RoleBinding>::all(client.clone()), FLOOR_LABEL);
     seen.wait_listed().await;
     let cpu_before = cpu_time("/proc/self/stat");
@@ -362,8 +375,12 @@ async fn binding_floor(client: &kube::Client, scale: &Scale) -> (Duration, Durat
             let namespace = format!("team-{n}");
             let api: Api<RoleBinding> = Api::namespaced(client.clone(), &namespace);
             async move {
-                for index in 0..POLICIES {
-                    api.create(&PostParams::default(), &floor_binding(&namespace, index)).await.unwrap();
+                for (index, policy_uid) in policy_uids.iter().enumerate() {
+                    let params = PostParams {
+                        field_manager: Some(FLOOR_FIELD_MANAGER.into()),
+                        ..PostParams::default()
+                    };
+                    api.create(&params, &floor_binding(&namespace, index, policy_uid)).await.unwrap();
                 }
             }
         })
@@ -535,7 +552,7 @@ async fn main() {
     );
     let cluster = Cluster::start().await;
     let client = cluster.client.clone();
-    install_policies(&client).await;
+    let policy_uids = install_policies(&client).await;
 
     // 1. Idle.
     let idle = Kopper::start(&cluster);
@@ -558,7 +575,7 @@ async fn main() {
     );
     let bindings = Seen::watch(Api::<RoleBinding>::all(client.clone()), MANAGED);
     bindings.wait_listed().await;
-    let (floor_bindings, floor_cpu) = binding_floor(&client, &scale).await;
+    let (floor_bindings, floor_cpu) = binding_floor(&client, &scale, &policy_uids).await;
     let requests_before = cluster.sim.counters().snapshot();
     let sim_cpu_before = cpu_time("/proc/self/stat");
     let started = Instant::now();
