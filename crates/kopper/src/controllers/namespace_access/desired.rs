@@ -238,7 +238,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::controllers::namespace_access::testing::{policy, policy_yaml};
+    use crate::controllers::namespace_access::testing::{broken_policy, policy, policy_yaml};
 
     fn facts<'a>(name: &'a str, labels: &'a BTreeMap<String, String>) -> NamespaceFacts<'a> {
         NamespaceFacts { name, labels, protected: false }
@@ -353,15 +353,7 @@ bindings:
 
     #[test]
     fn invalid_policy_is_held_not_applied() {
-        let broken = policy_yaml(
-            "broken",
-            r#"
-bindings:
-- name: "x-{nope}"
-  roleRef: {kind: ClusterRole, name: edit}
-  subjects: [{kind: Group, name: g}]
-"#,
-        );
+        let broken = broken_policy();
         let policies = Policies::compile([&broken]);
         let labels = BTreeMap::new();
         let desired = desired_bindings(facts("ns", &labels), &policies);

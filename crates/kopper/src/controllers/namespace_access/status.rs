@@ -258,7 +258,7 @@ mod tests {
 
     use super::*;
     use crate::controllers::namespace_access::seen::SeenBinding;
-    use crate::controllers::namespace_access::testing::{namespace, policy, policy_yaml};
+    use crate::controllers::namespace_access::testing::{broken_policy, namespace, policy, policy_yaml};
 
     struct World {
         policies: Policies,
@@ -365,15 +365,7 @@ mod tests {
 
     #[test]
     fn one_pass_reports_each_policy_with_its_own_counts_and_conflicts() {
-        let broken = policy_yaml(
-            "broken",
-            r#"
-bindings:
-- name: "x-{nope}"
-  roleRef: {kind: ClusterRole, name: edit}
-  subjects: [{kind: Group, name: g}]
-"#,
-        );
+        let broken = broken_policy();
         let mut world = World::new(&[&policy("first", 1), &policy("second", 2), &broken], &["a", "b"]);
         world.converge();
         world.bindings.remove("b", "ad-kubernetes-b");
@@ -407,15 +399,7 @@ bindings:
 
     #[test]
     fn invalid_spec_names_the_field() {
-        let broken = policy_yaml(
-            "broken",
-            r#"
-bindings:
-- name: "x-{nope}"
-  roleRef: {kind: ClusterRole, name: edit}
-  subjects: [{kind: Group, name: g}]
-"#,
-        );
+        let broken = broken_policy();
         let world = World::new(&[&broken], &["a"]);
         let status = next_status(None, Some(2), &world.report("broken"), now());
         assert_eq!(ready_reason(&status), ("False", "InvalidSpec"));

@@ -28,6 +28,19 @@ pub fn policy(name: &str, created: i64) -> NamespaceAccess {
     policy
 }
 
+/// A policy named "broken" whose binding name uses a placeholder that does not exist.
+pub fn broken_policy() -> NamespaceAccess {
+    policy_yaml(
+        "broken",
+        r#"
+bindings:
+- name: "x-{nope}"
+  roleRef: {kind: ClusterRole, name: edit}
+  subjects: [{kind: Group, name: g}]
+"#,
+    )
+}
+
 pub fn policy_yaml(name: &str, spec: &str) -> NamespaceAccess {
     let spec: NamespaceAccessSpec = serde_yaml::from_str(spec).unwrap();
     let mut policy = NamespaceAccess::new(name, spec);
