@@ -62,7 +62,7 @@ pub struct AdmissionQueue<T> {
     /// swept object that changes moves to its lane's changes; its entry among the lane's
     /// swept objects is dropped when it comes up.
     queued: HashMap<T, Queued>,
-    /// How many of `queued` wait as swept objects.
+    /// How many of `queued` wait as swept objects: while any does, a sweep waits.
     swept: usize,
     /// Objects whose change went ahead of the swept objects since none waited: a change of
     /// one of them waits with the sweep, so that a few objects changing without end (a
@@ -77,6 +77,9 @@ pub struct AdmissionQueue<T> {
 enum Queued {
     Change,
     Sweep,
+    /// A change of an object whose change already went ahead of the sweep waiting: it waits
+    /// with the swept objects, but is not one (it does not keep a sweep going).
+    HeldBack,
 }
 
 /// While a lane has swept objects waiting, one of them goes through after this many of the
@@ -105,31 +108,48 @@ impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
             *changed = true;
             return;
         }
+        let before = self.queued.get(&object).copied();
+        if before == Some(Queued::Change) {
+            return;
+        }
         if self.swept == 0 {
             self.went_ahead.clear();
         } else if !self.went_ahead.insert(object.clone()) {
-            self.sweep(lane, object);
+            if before.is_none() {
+                self.queued.insert(object.clone(), Queued::HeldBack);
+                self.waiting.push(lane, object, Queued::Sweep);
+            }
             return;
         }
-        match self.queued.insert(object.clone(), Queued::Change) {
-            Some(Queued::Change) => {}
-            before => {
-                self.swept -= usize::from(before == Some(Queued::Sweep));
-                self.waiting.push(lane, object, Queued::Change);
-            }
-        }
+        self.queued.insert(object.clone(), Queued::Change);
+        self.swept -= usize::from(before == Some(Queued::Sweep));
+        self.waiting.push(lane, object, Queued::Change);
     }
 
     /// `object` in `lane` is to be reconciled in a pass over many (a start, a relist, a
     /// policy change): it waits behind its lane's changes, unless it already waits, or is
-    /// being reconciled (then it queues again, as a change, when that ends).
+    /// being reconciled (then it queues again, as a change, when that ends). A sweep that
+    /// starts when none waits lets every object's change go ahead once again.
     pub fn sweep(&mut self, lane: Lane, object: T) {
         if let Some(changed) = self.admitted.get_mut(&object) {
             *changed = true;
-        } else if let Entry::Vacant(unqueued) = self.queued.entry(object.clone()) {
-            unqueued.insert(Queued::Sweep);
-            self.swept += 1;
-            self.waiting.push(lane, object, Queued::Sweep);
+            return;
+        }
+        if self.swept == 0 {
+            self.went_ahead.clear();
+        }
+        match self.queued.entry(object.clone()) {
+            Entry::Vacant(unqueued) => {
+                unqueued.insert(Queued::Sweep);
+                self.swept += 1;
+                self.waiting.push(lane, object, Queued::Sweep);
+            }
+            // Already among the swept objects; now part of the sweep.
+            Entry::Occupied(mut held_back) if *held_back.get() == Queued::HeldBack => {
+                held_back.insert(Queued::Sweep);
+                self.swept += 1;
+            }
+            Entry::Occupied(_) => {}
         }
     }
 
@@ -143,8 +163,14 @@ impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
         }
         let (queued, swept) = (&mut self.queued, &mut self.swept);
         let object = self.waiting.pop_live(|object, why| {
-            let live = queued.get(object) == Some(&why) && queued.remove(object).is_some();
-            *swept -= usize::from(live && why == Queued::Sweep);
+            let state = queued.get(object).copied();
+            let live = match why {
+                Queued::Sweep => matches!(state, Some(Queued::Sweep | Queued::HeldBack)),
+                _ => state == Some(why),
+            };
+            if live && queued.remove(object) == Some(Queued::Sweep) {
+                *swept -= 1;
+            }
             live
         })?;
         self.admitted.insert(object.clone(), false);
@@ -227,7 +253,7 @@ impl<T> Lanes<T> {
         });
         match why {
             Queued::Change => queue.changes.push_back(object),
-            Queued::Sweep => queue.swept.push_back(object),
+            Queued::Sweep | Queued::HeldBack => queue.swept.push_back(object),
         }
     }
 
@@ -261,13 +287,13 @@ impl<T> LaneQueue<T> {
         for why in order {
             let entries = match why {
                 Queued::Change => &mut self.changes,
-                Queued::Sweep => &mut self.swept,
+                Queued::Sweep | Queued::HeldBack => &mut self.swept,
             };
             while let Some(object) = entries.pop_front() {
                 if live(&object, why) {
                     self.changes_in_a_row = match why {
                         Queued::Change => self.changes_in_a_row.saturating_add(1),
-                        Queued::Sweep => 0,
+                        Queued::Sweep | Queued::HeldBack => 0,
                     };
                     return Some(object);
                 }
@@ -701,6 +727,38 @@ mod tests {
         queue.sweep(None, "s5");
         queue.offer(None, "churn");
         assert_eq!(queue.admit(), Some("churn"), "in the next sweep, its change goes ahead once again");
+    }
+
+    #[test]
+    fn a_new_sweep_lets_each_change_go_ahead_again_and_held_back_changes_keep_no_sweep_going() {
+        let mut queue = AdmissionQueue::new(1);
+        queue.sweep(None, "s1");
+        queue.offer(None, "c");
+        assert_eq!(queue.admit(), Some("c"));
+        queue.finish(None, &"c");
+        queue.offer(None, "c");
+        assert_eq!(queue.admit(), Some("s1"), "its second change waits with the sweep");
+        queue.finish(None, &"s1");
+        assert_eq!(queue.admit(), Some("c"));
+        queue.finish(None, &"c");
+        // The next sweep starts with no change offered in between.
+        queue.sweep(None, "s2");
+        queue.offer(None, "c");
+        assert_eq!(queue.admit(), Some("c"), "a new sweep: it goes ahead once again");
+        queue.finish(None, &"c");
+        queue.offer(None, "c");
+        assert_eq!(queue.admit(), Some("s2"));
+        queue.finish(None, &"s2");
+        // Only the held-back change waits, with the swept objects: no sweep waits, so the
+        // next change goes ahead as changes do.
+        queue.offer(None, "d");
+        assert_eq!(queue.admit(), Some("d"));
+        queue.finish(None, &"d");
+        assert_eq!(queue.admit(), Some("c"));
+        queue.finish(None, &"c");
+        queue.sweep(None, "s3");
+        queue.offer(None, "c");
+        assert_eq!(queue.admit(), Some("c"), "a sweep started: c goes ahead once");
     }
 
     #[test]

@@ -580,6 +580,9 @@ impl Shared {
     /// change wakes every policy's status at once, and each would make the same pass over
     /// every namespace.
     fn reports(&self, policies: Arc<Policies>) -> Reports {
+        // Taken before the index, so that no pass over every namespace holds the index while
+        // it waits for another.
+        let mut last = self.last_reports.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let bindings = self.bindings.read();
         let inputs = StatusInputs {
             policies,
@@ -587,7 +590,6 @@ impl Shared {
             bindings: bindings.version(),
             found: self.found_problems(),
         };
-        let mut last = self.last_reports.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((computed_from, reports)) = last.as_ref()
             && computed_from.same_as(&inputs)
         {
