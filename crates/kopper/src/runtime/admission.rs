@@ -8,14 +8,16 @@
 //! instead, the backlog waits in kube's queue, which serves it first come, first served, so
 //! one namespace's thousands of pods would hold up another namespace's first.
 //!
-//! So a controller's objects wait here before kube sees them: queued per namespace and served
-//! in turn, as the gate serves its permits ([`RoundRobin`](super::fair_gate::RoundRobin)), each at most once however often
-//! it changes, and let through only while fewer than the window (the controller's
-//! `--concurrency`, and one more due next) are being reconciled or due. kube then never holds
-//! more than the window, and an object waiting costs a queue entry, not a started reconcile.
-//! A change to an object being reconciled queues it again when that reconcile ends, so the
-//! change is never lost and the object never runs twice at once. A failed reconcile comes
-//! back through the same queue once its backoff has passed, so retries take turns too.
+//! So a controller's objects wait here before kube sees them: queued per namespace and
+//! served in turn, as the gate serves its permits
+//! ([`RoundRobin`](super::fair_gate::RoundRobin)), each at most once however often it
+//! changes, and let through only while fewer than the window (the controller's
+//! `--concurrency`, and one more due next) are being reconciled or due. kube then never
+//! holds more than the window, and an object waiting costs a queue entry, not a started
+//! reconcile. A change to an object being reconciled queues it again when that reconcile
+//! ends, so the change is never lost and the object never runs twice at once. A failed
+//! reconcile comes back through the same queue once its backoff has passed, so retries take
+//! turns too.
 //!
 //! Objects queued by a pass over many (a watch's list at a start or a relist, every
 //! namespace on a policy change or a resync) wait in their lane behind the objects that
@@ -64,8 +66,8 @@ pub struct AdmissionQueue<T> {
     queued: HashMap<T, Queued>,
     /// How many of `queued` wait as swept objects: while any does, a sweep waits.
     swept: usize,
-    /// Objects whose change went ahead of the swept objects since none waited: a change of
-    /// one of them waits with the sweep, so that a few objects changing without end (a
+    /// Objects whose change went ahead of the swept objects since the sweep started: a change
+    /// of one of them waits with the sweep, so that a few objects changing without end (a
     /// tenant editing RoleBindings in a loop) cannot slow every sweep down to a crawl.
     went_ahead: HashSet<T>,
     /// Let through and not finished yet; `true` once the object changed meanwhile.
@@ -222,8 +224,9 @@ impl<T: Clone + Eq + std::hash::Hash> AdmissionQueue<T> {
     }
 }
 
-/// The objects waiting, per lane: lanes take turns, as [`RoundRobin`](super::fair_gate::RoundRobin) serves them, and
-/// within a lane its changes go before its swept objects.
+/// The objects waiting, per lane: lanes take turns, as
+/// [`RoundRobin`](super::fair_gate::RoundRobin) serves them, and within a lane its changes go
+/// before its swept objects.
 #[derive(Debug)]
 struct Lanes<T> {
     /// Lanes with something queued, in the order their turns come.
