@@ -69,6 +69,13 @@ impl FirstList {
     }
 }
 
+/// Whether two snapshots of a store hold the very same objects, in the same order: a store
+/// replaces an object's `Arc` whenever the object changes, so while both snapshots are held
+/// (their pointers cannot be reused) the same pointers mean the same objects.
+pub fn same_objects<T>(before: &[Arc<T>], now: &[Arc<T>]) -> bool {
+    before.len() == now.len() && before.iter().zip(now).all(|(before, now)| Arc::ptr_eq(before, now))
+}
+
 /// Wakes a controller's `reconcile_all_on`. The channel holds one wake-up; while it is
 /// pending, further ones are dropped, so a burst of changes costs one pass.
 #[derive(Clone)]

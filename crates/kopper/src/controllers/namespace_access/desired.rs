@@ -11,6 +11,7 @@ use kube::{Resource, ResourceExt};
 use super::policy::{CompiledPolicy, FieldError, RenderedBinding};
 use super::template::NamespaceFacts;
 use super::types::NamespaceAccess;
+use crate::runtime::cache::same_objects;
 
 /// Marks a binding as made by kopper. Without it, kopper never touches a binding.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -77,12 +78,10 @@ impl CompiledPolicies {
     pub fn of(&self, mut cached: Vec<Arc<CachedPolicy>>) -> Arc<Policies> {
         cached.sort_unstable_by_key(Arc::as_ptr);
         let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(compiled) = last.as_ref() {
-            let same = compiled.from.len() == cached.len()
-                && compiled.from.iter().zip(&cached).all(|(before, now)| Arc::ptr_eq(before, now));
-            if same {
-                return compiled.policies.clone();
-            }
+        if let Some(compiled) = last.as_ref()
+            && same_objects(&compiled.from, &cached)
+        {
+            return compiled.policies.clone();
         }
         let policies = Arc::new(Policies::from_store(&cached));
         *last = Some(Compiled { from: cached, policies: policies.clone() });

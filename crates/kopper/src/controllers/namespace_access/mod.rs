@@ -47,7 +47,7 @@ use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::admission::Admission;
-use crate::runtime::cache::Trigger;
+use crate::runtime::cache::{Trigger, same_objects};
 use crate::runtime::controller::{run_controller, run_offered_controller};
 use crate::runtime::namespaces::NamespaceMeta;
 use crate::runtime::watch;
@@ -146,8 +146,7 @@ impl StatusInputs {
         Arc::ptr_eq(&self.policies, &other.policies)
             && self.bindings == other.bindings
             && self.found == other.found
-            && self.namespaces.len() == other.namespaces.len()
-            && self.namespaces.iter().zip(&other.namespaces).all(|(a, b)| Arc::ptr_eq(a, b))
+            && same_objects(&self.namespaces, &other.namespaces)
     }
 }
 
