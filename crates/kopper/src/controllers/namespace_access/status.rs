@@ -59,14 +59,12 @@ pub fn reports(observed: &Observed<'_>) -> BTreeMap<String, Outcome> {
     for compiled in &observed.policies.valid {
         reports.entry(compiled.name.clone()).or_insert_with(|| Ok(Report::default()));
     }
-    let mut matched: BTreeSet<(&str, String)> = BTreeSet::new();
+    // (policy, namespace) of each namespace a policy selects.
+    let mut matched: BTreeSet<(&str, &str)> = BTreeSet::new();
     for namespace in observed.namespaces.iter().filter(|ns| ns.metadata.deletion_timestamp.is_none()) {
-        let name = namespace.name_any();
-        let facts = NamespaceFacts {
-            name: &name,
-            labels: namespace.labels(),
-            protected: observed.protected.contains(&name),
-        };
+        let name = namespace.metadata.name.as_deref().unwrap_or_default();
+        let facts =
+            NamespaceFacts { name, labels: namespace.labels(), protected: observed.protected.contains(name) };
         let selecting: Vec<&str> = observed
             .policies
             .valid
@@ -81,7 +79,7 @@ pub fn reports(observed: &Observed<'_>) -> BTreeMap<String, Outcome> {
         for policy in selecting {
             let Some(Ok(report)) = reports.get_mut(policy) else { continue };
             report.matched_namespaces += 1;
-            matched.insert((policy, name.clone()));
+            matched.insert((policy, name));
             for problem in desired.problems.iter().filter(|problem| problem.policy == policy) {
                 if problem.kind.is_conflict() {
                     report.conflicts.push(problem.clone());
@@ -91,7 +89,7 @@ pub fn reports(observed: &Observed<'_>) -> BTreeMap<String, Outcome> {
             }
             for wanted in desired.bindings.values().filter(|wanted| wanted.policy == policy) {
                 report.desired += 1;
-                let existing = observed.bindings.get(&name, &wanted.binding.name);
+                let existing = observed.bindings.get(name, &wanted.binding.name);
                 if existing.is_some_and(|seen| seen.state_for(wanted) == BindingState::UpToDate) {
                     report.ready += 1;
                 }
@@ -100,7 +98,7 @@ pub fn reports(observed: &Observed<'_>) -> BTreeMap<String, Outcome> {
     }
     // What was found in namespaces the policy no longer selects is history.
     for problem in observed.found {
-        if !matched.contains(&(problem.policy.as_str(), problem.namespace.clone())) {
+        if !matched.contains(&(problem.policy.as_str(), problem.namespace.as_str())) {
             continue;
         }
         let Some(Ok(report)) = reports.get_mut(&problem.policy) else { continue };
@@ -265,6 +263,7 @@ mod tests {
         namespaces: Vec<Arc<NamespaceMeta>>,
         bindings: Bindings,
         found: Vec<Problem>,
+        protected: crate::tenancy::ProtectedNamespaces,
     }
 
     impl World {
@@ -280,6 +279,7 @@ mod tests {
                     .collect(),
                 bindings: Bindings::new(),
                 found: Vec::new(),
+                protected: crate::tenancy::ProtectedNamespaces::default(),
             }
         }
 
@@ -295,15 +295,18 @@ mod tests {
             }
         }
 
-        fn report(&self, policy: &str) -> Outcome {
-            let observed = Observed {
+        fn observed(&self) -> Observed<'_> {
+            Observed {
                 policies: &self.policies,
                 namespaces: &self.namespaces,
                 bindings: &self.bindings,
                 found: &self.found,
-                protected: &crate::tenancy::ProtectedNamespaces::default(),
-            };
-            report_for(policy, &observed)
+                protected: &self.protected,
+            }
+        }
+
+        fn report(&self, policy: &str) -> Outcome {
+            report_for(policy, &self.observed())
         }
     }
 
@@ -369,13 +372,7 @@ mod tests {
         let mut world = World::new(&[&policy("first", 1), &policy("second", 2), &broken], &["a", "b"]);
         world.converge();
         world.bindings.remove("b", "ad-kubernetes-b");
-        let observed = Observed {
-            policies: &world.policies,
-            namespaces: &world.namespaces,
-            bindings: &world.bindings,
-            found: &world.found,
-            protected: &crate::tenancy::ProtectedNamespaces::default(),
-        };
+        let observed = world.observed();
         let all = reports(&observed);
         assert_eq!(all.keys().collect::<Vec<_>>(), ["broken", "first", "second"]);
         assert!(all["broken"].is_err());
