@@ -20,7 +20,7 @@
 //! 5. restart: kopper stopped and started on the converged cluster: time to ready, time
 //!    until a pod created then is labelled, and its peak memory against its steady memory.
 //!
-//! Run: `cargo bench -p kopper --bench scale` (about 4 minutes at the defaults on 2 cores;
+//! Run: `cargo bench -p kopper --bench scale` (about 5 minutes at the defaults on 2 cores;
 //! kubesim holds the 150,000 pods in about 600 MiB). Environment:
 //! - `SCALE_BENCH_NAMESPACES` (default 10000), `SCALE_BENCH_PODS` (default 150000);
 //! - `SCALE_BENCH_NEW_PODS` (default 500, created at `SCALE_BENCH_NEW_PODS_PER_SECOND`,
